@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""EPP against static and per-step-best baselines, predicted by the planning core's simulator.
+
+Runs the built `infinipipe-plan` tool on the issue's headline case (Wikipedia lengths, LLaMA-13B,
+A800, 8 stages, 80 GiB per stage, batch 512, context 96K, 5 sampled steps), computes the mean
+step times and the speed-ups of EPP, measures EPP's planning time on one core (`taskset -c 0`),
+and writes docs/planning.md. `--smoke` runs a small case for CI and writes nothing unless
+--output is given.
+
+Usage: python3 benchmarks/planning_comparison.py [build/infinipipe-plan] [--smoke] [--output F]
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HEADLINE = dict(distribution="wikipedia", batch=512, context=98304, model="llama-13b",
+                hardware="a800", stages=8, memory_gib=80, steps=5, seed=0)
+SMOKE = dict(HEADLINE, batch=64, steps=2)
+BASELINES = ["seq1f1b", "batch", "chunkflow"]
+LABELS = {"epp": "EPP", "seq1f1b": "Seq1F1B", "batch": "batch-level", "chunkflow": "ChunkFlow"}
+
+
+def tool_args(case, method):
+    return ["--distribution", case["distribution"], "--batch", str(case["batch"]),
+            "--context", str(case["context"]), "--seed", str(case["seed"]),
+            "--model", case["model"], "--hardware", case["hardware"],
+            "--stages", str(case["stages"]), "--memory-gib", str(case["memory_gib"]),
+            "--method", method, "--steps", str(case["steps"]), "--json"]
+
+
+def run_tool(command):
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("planning_comparison: %s failed (%d): %s" %
+                 (" ".join(command), done.returncode, done.stderr.strip()))
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def machine():
+    model, cores = "unknown", os.cpu_count()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model name":
+                model = value.strip()
+    except OSError:
+        pass
+    return model, cores
+
+
+def describe_setting(method, s):
+    if method == "epp":
+        return "K=%d (chosen per step)" % s["k"]
+    knobs = {"batch": "cap %d" % s["token_cap"],
+             "seq1f1b": "cap %d, k=%d" % (s["token_cap"], s["k"]),
+             "chunkflow": "chunk %d" % s["chunk_tokens"]}[method]
+    return "%s, recompute %d" % (knobs, s["uniform_recompute"])
+
+
+def collect(rows, steps):
+    """Per method: per-step rows for EPP, static and per-step-best baselines."""
+    epp = {r["step"]: r for r in rows if r["method"] == "epp"}
+    static, best = {}, {}
+    for r in rows:
+        if r["method"] == "epp":
+            continue
+        (static if r["static"] else best).setdefault(r["method"], {})[r["step"]] = r
+    # With one step the tool prints the static row only: it is also the per-step best.
+    for m in static:
+        best.setdefault(m, static[m])
+    for name, table in [("epp", {"epp": epp})] + [("static " + m, {m: static.get(m, {})}) for m in BASELINES]:
+        for m, by_step in table.items():
+            missing = [i for i in range(steps) if i not in by_step]
+            if missing:
+                sys.exit("planning_comparison: no %s row for steps %s" % (name, missing))
+    return epp, static, best
+
+
+def mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+def times(by_step, steps):
+    if not all(by_step[i]["feasible"] for i in range(steps)):
+        return None
+    return [by_step[i]["step_time_s"] for i in range(steps)]
+
+
+def fmt_ratio(a, b):
+    return "%.2fx" % (b / a) if a and b else "n/a"
+
+
+def report(case, rows, plan_ms_one_core, pinned, command):
+    steps = case["steps"]
+    epp, static, best = collect(rows, steps)
+    epp_t = times(epp, steps)
+    if epp_t is None:
+        sys.exit("planning_comparison: EPP infeasible on some step: %s" %
+                 [epp[i].get("reason") for i in range(steps) if not epp[i]["feasible"]])
+    lines = []
+    summary = {"epp_mean_s": mean(epp_t), "ratios": {}, "per_step_worse": {}}
+
+    lines.append("| method | setting | mean step time (s) | EPP speed-up | bubble | recompute (s) | chunks | waves |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| EPP | K per step: %s | %.3f | 1.00x | %.1f%% | %.2f | %.0f | %.1f |" % (
+        ", ".join(str(epp[i]["setting"]["k"]) for i in range(steps)), mean(epp_t),
+        100 * mean([epp[i]["bubble_fraction"] for i in range(steps)]),
+        mean([epp[i]["recompute_s"] for i in range(steps)]),
+        mean([epp[i]["num_chunks"] for i in range(steps)]),
+        mean([epp[i]["num_waves"] for i in range(steps)])))
+    for m in BASELINES:
+        for kind, table in (("static", static.get(m, {})), ("per-step best", best.get(m, {}))):
+            t = times(table, steps)
+            if t is None:
+                reason = next(table[i].get("reason", "") for i in range(steps) if not table[i]["feasible"])
+                lines.append("| %s (%s) | infeasible: %s | | | | | | |" % (LABELS[m], kind, reason.replace("|", "/")))
+                summary["ratios"]["%s %s" % (m, kind)] = None
+                continue
+            ratio = mean(t) / mean(epp_t)
+            summary["ratios"]["%s %s" % (m, kind)] = ratio
+            settings = sorted({describe_setting(m, table[i]["setting"]) for i in range(steps)})
+            setting = settings[0] if kind == "static" else "per step: " + "; ".join(settings)
+            lines.append("| %s (%s) | %s | %.3f | %.2fx | %.1f%% | %.2f | %.0f | %.1f |" % (
+                LABELS[m], kind, setting, mean(t), ratio,
+                100 * mean([table[i]["bubble_fraction"] for i in range(steps)]),
+                mean([table[i]["recompute_s"] for i in range(steps)]),
+                mean([table[i]["num_chunks"] for i in range(steps)]),
+                mean([table[i]["num_waves"] for i in range(steps)])))
+            if kind == "per-step best":
+                summary["per_step_worse"][m] = [i for i in range(steps) if epp_t[i] > t[i] * (1 + 1e-9)]
+
+    step_lines = ["| step | tokens | EPP (s) | " + " | ".join(
+        "%s static / best (speed-up)" % LABELS[m] for m in BASELINES) + " |"]
+    step_lines.append("|---" * (3 + len(BASELINES)) + "|")
+    for i in range(steps):
+        cells = []
+        for m in BASELINES:
+            s, b = static.get(m, {}).get(i), best.get(m, {}).get(i)
+            def cell(r):
+                return "%.3f (%s)" % (r["step_time_s"], fmt_ratio(epp_t[i], r["step_time_s"])) if r and r["feasible"] else "infeasible"
+            cells.append("%s / %s" % (cell(s), cell(b)))
+        step_lines.append("| %d | %d | %.3f | %s |" % (i, epp[i]["tokens"], epp_t[i], " | ".join(cells)))
+
+    summary["plan_ms_one_core"] = plan_ms_one_core
+    model, cores = machine()
+    text = []
+    text.append("# Planning: EPP against the baselines\n")
+    text.append("""Predicted step times from the planning core (analytic cost model, discrete-event simulator),
+not measured on GPUs. Every method is built from the same chunking, scheduling, checkpointing and
+simulation parts, so the comparison is about the plans only.
+
+## Methods and settings
+
+- **EPP** (elastic pipeline parallelism): per step, sweep the slice count K of the longest
+  sequence (1..32, stopping before slices get shorter than 128 tokens); cut long sequences along
+  the cost-balanced mesh, pack short ones under the mesh's time target and token cap (hybrid
+  chunks for tails); group chains into waves by the grouping DP (wave cost: fill/drain bubble
+  (d-1) x mean chunk forward time, plus the recompute the wave needs); 1F1B with longest chains
+  first; stage-aware, chunk-level checkpointing (greedy during the sweep, then CBC on the winner);
+  keep the K the simulator predicts fastest.
+- **Baselines**, as their users run them: one setting for the whole run, chosen as the one with
+  the least total predicted time over the evaluated steps among the candidates below, with
+  uniform checkpointing at the count the worst step needs.
+  - batch-level: whole sequences packed into micro-batches of a token cap in
+    {1, 1.25, 1.5, 2, 3, 4} x the longest sequence of all steps (rounded up to 1024), 1F1B;
+  - Seq1F1B: micro-batches packed the same way (same caps), each cut into k in {1, 2, 4, 8, 16, 32}
+    slices of equal forward cost, sequence-level 1F1B;
+  - ChunkFlow: fixed chunks of {1024, ..., 65536} tokens, long sequences cut into chunks.
+  "Per-step best" lets every step pick its own candidate and its own smallest recompute count:
+  a more generous comparison than any real run.
+""")
+    text.append("## Result\n")
+    text.append("Case: %s lengths, %s, %s, %d stages, %g GiB per stage (model state with mixed-precision "
+                "Adam inside it), batch %d, context %d, %d steps (seeds %d..%d).\n" % (
+                    case["distribution"], case["model"], case["hardware"], case["stages"],
+                    case["memory_gib"], case["batch"], case["context"], steps, case["seed"],
+                    case["seed"] + steps - 1))
+    text.extend(line + "\n" for line in lines)
+    text.append("\nSpeed-up = baseline mean step time / EPP mean step time.\n\nPer step:\n\n")
+    text.extend(line + "\n" for line in step_lines)
+    worse = {m: s for m, s in summary["per_step_worse"].items() if s}
+    text.append("\nEPP slower than a baseline's per-step best on: %s.\n" % (
+        ", ".join("%s steps %s" % (LABELS[m], s) for m, s in worse.items()) if worse else "no step"))
+    text.append("\nEPP planning time (K sweep, grouping, checkpoint solve) per step, %s: mean %.0f ms, max %.0f ms.\n" % (
+        "one core (`taskset -c 0`)" if pinned else "not pinned (taskset missing)",
+        mean(plan_ms_one_core), max(plan_ms_one_core)))
+    text.append("\n## How to reproduce\n\n```\n%s\n```\n\nThe table comes from\n\n```\n%s\n```\n" % (
+        "python3 benchmarks/planning_comparison.py build/infinipipe-plan", command))
+    text.append("\nMachine: %s, %s cores. Date: %s.\n" % (model, cores, datetime.date.today().isoformat()))
+    return "".join(text), summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tool", nargs="?", default="build/infinipipe-plan")
+    parser.add_argument("--smoke", action="store_true", help="small case for CI (batch 64, 2 steps)")
+    parser.add_argument("--output", help="markdown to write (default docs/planning.md, none with --smoke)")
+    args = parser.parse_args()
+    if not os.path.exists(args.tool):
+        sys.exit("planning_comparison: %s not found; build it first (ninja -C build infinipipe-plan)" % args.tool)
+    case = SMOKE if args.smoke else HEADLINE
+    command = [args.tool] + tool_args(case, "all")
+    rows = run_tool(command)
+
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    epp_rows = run_tool(pin + [args.tool] + tool_args(case, "epp"))
+    plan_ms = [r["plan_ms"] for r in epp_rows if r["method"] == "epp" and r["feasible"]]
+
+    markdown, summary = report(case, rows, plan_ms, bool(pin), " ".join(["infinipipe-plan"] + command[1:]))
+    output = args.output or (None if args.smoke else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "planning.md"))
+    if output:
+        with open(output, "w") as f:
+            f.write(markdown)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

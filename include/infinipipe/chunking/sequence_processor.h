@@ -1,0 +1,41 @@
+#pragma once
+// EPP's workload-balanced chunking and the baselines' chunking, built from the same parts.
+#include <cstdint>
+#include <vector>
+
+#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/cost/cost_model.h"
+
+namespace infinipipe {
+
+// Cut points of the longest sequence into K slices of equal per-layer forward cost, found from
+// the tail (later slices attend to more context, so they are shorter).
+struct SplitMesh {
+  std::vector<int64_t> boundaries;  // 0 = b_0 < b_1 < ... < b_K = longest
+  double time_target = 0;           // T_t: per-layer time of one slice (total / K)
+  int64_t token_cap = 0;            // T_m: tokens of the longest slice (the first)
+};
+SplitMesh cost_balanced_mesh(int64_t longest, int k, const CostModel& cost);
+
+// EPP: split along the mesh, tails seed buckets, best-fit-decreasing packing of the short
+// sequences under T_t and T_m, hybrid chunks for tails. Never two slices of split sequences in
+// one chunk. Chunks come out chain by chain (a long sequence's split chunks, then its hybrid).
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const CostModel& cost);
+
+// Batch-level: whole sequences, best-fit-decreasing into micro-batches of at most `token_cap`
+// tokens. Error when a sequence is longer than the cap.
+std::vector<Chunk> batch_chunks(const std::vector<int64_t>& lengths, int64_t token_cap);
+
+// Seq1F1B: micro-batches packed as batch_chunks, each cut into k slices of equal forward cost
+// (a slice may hold pieces of several sequences).
+std::vector<Chunk> seq1f1b_chunks(const std::vector<int64_t>& lengths, int64_t token_cap, int k,
+                                  const CostModel& cost);
+
+// ChunkFlow style: sequences longer than `chunk_tokens` cut into pieces of that size; the short
+// sequences and the long ones' last pieces packed into chunks of at most that size.
+std::vector<Chunk> fixed_size_chunks(const std::vector<int64_t>& lengths, int64_t chunk_tokens);
+
+// Error unless lengths is non-empty and every length is positive (names the first bad index).
+void check_lengths(const std::vector<int64_t>& lengths);
+
+}  // namespace infinipipe

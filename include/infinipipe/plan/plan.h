@@ -1,0 +1,81 @@
+#pragma once
+// A plan: everything one training step needs (chunks, waves, every stage's action list, the
+// recompute count of every (stage, chunk)) and what the simulator predicts for it. Plans travel
+// as JSON; hash() lets ranks check that they hold the same one.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "infinipipe/checkpoint/recompute.h"
+#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/schedule/action.h"
+#include "infinipipe/schedule/scheduler.h"
+
+namespace infinipipe {
+
+enum class Method {
+  kEpp,        // elastic: K sweep, grouping into waves, stage-aware checkpointing
+  kBatch,      // whole sequences packed into micro-batches of a token cap
+  kSeq1F1B,    // packed micro-batches cut into k slices of equal forward cost
+  kChunkFlow,  // fixed-size chunks
+};
+
+const char* to_string(Method method);                 // "epp", "batch", "seq1f1b", "chunkflow"
+Method parse_method(const std::string& name);         // Error listing the valid names
+std::vector<Method> all_methods();                    // in the order above
+
+// The knobs of a method. EPP sets k (the chosen slice count) only; each baseline reads its own.
+struct Setting {
+  int k = 1;                   // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
+  int64_t token_cap = 0;       // batch, Seq1F1B: tokens per micro-batch
+  int64_t chunk_tokens = 0;    // ChunkFlow: tokens per chunk
+  int uniform_recompute = -1;  // baselines: layers recomputed everywhere; -1 = smallest that fits
+
+  bool operator==(const Setting& o) const {
+    return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&
+           uniform_recompute == o.uniform_recompute;
+  }
+};
+
+// "k=4", "cap=98304 k=2 recompute=3", ...: the knobs that matter for `method`.
+std::string describe(Method method, const Setting& setting);
+
+struct Plan {
+  Method method = Method::kEpp;
+  Setting setting;
+  // --- executable part (what hash() covers) ---
+  std::vector<int64_t> lengths;
+  std::vector<Chunk> chunks;
+  std::vector<Wave> waves;
+  Schedule schedule;
+  Recompute recompute;              // [stage][chunk]
+  std::vector<int> layers_per_stage;
+  // --- prediction ---
+  double step_time_s = 0;
+  double recompute_s = 0;           // summed over stages
+  std::vector<double> stage_recompute_s;  // per stage
+  std::vector<double> busy_s;       // per stage
+  double bubble_fraction = 0;       // mean over stages
+  std::vector<double> peak_memory_bytes;  // per stage
+  std::string checkpoint_solver;
+  double plan_ms = 0;
+
+  int64_t tokens() const;
+  // 16 hex digits: FNV-1a 64 over the canonical JSON of the executable part. Predictions and
+  // planning time are left out so that ranks with different timings still agree.
+  std::string hash() const;
+};
+
+void to_json(nlohmann::json& j, const Setting& s);
+void from_json(const nlohmann::json& j, Setting& s);
+// Chunks are written as lists of [seq, start, end]; sequence lengths come from "lengths".
+// from_json throws Error naming the field that is missing, mistyped or inconsistent.
+void to_json(nlohmann::json& j, const Plan& plan);
+void from_json(const nlohmann::json& j, Plan& plan);
+
+void save_plan(const Plan& plan, const std::string& path);
+Plan load_plan(const std::string& path);  // Error names the file
+
+}  // namespace infinipipe

@@ -1,0 +1,41 @@
+#pragma once
+// Plans one step: EPP (sweep the slice count K, group chains into waves, stage-aware
+// checkpointing, keep what the simulator predicts fastest) and the baselines at a given setting.
+// A method that cannot fit memory is reported infeasible with the reason, never thrown, so a
+// comparison of several methods always completes; malformed input (empty batch, bad lengths,
+// options that contradict the cost model) throws Error.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/plan/plan.h"
+
+namespace infinipipe {
+
+struct PlannerOptions {
+  int num_stages = 1;                 // must equal the cost model's
+  double memory_budget_bytes = 0;     // per stage, model state included
+  int max_k = 32;                     // EPP: largest slice count tried
+  double checkpoint_time_limit_s = 0.2;  // EPP: CBC time limit for the winner's checkpointing
+};
+
+struct PlanResult {
+  bool feasible = false;
+  std::string reason;  // when infeasible
+  Plan plan;           // when feasible
+};
+
+// EPP. Slice counts whose slices would be shorter than kMinSliceTokens are not tried.
+constexpr int64_t kMinSliceTokens = 128;
+PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
+                    const PlannerOptions& options);
+
+// A baseline (kBatch, kSeq1F1B, kChunkFlow) at one setting: its chunking, one wave, 1F1B,
+// uniform recompute (setting.uniform_recompute layers on every stage and chunk, capped at the
+// stage's layers, or the smallest count that fits when it is -1).
+PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
+                             const Setting& setting, const CostModel& cost,
+                             const PlannerOptions& options);
+
+}  // namespace infinipipe

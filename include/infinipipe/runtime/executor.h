@@ -1,0 +1,108 @@
+#pragma once
+// Runs one stage's part of a plan (DESIGN.md, "Executor (per rank)"): the stage's action list,
+// in order, on a stage module, with its activations and gradients travelling through Pipes.
+//
+//   RECV_F c / RECV_B c  post the receive into a buffer of the chunk's shape [tokens, hidden]
+//   F c   stage 0 embeds the chunk's packed tokens, other stages wait for their input; the first
+//         recompute[stage][c] layers run without grad keeping only their inputs, the rest record
+//         autograd graphs; the last stage adds the head and the chunk's loss: cross-entropy summed
+//         over its target tokens divided by the target tokens of the whole step
+//   SEND_F c  send the output;  SEND_B c  send the input gradient
+//   B c   wait for the output gradient (the last stage differentiates its loss), back-propagate
+//         the recorded layers, then re-run each checkpointed layer with grad and back-propagate
+//         it, last to first; parameter gradients accumulate across the step's chunks and waves
+//
+// K/V buffers of a split sequence (one per stage layer) exist from the first forward of any of
+// its slices to the end of the backward of its first slice. The step's loss is all-reduced, so
+// every rank returns it.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "infinipipe/plan/plan.h"
+#include "infinipipe/runtime/chunk_context.h"
+#include "infinipipe/runtime/pipe.h"
+#include "infinipipe/runtime/stage_module.h"
+
+namespace infinipipe::runtime {
+
+struct ExecutorOptions {
+  int stage = 0;
+  int num_stages = 1;
+  at::ScalarType dtype = at::kFloat;  // activations, gradients and K/V buffers
+  at::Device device = at::kCPU;
+  int64_t hidden = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  double attention_scale = 0;  // <= 0: 1 / sqrt(head_dim)
+  kernels::Backend attention_backend = kernels::Backend::Auto;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait on a peer
+  std::vector<int> stage_ranks;  // rank of every stage in the group; empty: stage s is rank s
+  // Called after every action with its text (for example to sample memory with held_tensors()).
+  std::function<void(const std::string& action)> after_action;
+
+  void validate() const;  // Error naming the field
+};
+
+struct StepStats {
+  double loss = 0;             // mean loss over the step's target tokens (the same on every rank)
+  int64_t target_tokens = 0;
+  // This stage, measured.
+  double total_s = 0;
+  double forward_s = 0;        // forwards (recorded and checkpointed layers, head, loss)
+  double backward_s = 0;       // backwards, recompute included
+  double recompute_s = 0;      // re-running checkpointed layers
+  double wait_s = 0;           // blocked on receives and sends
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t peak_kv_bytes = 0;          // K/V buffers (with their dK/dV accumulators)
+  int64_t peak_checkpoint_bytes = 0;  // inputs kept by checkpointed layers
+  int64_t peak_held_bytes = 0;        // both together, at the moment their sum peaked
+  int recomputed_layers = 0;          // layer re-runs in backwards
+};
+
+class Executor {
+ public:
+  Executor(std::shared_ptr<StageModule> module, c10::intrusive_ptr<c10d::ProcessGroup> group,
+           ExecutorOptions options);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs this stage's actions of `plan`. sequences[i]: the tokens of the plan's sequence i
+  // (1-D int64, any device), needed by the first stage (inputs) and the last (targets). Checks
+  // everything it can before any communication and throws Error on a plan that does not fit the
+  // stage, and on a lost peer (naming it). After an error the executor is ready for a new step.
+  StepStats run(const Plan& plan, const std::vector<at::Tensor>& sequences);
+
+  // Tensors held right now outside autograd's saved tensors: K/V buffers and the inputs kept by
+  // checkpointed layers. For memory measurement (a probe may call it during run()).
+  std::vector<at::Tensor> held_tensors() const;
+
+  const ExecutorOptions& options() const { return options_; }
+  void set_after_action(std::function<void(const std::string&)> probe) {
+    options_.after_action = std::move(probe);
+  }
+  StageModule& module() { return *module_; }
+  int rank_of_stage(int stage) const;
+
+ private:
+  struct ChunkState;
+  class Step;
+
+  std::shared_ptr<StageModule> module_;
+  ExecutorOptions options_;
+  Pipes pipes_;
+  // Live only during run(); held_tensors() reads them.
+  std::map<int, std::unique_ptr<ChunkState>> chunks_;
+  std::map<int, std::vector<std::shared_ptr<kernels::SequenceKV>>> kv_;  // by sequence
+};
+
+}  // namespace infinipipe::runtime

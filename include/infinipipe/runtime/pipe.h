@@ -1,0 +1,83 @@
+#pragma once
+// Point-to-point pipes between pipeline stages over a c10d process group (Gloo on CPU, NCCL on
+// GPU: the code only sees c10d::ProcessGroup). Shapes come from the plan, so a receive is posted
+// into a buffer the caller allocated and no shape handshake travels.
+//
+// Every message of a step has its own tag, derived from (chunk, direction), so a receive can
+// never match the wrong message whatever order the backend matches in (Gloo matches by tag;
+// NCCL ignores tags and matches in order, which the validated schedule keeps consistent).
+//
+// Every wait is bounded by a timeout. A timeout or a backend error (a peer that died closes its
+// connections) becomes an infinipipe::Error naming the peer, so no rank hangs on a lost peer.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace infinipipe::runtime {
+
+enum class Direction { kActivation = 0, kGradient = 1 };
+
+// Tag of the message carrying chunk `chunk`'s activation (forward) or input gradient (backward).
+int message_tag(int chunk, Direction direction);
+
+class Pipes {
+ public:
+  // describe_peer(rank) names a peer in error messages, e.g. "rank 1 (stage 1)".
+  Pipes(c10::intrusive_ptr<c10d::ProcessGroup> group, std::chrono::milliseconds timeout,
+        std::function<std::string(int rank)> describe_peer);
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+
+  // Posts the receive of message `tag` from `from_rank` into `buffer` (its shape is the
+  // message's). Error when a receive with this tag is already pending.
+  void post_recv(int tag, at::Tensor buffer, int from_rank);
+  // Blocks until message `tag` has arrived and returns its buffer. Error when none was posted,
+  // on timeout, or when the transfer failed.
+  at::Tensor wait_recv(int tag);
+  // Starts sending `tensor` (kept alive until the send completes) to `to_rank`.
+  void send(int tag, const at::Tensor& tensor, int to_rank);
+  // Drops the sends that have completed (non-blocking), so their tensors can be freed.
+  void reap_sends();
+  // Blocks until every send started so far has completed.
+  void wait_sends();
+  // Sum of `value` over all ranks of the group (the step's loss), with the same timeout.
+  double all_reduce_sum(double value, at::Device device);
+  // Forgets every pending operation (after an error: their buffers are released with them).
+  void clear();
+
+  int pending_recvs() const { return static_cast<int>(recvs_.size()); }
+  int pending_sends() const { return static_cast<int>(sends_.size()); }
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
+
+  const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  struct Pending {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor tensor;
+    int peer = 0;
+    int tag = 0;
+  };
+  // Waits for `op`, turning a timeout or backend error into an Error naming the peer.
+  void wait(const Pending& op, const char* what);
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::chrono::milliseconds timeout_;
+  std::function<std::string(int)> describe_peer_;
+  std::map<int, Pending> recvs_;  // by tag
+  std::vector<Pending> sends_;
+  int64_t bytes_sent_ = 0;
+  int64_t bytes_received_ = 0;
+};
+
+// Formats a duration for messages: "30 s", "1.5 s", "250 ms".
+std::string format_duration(std::chrono::milliseconds duration);
+
+}  // namespace infinipipe::runtime

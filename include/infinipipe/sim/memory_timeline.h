@@ -1,0 +1,32 @@
+#pragma once
+// The moments at which a stage's memory can peak, shared by the checkpoint planner (one memory
+// constraint per moment) and the simulator (memory over time), so both count the same bytes.
+//
+// Walking a stage's actions: a chunk is in flight from the end of its forward to the end of its
+// backward. A split sequence's K/V buffer exists from the first forward of any of its slices to
+// the end of the backward of its first slice (backwards run slices in reverse); its dK/dV
+// buffer from the start of its first backward to the same end. Moments:
+//   - after every forward: model state + buffers + activations of the chunks in flight;
+//   - during every backward: the same plus the chunk's backward workspace.
+#include <vector>
+
+#include "infinipipe/checkpoint/recompute.h"
+#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/schedule/action.h"
+
+namespace infinipipe {
+
+struct MemoryMoment {
+  int action_index = 0;    // the F or B in the stage's action list
+  double fixed_bytes = 0;  // everything checkpointing cannot change: model state, buffers, workspace
+  std::vector<int> in_flight;  // chunks whose activations are held: each adds activation_bytes(chunk, stage, recompute)
+};
+
+std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
+                                         const std::vector<Chunk>& chunks, const CostModel& cost);
+
+double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chunk>& chunks,
+                    const CostModel& cost, const Recompute& recompute);
+
+}  // namespace infinipipe

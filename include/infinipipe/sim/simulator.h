@@ -1,0 +1,55 @@
+#pragma once
+// Discrete-event run of every stage's action list against the cost model: compute, recompute,
+// sends and receives with their dependencies. Gives the step time, busy time and bubbles per
+// stage and memory over time, and finds deadlocks and memory over budget.
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "infinipipe/checkpoint/recompute.h"
+#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/schedule/action.h"
+
+namespace infinipipe {
+
+struct SimOptions {
+  double memory_budget_bytes = std::numeric_limits<double>::infinity();  // per stage
+  bool record_events = true;  // keep the timeline (for traces); planners turn it off for speed
+};
+
+struct SimEvent {
+  int stage = 0;
+  std::string name;      // the action's text, e.g. "F3", or "recompute B3"
+  std::string category;  // "forward", "backward", "recompute", "send", "recv"
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct SimResult {
+  double step_time_s = 0;
+  std::vector<double> busy_s;             // per stage, compute including recompute
+  std::vector<double> bubble_fraction;    // per stage, 1 - busy / step time
+  std::vector<double> recompute_s;        // per stage
+  std::vector<double> peak_memory_bytes;  // per stage
+  // Per stage: (time, bytes) at every memory moment, in time order.
+  std::vector<std::vector<std::pair<double, double>>> memory;
+  std::vector<SimEvent> events;
+  bool over_budget = false;
+  std::string over_budget_message;  // names the stage, the moment and the bytes
+
+  double mean_bubble_fraction() const;
+  double total_recompute_s() const;
+};
+
+// Throws Error (with the schedule grid, the stuck step marked) on deadlock.
+SimResult simulate(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                   const CostModel& cost, const Recompute& recompute, const SimOptions& options);
+
+// Chrome trace (chrome://tracing, Perfetto): one thread per stage, memory as a counter.
+nlohmann::json chrome_trace(const SimResult& result);
+void write_chrome_trace(const SimResult& result, const std::string& path);
+
+}  // namespace infinipipe

@@ -1,0 +1,74 @@
+// Chunk attention: the attention of a chunk's slices against their own sequence's earlier
+// keys/values (DESIGN.md, "Executor (per rank)").
+//
+// A chunk's tokens are packed along dim 0: q [T, heads, head_dim], k and v [T, kv_heads,
+// head_dim] (grouped-query attention: heads % kv_heads == 0; query head h uses kv head
+// h / (heads / kv_heads), as LLaMA's repeat_kv), already rotary-embedded. The chunk is a list of
+// segments, each one slice of one sequence: rows [row, row + length) hold its tokens
+// [start, start + length).
+//
+// - A segment without a buffer (start must be 0) is a whole sequence: plain causal attention over
+//   its own rows, nothing across segments.
+// - A segment with a buffer (SequenceKV, one per split sequence and layer) is a slice of a split
+//   sequence. Forward writes its k, v (detached) into the buffer at [start, end) and attends over
+//   buffer [0, end), the causal mask aligned bottom-right (query i sees keys [0, start + i]).
+//   Backward returns to autograd, as the segment's dk/dv, its own part plus what the buffer's
+//   accumulators hold at [start, end) (contributions of later slices, whose backwards ran first),
+//   then zeroes that range of the accumulators; it adds the [0, start) part into the accumulators
+//   for the earlier slices. So a sequence's slices must run forward in ascending and backward in
+//   descending order; after the backward of its first slice the accumulators are zero again.
+//
+// A chunk holds at most one slice of a sequence (one segment per buffer).
+// Re-running a forward (recompute of a checkpointed layer) rewrites the same K/V: harmless. The
+// accumulators are only touched by backward.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace infinipipe::kernels {
+
+// Per (split sequence, layer) K/V buffer and its gradient accumulators, all
+// [seq_length, kv_heads, head_dim], never requiring grad.
+struct SequenceKV {
+  at::Tensor k, v;    // written by forwards at [start, end) of each slice
+  at::Tensor dk, dv;  // gradient contributions of later slices to earlier ones
+
+  static std::shared_ptr<SequenceKV> create(int64_t seq_length, int64_t kv_heads,
+                                            int64_t head_dim, at::ScalarType dtype,
+                                            at::Device device = at::kCPU);
+  int64_t seq_length() const { return k.size(0); }
+  int64_t kv_heads() const { return k.size(1); }
+  int64_t head_dim() const { return k.size(2); }
+  // Zeroes the accumulators (they are zero after a complete backward anyway).
+  void zero_grad();
+  // Bytes held: K, V and the two accumulators.
+  int64_t nbytes() const;
+};
+
+// One slice of one sequence in a packed chunk.
+struct Segment {
+  int64_t row = 0;     // first row in the packed q/k/v
+  int64_t start = 0;   // position of its first token in its sequence
+  int64_t length = 0;  // number of tokens
+  std::shared_ptr<SequenceKV> kv;  // null for a whole sequence (then start == 0)
+
+  int64_t end() const { return start + length; }
+};
+
+enum class Backend {
+  Auto,   // Flash on CPU, Math elsewhere
+  Flash,  // ATen's CPU flash-attention kernels (no T x T matrix, no mask tensor); CPU only
+  Math,   // explicit matmul/softmax on any device (materialises probabilities per segment)
+};
+
+// Returns the attention output [T, heads, head_dim], differentiable w.r.t. q, k, v. Rows not
+// covered by a segment get zeros. scale <= 0 means 1 / sqrt(head_dim).
+at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::vector<Segment>& segments, double scale = 0.0,
+                           Backend backend = Backend::Auto);
+
+}  // namespace infinipipe::kernels

@@ -1,0 +1,293 @@
+// infinipipe._C.plan: the planning core as the Python trainer needs it. No LibTorch here.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bindings.h"
+#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/chunking/sequence_processor.h"
+#include "infinipipe/common/error.h"
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/plan/plan.h"
+#include "infinipipe/plan/planner.h"
+#include "infinipipe/schedule/scheduler.h"
+#include "infinipipe/schedule/validator.h"
+#include "infinipipe/sim/simulator.h"
+
+namespace py = pybind11;
+
+namespace infinipipe::python {
+
+namespace {
+
+nlohmann::json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": not valid JSON: " + e.what());
+  }
+}
+
+// "cpu", "a800" or a hardware description in JSON text.
+Hardware hardware_from(const std::string& spec) {
+  if (!spec.empty() && spec.front() == '{') {
+    Hardware hw = parse_json(spec, "hardware").get<Hardware>();
+    hw.validate();
+    return hw;
+  }
+  return Hardware::builtin(spec);
+}
+
+std::vector<std::vector<std::tuple<int, int64_t, int64_t>>> chunk_list(const Plan& plan) {
+  std::vector<std::vector<std::tuple<int, int64_t, int64_t>>> out;
+  for (const Chunk& c : plan.chunks) {
+    out.emplace_back();
+    for (const Slice& s : c.slices) out.back().emplace_back(s.seq, s.start, s.end);
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> schedule_text(const Plan& plan) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& stage : plan.schedule.stages) {
+    out.emplace_back();
+    for (const Action& a : stage) out.back().push_back(a.text());
+  }
+  return out;
+}
+
+// Checks what the executor relies on: coverage, the schedule, recompute bounds.
+void validate_plan(const Plan& plan) {
+  check_coverage(plan.chunks, plan.lengths);
+  validate_schedule(plan.schedule, plan.chunks);
+  const int stages = plan.schedule.num_stages();
+  check(static_cast<int>(plan.layers_per_stage.size()) == stages,
+        "plan: layers_per_stage has " + std::to_string(plan.layers_per_stage.size()) +
+            " entries for " + std::to_string(stages) + " stages");
+  if (plan.recompute.empty()) return;
+  check(static_cast<int>(plan.recompute.size()) == stages,
+        "plan: recompute must have one row per stage");
+  for (int p = 0; p < stages; ++p) {
+    check(plan.recompute[p].size() == plan.chunks.size(),
+          "plan: recompute[" + std::to_string(p) + "] must have one entry per chunk");
+    for (size_t c = 0; c < plan.chunks.size(); ++c)
+      check(plan.recompute[p][c] >= 0 && plan.recompute[p][c] <= plan.layers_per_stage[p],
+            "plan: recompute[" + std::to_string(p) + "][" + std::to_string(c) + "] = " +
+                std::to_string(plan.recompute[p][c]) + " is outside [0, " +
+                std::to_string(plan.layers_per_stage[p]) + "]");
+  }
+}
+
+py::dict summary(const Plan& plan) {
+  py::dict d;
+  d["method"] = to_string(plan.method);
+  d["setting"] = describe(plan.method, plan.setting);
+  d["hash"] = plan.hash();
+  d["sequences"] = plan.lengths.size();
+  d["tokens"] = plan.tokens();
+  d["chunks"] = plan.chunks.size();
+  std::map<std::string, int> kinds{{"packed", 0}, {"split", 0}, {"hybrid", 0}};
+  for (const Chunk& c : plan.chunks) ++kinds[to_string(c.kind())];
+  d["chunk_kinds"] = kinds;
+  d["waves"] = plan.waves.size();
+  int recomputed = 0;
+  for (const auto& stage : plan.recompute)
+    for (int layers : stage) recomputed += layers;
+  d["recomputed_layer_chunks"] = recomputed;
+  d["predicted_step_s"] = plan.step_time_s;
+  d["predicted_recompute_s"] = plan.recompute_s;
+  d["predicted_bubble_fraction"] = plan.bubble_fraction;
+  d["predicted_peak_memory_bytes"] = plan.peak_memory_bytes;
+  d["checkpoint_solver"] = plan.checkpoint_solver;
+  d["plan_ms"] = plan.plan_ms;
+  return d;
+}
+
+Plan plan_step(const std::vector<int64_t>& lengths, const CostModel& cost,
+               double memory_budget_bytes, const std::string& method_name, int k,
+               int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
+               double checkpoint_time_limit_s) {
+  PlannerOptions options;
+  options.num_stages = cost.num_stages();
+  options.memory_budget_bytes = memory_budget_bytes;
+  options.max_k = max_k;
+  options.checkpoint_time_limit_s = checkpoint_time_limit_s;
+  const Method method = parse_method(method_name);
+  PlanResult result;
+  if (method == Method::kEpp) {
+    result = plan_epp(lengths, cost, options);
+  } else {
+    Setting setting;
+    setting.k = k;
+    setting.token_cap = token_cap;
+    setting.chunk_tokens = chunk_tokens;
+    setting.uniform_recompute = uniform_recompute;
+    result = plan_with_setting(method, lengths, setting, cost, options);
+  }
+  if (!result.feasible)
+    throw Error("no " + method_name + " plan fits this step: " + result.reason +
+                " (raise the memory budget, or change the method's setting)");
+  validate_plan(result.plan);
+  return std::move(result.plan);
+}
+
+// A plan from given chunks and waves (for tests and experiments): scheduled by the 1F1B chunk
+// scheduler, validated, and predicted by the simulator.
+Plan build_plan(const std::vector<int64_t>& lengths,
+                const std::vector<std::vector<std::tuple<int, int64_t, int64_t>>>& chunk_slices,
+                const std::vector<std::vector<int>>& waves, const CostModel& cost,
+                const Recompute& recompute) {
+  check_lengths(lengths);
+  Plan plan;
+  plan.method = Method::kEpp;
+  plan.lengths = lengths;
+  for (const auto& slices : chunk_slices) {
+    Chunk chunk;
+    for (const auto& [seq, start, end] : slices) {
+      check(seq >= 0 && seq < static_cast<int>(lengths.size()),
+            "build_plan: sequence " + std::to_string(seq) + " is not in the batch");
+      chunk.slices.push_back(Slice{seq, start, end, lengths[seq]});
+    }
+    plan.chunks.push_back(std::move(chunk));
+  }
+  check_coverage(plan.chunks, plan.lengths);
+  plan.waves = waves;
+  ScheduleOptions options;
+  options.num_stages = cost.num_stages();
+  plan.schedule = build_schedule(plan.chunks, plan.waves, options);
+  plan.layers_per_stage = cost.layers_per_stage();
+  plan.recompute = recompute.empty()
+                       ? Recompute(cost.num_stages(), std::vector<int>(plan.chunks.size(), 0))
+                       : recompute;
+  plan.checkpoint_solver = "given";
+  validate_plan(plan);
+  SimOptions sim_options;
+  sim_options.record_events = false;
+  const SimResult sim = simulate(plan.schedule, plan.chunks, cost, plan.recompute, sim_options);
+  plan.step_time_s = sim.step_time_s;
+  plan.recompute_s = sim.total_recompute_s();
+  plan.stage_recompute_s = sim.recompute_s;
+  plan.busy_s = sim.busy_s;
+  plan.bubble_fraction = sim.mean_bubble_fraction();
+  plan.peak_memory_bytes = sim.peak_memory_bytes;
+  return plan;
+}
+
+// Peak memory the simulator predicts for each stage when the plan runs on `cost`.
+std::vector<double> predicted_peaks(const Plan& plan, const CostModel& cost) {
+  SimOptions sim_options;
+  sim_options.record_events = false;
+  return simulate(plan.schedule, plan.chunks, cost, plan.recompute, sim_options).peak_memory_bytes;
+}
+
+}  // namespace
+
+void bind_plan(py::module_& root) {
+  py::register_exception<Error>(root, "Error", PyExc_RuntimeError);
+  py::module_ m = root.def_submodule("plan", "Cost models, plans and the planner");
+
+  py::class_<CostModel>(m, "CostModel",
+                        "Time and memory of chunks on pipeline stages (cost/cost_model.h).")
+      .def_static(
+          "analytic",
+          [](const std::string& shape_json, const std::string& hardware,
+             const std::vector<int>& layers_per_stage) {
+            ModelShape shape = parse_json(shape_json, "model shape").get<ModelShape>();
+            shape.validate();
+            const Hardware hw = hardware_from(hardware);
+            return CostModel(shape, layers_per_stage, CostCoefficients::analytic(shape, hw));
+          },
+          py::arg("shape_json"), py::arg("hardware"), py::arg("layers_per_stage"),
+          "Analytic coefficients from a model shape (JSON text with the fields of ModelShape) "
+          "and a hardware ('cpu', 'a800' or JSON text).")
+      .def_static("load", &load_cost_model, py::arg("path"), "A cost model JSON file.")
+      .def_static(
+          "from_json",
+          [](const std::string& text) { return parse_json(text, "cost model").get<CostModel>(); },
+          py::arg("text"))
+      .def("to_json", [](const CostModel& c) { return nlohmann::json(c).dump(); })
+      .def_property_readonly("num_stages", &CostModel::num_stages)
+      .def_property_readonly("layers_per_stage", &CostModel::layers_per_stage)
+      .def_property_readonly("shape_json",
+                             [](const CostModel& c) { return nlohmann::json(c.shape()).dump(); })
+      .def("model_state_bytes", &CostModel::model_state_bytes, py::arg("stage"));
+
+  py::class_<Plan>(m, "Plan", "One training step's plan (plan/plan.h).")
+      .def("hash", &Plan::hash, "16 hex digits over the executable part (not predictions).")
+      .def("summary", &summary, "A dict: method, setting, hash, chunks, waves, predictions.")
+      .def("to_json", [](const Plan& p) { return nlohmann::json(p).dump(); })
+      .def_static(
+          "from_json",
+          [](const std::string& text) { return parse_json(text, "plan").get<Plan>(); },
+          py::arg("text"))
+      .def("validate", &validate_plan, "Error unless coverage, schedule and recompute are valid.")
+      .def("__copy__", [](const Plan& p) { return Plan(p); })
+      .def("__deepcopy__", [](const Plan& p, py::dict) { return Plan(p); }, py::arg("memo"))
+      .def_property_readonly("method", [](const Plan& p) { return to_string(p.method); })
+      .def_property_readonly("k", [](const Plan& p) { return p.setting.k; })
+      .def_property_readonly("lengths", [](const Plan& p) { return p.lengths; })
+      .def_property_readonly("layers_per_stage", [](const Plan& p) { return p.layers_per_stage; })
+      .def_property_readonly("num_chunks", [](const Plan& p) { return p.chunks.size(); })
+      .def_property_readonly("chunks", &chunk_list,
+                             "Per chunk, its slices as (sequence, start, end).")
+      .def_property_readonly("chunk_kinds", [](const Plan& p) {
+        std::vector<std::string> kinds;
+        for (const Chunk& c : p.chunks) kinds.push_back(to_string(c.kind()));
+        return kinds;
+      })
+      .def_property_readonly("waves", [](const Plan& p) { return p.waves; })
+      .def_property_readonly("schedule", &schedule_text, "Per stage, its actions' text forms.")
+      .def_property(
+          "recompute", [](const Plan& p) { return p.recompute; },
+          [](Plan& p, const Recompute& r) {
+            Recompute old = std::move(p.recompute);
+            p.recompute = r;
+            try {
+              validate_plan(p);
+            } catch (...) {
+              p.recompute = std::move(old);
+              throw;
+            }
+          },
+          "recompute[stage][chunk]: layers of the stage the chunk checkpoints. Settable (it "
+          "changes the hash; predictions are not updated).")
+      .def_property_readonly("peak_memory_bytes", [](const Plan& p) { return p.peak_memory_bytes; })
+      .def_property_readonly("step_time_s", [](const Plan& p) { return p.step_time_s; })
+      .def("predicted_peaks", &predicted_peaks, py::arg("cost"),
+           "Per stage, the peak memory the simulator predicts with the plan's current recompute.")
+      .def("__repr__", [](const Plan& p) {
+        return "<Plan " + std::string(to_string(p.method)) + " " + describe(p.method, p.setting) +
+               ", " + std::to_string(p.chunks.size()) + " chunks, " +
+               std::to_string(p.waves.size()) + " waves, hash " + p.hash() + ">";
+      });
+
+  m.def("plan_step", &plan_step, py::arg("lengths"), py::arg("cost"),
+        py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1, py::arg("token_cap") = 0,
+        py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = 32,
+        py::arg("checkpoint_time_limit_s") = 0.2,
+        "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k); the "
+        "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
+        "(chunk_tokens) use the setting given. Error when nothing fits the budget.",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
+        py::arg("cost"), py::arg("recompute") = Recompute{},
+        "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
+        "ids), scheduled 1F1B and validated; for tests and experiments.");
+  m.def(
+      "hardware_json",
+      [](const std::string& spec) { return nlohmann::json(hardware_from(spec)).dump(); },
+      py::arg("spec"), "A built-in hardware ('cpu', 'a800') or hardware JSON, validated.");
+  m.def("methods", [] {
+    std::vector<std::string> names;
+    for (Method method : all_methods()) names.push_back(to_string(method));
+    return names;
+  });
+}
+
+}  // namespace infinipipe::python

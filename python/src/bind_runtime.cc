@@ -1,0 +1,227 @@
+// infinipipe._C.runtime: the executor and its Python face.
+//
+// The process group comes from torch.distributed in Python: torch registers c10d::ProcessGroup
+// with pybind11 and an intrusive_ptr holder, and this module is built against torch's bundled
+// pybind11 and libtorch_python, so the Python object casts straight to
+// c10::intrusive_ptr<c10d::ProcessGroup> (one code path for Gloo and NCCL; docs/runtime.md).
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "bindings.h"
+#include "infinipipe/common/error.h"
+#include "infinipipe/runtime/executor.h"
+
+namespace py = pybind11;
+
+namespace infinipipe::python {
+
+namespace {
+
+using runtime::ChunkContext;
+using runtime::Executor;
+using runtime::ExecutorOptions;
+using runtime::StageModule;
+using runtime::StepStats;
+
+// A stage module written in Python: any object with num_layers, has_embedding, has_head,
+// embed(tokens, ctx), layer(local_index, hidden, ctx), head(hidden, ctx), parameters(), and
+// optionally make_context(chunk_context) -> the ctx object its methods receive (created once per
+// chunk; without it they receive the C++ ChunkContext itself).
+class PythonStageModule : public StageModule {
+ public:
+  explicit PythonStageModule(py::object impl) : impl_(std::move(impl)) {
+    for (const char* name : {"num_layers", "has_embedding", "has_head", "embed", "layer", "head",
+                             "parameters"})
+      check(py::hasattr(impl_, name),
+            std::string("stage module: the Python object lacks '") + name + "'");
+    num_layers_ = impl_.attr("num_layers").cast<int>();
+    has_embedding_ = impl_.attr("has_embedding").cast<bool>();
+    has_head_ = impl_.attr("has_head").cast<bool>();
+    has_make_context_ = py::hasattr(impl_, "make_context");
+    check(num_layers_ >= 1, "stage module: num_layers must be at least 1");
+  }
+  ~PythonStageModule() override {
+    py::gil_scoped_acquire gil;
+    impl_ = py::object();
+  }
+
+  int num_layers() const override { return num_layers_; }
+  bool has_embedding() const override { return has_embedding_; }
+  bool has_head() const override { return has_head_; }
+
+  at::Tensor embed(const at::Tensor& tokens, ChunkContext& ctx) override {
+    py::gil_scoped_acquire gil;
+    return tensor_result(impl_.attr("embed")(tokens, context(ctx)), "embed");
+  }
+  at::Tensor layer(int local_index, const at::Tensor& hidden, ChunkContext& ctx) override {
+    py::gil_scoped_acquire gil;
+    return tensor_result(impl_.attr("layer")(local_index, hidden, context(ctx)), "layer");
+  }
+  at::Tensor head(const at::Tensor& hidden, ChunkContext& ctx) override {
+    py::gil_scoped_acquire gil;
+    return tensor_result(impl_.attr("head")(hidden, context(ctx)), "head");
+  }
+  std::vector<at::Tensor> parameters() override {
+    py::gil_scoped_acquire gil;
+    std::vector<at::Tensor> out;
+    for (py::handle p : impl_.attr("parameters")()) out.push_back(p.cast<at::Tensor>());
+    return out;
+  }
+
+ private:
+  static at::Tensor tensor_result(const py::object& out, const char* method) {
+    if (!THPVariable_Check(out.ptr()))
+      throw Error(std::string("stage module: ") + method + "() must return a tensor, got " +
+                  std::string(py::str(py::type::of(out))));
+    return THPVariable_Unpack(out.ptr());
+  }
+
+  // The Python-side context of the chunk, made once and cached in the C++ context.
+  py::object context(ChunkContext& ctx) {
+    if (!has_make_context_) return py::cast(ctx.shared_from_this());
+    if (!ctx.module_state) {
+      py::object made = impl_.attr("make_context")(ctx.shared_from_this());
+      ctx.module_state = std::shared_ptr<void>(new py::object(std::move(made)), [](void* p) {
+        py::gil_scoped_acquire gil;
+        delete static_cast<py::object*>(p);
+      });
+    }
+    return *static_cast<py::object*>(ctx.module_state.get());
+  }
+
+  py::object impl_;
+  int num_layers_ = 0;
+  bool has_embedding_ = false;
+  bool has_head_ = false;
+  bool has_make_context_ = false;
+};
+
+kernels::Backend parse_backend(const std::string& name) {
+  if (name == "auto") return kernels::Backend::Auto;
+  if (name == "flash") return kernels::Backend::Flash;
+  if (name == "math") return kernels::Backend::Math;
+  throw Error("attention backend must be 'auto', 'flash' or 'math', got '" + name + "'");
+}
+
+py::dict stats_dict(const StepStats& s) {
+  py::dict d;
+  d["loss"] = s.loss;
+  d["target_tokens"] = s.target_tokens;
+  d["total_s"] = s.total_s;
+  d["forward_s"] = s.forward_s;
+  d["backward_s"] = s.backward_s;
+  d["recompute_s"] = s.recompute_s;
+  d["wait_s"] = s.wait_s;
+  d["bytes_sent"] = s.bytes_sent;
+  d["bytes_received"] = s.bytes_received;
+  d["peak_kv_bytes"] = s.peak_kv_bytes;
+  d["peak_checkpoint_bytes"] = s.peak_checkpoint_bytes;
+  d["peak_held_bytes"] = s.peak_held_bytes;
+  d["recomputed_layers"] = s.recomputed_layers;
+  return d;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> process_group_from(const py::object& group) {
+  try {
+    return group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
+  } catch (const py::cast_error&) {
+    throw Error("executor: expected a torch.distributed ProcessGroup (for example "
+                "torch.distributed.group.WORLD after init_process_group), got " +
+                std::string(py::str(py::type::of(group))));
+  }
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& root) {
+  py::module_ m = root.def_submodule("runtime", "The executor and its chunk contexts");
+
+  py::class_<ChunkContext, std::shared_ptr<ChunkContext>>(
+      m, "ChunkContext",
+      "One chunk as a stage sees it: its segments, positions and per-layer chunk attention.")
+      .def_property_readonly("chunk", &ChunkContext::chunk)
+      .def_property_readonly("num_tokens", &ChunkContext::num_tokens)
+      .def_property_readonly("num_layers", &ChunkContext::num_layers)
+      .def_property_readonly("positions", &ChunkContext::positions)
+      .def_property_readonly(
+          "segments",
+          [](const ChunkContext& c) {
+            std::vector<std::tuple<int64_t, int64_t, int64_t, int>> out;
+            for (const auto& s : c.slices()) out.emplace_back(s.row, s.start, s.length, s.seq);
+            return out;
+          },
+          "(row, start, length, seq_id) per slice, as llama.ChunkContext takes them.")
+      .def(
+          "attention",
+          [](const ChunkContext& c, int layer, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v) {
+            py::gil_scoped_release release;
+            return c.attention(layer, q, k, v);
+          },
+          py::arg("layer"), py::arg("q"), py::arg("k"), py::arg("v"),
+          "Chunk attention on local layer `layer`: q [T, heads, d], k, v [T, kv_heads, d].")
+      .def("__repr__", [](const ChunkContext& c) {
+        return "<ChunkContext chunk " + std::to_string(c.chunk()) + ", " +
+               std::to_string(c.num_tokens()) + " tokens, " + std::to_string(c.slices().size()) +
+               " slices>";
+      });
+
+  py::class_<Executor>(m, "Executor",
+                       "Runs one stage's actions of a plan over a torch.distributed group.")
+      .def(py::init([](py::object module, py::object group, int stage, int num_stages,
+                       at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
+                       int64_t head_dim, double timeout_s, std::vector<int> stage_ranks,
+                       const std::string& attention_backend) {
+             ExecutorOptions o;
+             o.stage = stage;
+             o.num_stages = num_stages;
+             o.dtype = dtype;
+             o.device = device;
+             o.hidden = hidden;
+             o.kv_heads = kv_heads;
+             o.head_dim = head_dim;
+             check(timeout_s > 0, "executor: timeout_s must be positive");
+             o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+             o.stage_ranks = std::move(stage_ranks);
+             o.attention_backend = parse_backend(attention_backend);
+             return std::make_unique<Executor>(
+                 std::make_shared<PythonStageModule>(std::move(module)),
+                 process_group_from(group), std::move(o));
+           }),
+           py::arg("module"), py::arg("group"), py::arg("stage"), py::arg("num_stages"),
+           py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
+           py::arg("head_dim"), py::arg("timeout_s") = 300.0,
+           py::arg("stage_ranks") = std::vector<int>{}, py::arg("attention_backend") = "auto")
+      .def(
+          "run",
+          [](Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences) {
+            StepStats stats;
+            {
+              py::gil_scoped_release release;
+              stats = ex.run(plan, sequences);
+            }
+            return stats_dict(stats);
+          },
+          py::arg("plan"), py::arg("sequences"),
+          "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "
+          "int64). Returns a dict: loss (all-reduced), times, bytes, peak held memory.")
+      .def("held_tensors", &Executor::held_tensors,
+           "K/V buffers and checkpointed-layer inputs held right now (for memory probes).")
+      .def("set_after_action", &Executor::set_after_action, py::arg("probe"),
+           "probe(action_text) is called after every action (None to remove).")
+      .def_property_readonly("stage", [](const Executor& ex) { return ex.options().stage; })
+      .def_property_readonly("timeout_s", [](const Executor& ex) {
+        return ex.options().timeout.count() / 1000.0;
+      });
+}
+
+}  // namespace infinipipe::python

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets up everything InfiniPipe needs on a fresh Debian machine and builds it:
+#   system packages (apt), a virtualenv in .venv with the pinned torch, and the CMake build in
+#   build/. Safe to re-run: each step skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(build-essential ninja-build pkg-config libgtest-dev libspdlog-dev
+              nlohmann-json3-dev coinor-libcbc-dev libcli11-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q -r requirements-dev.txt -r tests/python/requirements.txt
+
+echo "setup: building (build/)"
+# LibTorch comes from the torch installed in .venv (never from pip's isolated build env, which
+# would pull a CUDA torch); the Python module uses torch's bundled pybind11 (DEVELOPERS.md).
+TORCH_PREFIX=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFINIPIPE_WITH_TORCH=ON \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
+cmake --build build
+echo "setup: done"

@@ -1,0 +1,153 @@
+#include "infinipipe/chunking/sequence_processor.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "infinipipe/chunking/split_mesh.h"
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+
+void check_lengths(const std::vector<int64_t>& lengths) {
+  check(!lengths.empty(), "the step has no sequences: pass at least one sequence length");
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    check(lengths[i] > 0, "sequence " + std::to_string(i) + " has length " +
+                              std::to_string(lengths[i]) +
+                              ": every sequence needs at least one token (drop empty samples)");
+  }
+}
+
+namespace {
+
+// A chunk being filled by EPP's packing: at most one tail of a long sequence, whole short ones.
+struct Bucket {
+  std::vector<Slice> slices;  // the tail, if any, first
+  int64_t tokens = 0;
+  int64_t tail_tokens = 0;
+  double time = 0;  // per layer, without the per-chunk overhead (as the mesh's target)
+};
+
+void add_slice(Bucket& bucket, const Slice& slice, const CostModel& cost) {
+  bucket.slices.push_back(slice);
+  bucket.tokens += slice.length();
+  bucket.time += cost.slice_layer_time(slice.context(), slice.length());
+}
+
+// Bucket for a short sequence of `tokens` and `time` under the limits, or -1. Among the buckets
+// that fit, the one with the fewest tail tokens, then the lowest time: tails carry context, so
+// they fill their chunk's time faster than their tokens suggest.
+int pick_bucket(const std::vector<Bucket>& buckets, int64_t tokens, double time,
+                int64_t token_cap, double time_target) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(buckets.size()); ++i) {
+    const Bucket& b = buckets[i];
+    if (b.tokens + tokens > token_cap || b.time + time > time_target) continue;
+    if (best < 0 || b.tail_tokens < buckets[best].tail_tokens ||
+        (b.tail_tokens == buckets[best].tail_tokens && b.time < buckets[best].time))
+      best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const CostModel& cost) {
+  check_lengths(lengths);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
+  const int64_t token_cap = mesh.token_cap;
+  double time_target = mesh.time_target;
+
+  std::vector<int> long_seqs, short_seqs;
+  for (int q = 0; q < static_cast<int>(lengths.size()); ++q)
+    (lengths[q] > token_cap ? long_seqs : short_seqs).push_back(q);
+  std::stable_sort(long_seqs.begin(), long_seqs.end(),
+                   [&](int a, int b) { return lengths[a] > lengths[b]; });
+
+  // Steps 2-3: cut long sequences along the mesh; each tail seeds its own bucket, so two tails
+  // never share a chunk. Bucket i < long_seqs.size() holds the tail of long_seqs[i].
+  std::vector<std::vector<Chunk>> split_chunks(long_seqs.size());
+  std::vector<Bucket> buckets(long_seqs.size());
+  for (size_t i = 0; i < long_seqs.size(); ++i) {
+    const int q = long_seqs[i];
+    const int64_t n = lengths[q];
+    int64_t start = 0;
+    for (int j = 1; j < k && mesh.boundaries[j] < n; ++j) {
+      split_chunks[i].push_back(Chunk{{Slice{q, start, mesh.boundaries[j], n}}});
+      start = mesh.boundaries[j];
+    }
+    add_slice(buckets[i], Slice{q, start, n, n}, cost);
+    buckets[i].tail_tokens = n - start;
+  }
+
+  // Step 4: best-fit-decreasing of the short sequences by cost under T_t and T_m.
+  std::vector<double> seq_time(lengths.size(), 0);
+  for (int q : short_seqs) seq_time[q] = cost.slice_layer_time(0, lengths[q]);
+  std::stable_sort(short_seqs.begin(), short_seqs.end(), [&](int a, int b) {
+    return seq_time[a] > seq_time[b] || (seq_time[a] == seq_time[b] && lengths[a] > lengths[b]);
+  });
+  for (int q : short_seqs) {
+    const int64_t n = lengths[q];
+    int target = pick_bucket(buckets, n, seq_time[q], token_cap, time_target);
+    if (target < 0) {
+      // No bucket fits both limits. If some bucket still has the token room, the time target is
+      // what binds: relax it just enough for the cheapest such bucket, rather than opening a
+      // chunk that would run below the token cap.
+      double cheapest = std::numeric_limits<double>::infinity();
+      for (const Bucket& b : buckets)
+        if (b.tokens + n <= token_cap) cheapest = std::min(cheapest, b.time + seq_time[q]);
+      if (cheapest < std::numeric_limits<double>::infinity()) {
+        time_target = cheapest;
+        target = pick_bucket(buckets, n, seq_time[q], token_cap, time_target);
+      }
+    }
+    if (target < 0) {
+      target = static_cast<int>(buckets.size());
+      buckets.emplace_back();
+    }
+    add_slice(buckets[target], Slice{q, 0, n, n}, cost);
+  }
+
+  // Step 5: each long sequence's split chunks then its tail's chunk (hybrid, or split if nothing
+  // joined the tail), longest sequence first; then the packed chunks.
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (i < long_seqs.size())
+      for (Chunk& c : split_chunks[i]) chunks.push_back(std::move(c));
+    chunks.push_back(Chunk{std::move(buckets[i].slices)});
+  }
+  return chunks;
+}
+
+std::vector<Chunk> seq1f1b_chunks(const std::vector<int64_t>& lengths, int64_t token_cap, int k,
+                                  const CostModel& cost) {
+  check(k >= 1, "Seq1F1B slice count k = " + std::to_string(k) + " is invalid: k must be at least 1");
+  std::vector<Chunk> chunks;
+  for (const Chunk& micro_batch : batch_chunks(lengths, token_cap)) {
+    std::vector<int64_t> run;
+    for (const Slice& s : micro_batch.slices) run.push_back(s.length());
+    const int pieces = static_cast<int>(std::min<int64_t>(k, micro_batch.tokens()));
+    const std::vector<int64_t> cuts = equal_cost_cuts(run, pieces, cost);
+    size_t first_seq = 0;  // first sequence of the run that reaches into the current piece
+    int64_t first_offset = 0;
+    for (int p = 0; p < pieces; ++p) {
+      Chunk chunk;
+      int64_t offset = first_offset;
+      for (size_t i = first_seq; i < run.size() && offset < cuts[p + 1]; offset += run[i++]) {
+        const Slice& whole = micro_batch.slices[i];
+        const int64_t from = std::max(cuts[p], offset), to = std::min(cuts[p + 1], offset + run[i]);
+        if (from < to) chunk.slices.push_back(Slice{whole.seq, from - offset, to - offset, whole.seq_length});
+        if (offset + run[i] <= cuts[p + 1]) {  // sequence ends in this piece
+          first_seq = i + 1;
+          first_offset = offset + run[i];
+        }
+      }
+      chunks.push_back(std::move(chunk));
+    }
+  }
+  return chunks;
+}
+
+}  // namespace infinipipe

@@ -1,0 +1,319 @@
+#include "infinipipe/cost/cost_model.h"
+
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+#include "json_fields.h"
+
+namespace infinipipe {
+
+CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardware& hw) {
+  shape.validate();
+  hw.validate();
+  const double h = shape.hidden, f = shape.ffn, vocab = shape.vocab;
+  const double kv_dim = double(shape.kv_heads) * shape.head_dim();
+  const double bytes = shape.bytes_per_element;
+  const double matmul_rate = hw.peak_flops * hw.matmul_efficiency;
+  const double attention_rate = hw.peak_flops * hw.attention_efficiency;
+
+  CostCoefficients c;
+  // Query i attends keys 0..i; QK^T and AV cost 2*h FLOPs each per (query, key) pair. A slice of
+  // s tokens after context c has sum_{i=c}^{c+s-1} (i+1) = ((c+s)^2 - c^2 + s) / 2 pairs, i.e.
+  // 2h((c+s)^2 - c^2) + 2h*s FLOPs: the quadratic part is a1, the linear remainder goes to a2.
+  c.a1 = 2 * h / attention_rate;
+  // Two FLOPs per weight per token over the layer's GEMMs. Element-wise work (norms, rotary,
+  // SiLU, residual adds) is memory-bound and left out; the profiler's fitted a2 includes it.
+  const double linear_flops_per_token = 2 * (2 * h * h + 2 * h * kv_dim + 3 * h * f);
+  c.a2 = linear_flops_per_token / matmul_rate + 2 * h / attention_rate;
+  c.b = hw.layer_overhead_s;
+  // Backward computes the gradients of both a GEMM's input and its weight, each as many FLOPs as
+  // the forward (Narayanan et al. SC'21 count training as 3x forward); flash attention's backward
+  // is about 2.5x its forward (Dao 2023), close enough at one shared ratio.
+  c.backward_ratio = 2;
+  // The embedding is a gather of bytes*h per token: ~16 KB at 7B, nanoseconds at HBM bandwidth
+  // against microseconds per token per layer, so it is left at zero.
+  c.embedding_s_per_token = 0;
+  // LM head GEMM (h x vocab); the final norm and the loss are element-wise, left out as above.
+  c.head_s_per_token = 2 * h * vocab / matmul_rate;
+
+  // Per token per layer, what autograd keeps for the backward, counted as in Korthikanti et al.
+  // 2022 ("Reducing Activation Recomputation in Large Transformer Models", Sec. 4.1) for a LLaMA
+  // layer (RMSNorm, GQA, SwiGLU, no dropout) with flash attention (no s^2 scores kept):
+  //   h   norm1 input (RMSNorm backward)     h   norm1 output (q/k/v weight gradients)
+  //   h + 2 kv_dim  q, k, v after rotary     h   attention output (flash backward, o-proj input)
+  //   h   norm2 input (the residual sum)     h   norm2 output (gate/up weight gradients)
+  //   4 ffn  gate, up, SiLU(gate), product (SiLU and product backward, down-proj input)
+  // plus fp32 per-token statistics: the softmax log-sum-exp per head and the two norms' rstd.
+  c.activation_bytes = bytes * (6 * h + 2 * kv_dim + 4 * f) + 4.0 * (shape.heads + 2);
+  c.checkpoint_bytes = bytes * h;  // the layer input, from which the layer is recomputed
+  c.kv_bytes = bytes * 2 * kv_dim;
+  // fp32 softmax over the vocabulary kept by the cross-entropy for its backward, plus the final
+  // norm's input and output (norm and LM-head backward).
+  c.logits_bytes = 4 * vocab + 2 * bytes * h;
+  // bf16 mixed precision with Adam: 2 weight + 2 gradient + 4 fp32 master weight + 4 + 4 Adam
+  // moments = 16 bytes/param (Rajbhandari et al. 2020, ZeRO, Sec. 3.1). Full precision (fp32
+  // or fp64, the CPU models) has no master copy: weight + gradient + two moments = 4 * bytes.
+  c.model_state_bytes_per_param = bytes == 2 ? 16 : 4 * bytes;
+  c.p2p_bytes_per_token = bytes * h;
+  c.p2p_bandwidth = hw.link_bandwidth;
+  c.p2p_latency_s = hw.link_latency_s;
+  return c;
+}
+
+void CostCoefficients::validate() const {
+  auto at_least_zero = [](double value, const char* field) {
+    check(std::isfinite(value) && value >= 0, std::string("cost coefficients: ") + field +
+                                                  " must be zero or positive, got " +
+                                                  std::to_string(value));
+  };
+  auto positive = [](double value, const char* field) {
+    check(std::isfinite(value) && value > 0, std::string("cost coefficients: ") + field +
+                                                 " must be positive, got " +
+                                                 std::to_string(value));
+  };
+  at_least_zero(a1, "a1");
+  at_least_zero(a2, "a2");
+  at_least_zero(b, "b");
+  positive(backward_ratio, "backward_ratio");
+  at_least_zero(embedding_s_per_token, "embedding_s_per_token");
+  at_least_zero(head_s_per_token, "head_s_per_token");
+  at_least_zero(activation_bytes, "activation_bytes");
+  at_least_zero(checkpoint_bytes, "checkpoint_bytes");
+  at_least_zero(kv_bytes, "kv_bytes");
+  at_least_zero(logits_bytes, "logits_bytes");
+  positive(model_state_bytes_per_param, "model_state_bytes_per_param");
+  at_least_zero(p2p_bytes_per_token, "p2p_bytes_per_token");
+  positive(p2p_bandwidth, "p2p_bandwidth");
+  at_least_zero(p2p_latency_s, "p2p_latency_s");
+  check(checkpoint_bytes <= activation_bytes,
+        "cost coefficients: checkpoint_bytes (" + std::to_string(checkpoint_bytes) +
+            ") exceeds activation_bytes (" + std::to_string(activation_bytes) +
+            "): a checkpointed layer cannot keep more than a full one");
+  check(kv_bytes <= activation_bytes, "cost coefficients: kv_bytes (" + std::to_string(kv_bytes) +
+                                          ") exceeds activation_bytes (" +
+                                          std::to_string(activation_bytes) +
+                                          "), which must include the K/V");
+}
+
+void to_json(nlohmann::json& j, const CostCoefficients& c) {
+  j = nlohmann::json{{"a1", c.a1},
+                     {"a2", c.a2},
+                     {"b", c.b},
+                     {"backward_ratio", c.backward_ratio},
+                     {"embedding_s_per_token", c.embedding_s_per_token},
+                     {"head_s_per_token", c.head_s_per_token},
+                     {"activation_bytes", c.activation_bytes},
+                     {"checkpoint_bytes", c.checkpoint_bytes},
+                     {"kv_bytes", c.kv_bytes},
+                     {"logits_bytes", c.logits_bytes},
+                     {"model_state_bytes_per_param", c.model_state_bytes_per_param},
+                     {"p2p_bytes_per_token", c.p2p_bytes_per_token},
+                     {"p2p_bandwidth", c.p2p_bandwidth},
+                     {"p2p_latency_s", c.p2p_latency_s}};
+}
+
+void from_json(const nlohmann::json& j, CostCoefficients& c) {
+  detail::JsonFields f(j, "cost coefficients");
+  f.get("a1", c.a1);
+  f.get("a2", c.a2);
+  f.get("b", c.b);
+  f.get("backward_ratio", c.backward_ratio);
+  f.get("embedding_s_per_token", c.embedding_s_per_token);
+  f.get("head_s_per_token", c.head_s_per_token);
+  f.get("activation_bytes", c.activation_bytes);
+  f.get("checkpoint_bytes", c.checkpoint_bytes);
+  f.get("kv_bytes", c.kv_bytes);
+  f.get("logits_bytes", c.logits_bytes);
+  f.get("model_state_bytes_per_param", c.model_state_bytes_per_param);
+  f.get("p2p_bytes_per_token", c.p2p_bytes_per_token);
+  f.get("p2p_bandwidth", c.p2p_bandwidth);
+  f.get("p2p_latency_s", c.p2p_latency_s);
+  f.finish();
+  c.validate();
+}
+
+// --- CostModel ---------------------------------------------------------------------------
+
+CostModel::CostModel(ModelShape shape, std::vector<int> layers_per_stage,
+                     CostCoefficients coefficients)
+    : shape_(std::move(shape)),
+      layers_per_stage_(std::move(layers_per_stage)),
+      coefficients_(coefficients) {
+  shape_.validate();
+  coefficients_.validate();
+  check(!layers_per_stage_.empty(), "cost model: layers_per_stage is empty; give one entry per "
+                                    "pipeline stage");
+  for (size_t p = 0; p < layers_per_stage_.size(); ++p) {
+    check(layers_per_stage_[p] >= 1, "cost model: stage " + std::to_string(p) + " has " +
+                                         std::to_string(layers_per_stage_[p]) +
+                                         " layers; every stage needs at least one");
+  }
+  const int total = std::accumulate(layers_per_stage_.begin(), layers_per_stage_.end(), 0);
+  check(total == shape_.layers, "cost model: layers_per_stage adds up to " +
+                                    std::to_string(total) + " but model '" + shape_.name +
+                                    "' has " + std::to_string(shape_.layers) + " layers");
+}
+
+CostModel CostModel::analytic(const ModelShape& shape, const Hardware& hw, int stages) {
+  return CostModel(shape, even_layer_split(shape.layers, stages),
+                   CostCoefficients::analytic(shape, hw));
+}
+
+namespace {
+// Called on every cost query in the planner's inner loops: build the message only on failure.
+void check_stage(const CostModel& m, int stage) {
+  if (stage >= 0 && stage < m.num_stages()) return;
+  throw Error("cost model: stage " + std::to_string(stage) + " out of range [0, " +
+              std::to_string(m.num_stages()) + ")");
+}
+}  // namespace
+
+double CostModel::slice_layer_time(int64_t context, int64_t length) const {
+  const double c = double(context), s = double(length);
+  // (c+s)^2 - c^2 written as s(2c+s), which does not cancel catastrophically for long contexts.
+  return coefficients_.a1 * s * (2 * c + s) + coefficients_.a2 * s;
+}
+
+double CostModel::layer_forward_time(const Chunk& chunk) const {
+  double t = coefficients_.b;
+  for (const Slice& s : chunk.slices) t += slice_layer_time(s.context(), s.length());
+  return t;
+}
+
+double CostModel::forward_time(const Chunk& chunk, int stage) const {
+  check_stage(*this, stage);
+  double t = layers(stage) * layer_forward_time(chunk);
+  const double tokens = double(chunk.tokens());
+  if (stage == 0) t += tokens * coefficients_.embedding_s_per_token;
+  if (stage == num_stages() - 1) t += tokens * coefficients_.head_s_per_token;
+  return t;
+}
+
+double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
+  check_stage(*this, stage);
+  if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
+    throw Error("cost model: " + std::to_string(checkpointed_layers) + " checkpointed layers on stage " +
+            std::to_string(stage) + ", which has " + std::to_string(layers(stage)));
+  return coefficients_.backward_ratio * forward_time(chunk, stage) +
+         checkpointed_layers * layer_forward_time(chunk);
+}
+
+double CostModel::p2p_time(const Chunk& chunk) const {
+  return double(chunk.tokens()) * coefficients_.p2p_bytes_per_token / coefficients_.p2p_bandwidth +
+         coefficients_.p2p_latency_s;
+}
+
+double CostModel::model_state_bytes(int stage) const {
+  check_stage(*this, stage);
+  double params = double(layers(stage)) * double(shape_.params_per_layer());
+  if (stage == 0) params += double(shape_.embedding_params());
+  // Untied LM head as in LLaMA, and the final RMSNorm gain.
+  if (stage == num_stages() - 1) params += double(shape_.embedding_params()) + shape_.hidden;
+  return params * coefficients_.model_state_bytes_per_param;
+}
+
+namespace {
+// Bytes one full (not checkpointed) layer keeps for the chunk: the K/V of split-sequence slices
+// live in that sequence's K/V buffer instead.
+double full_layer_bytes(const CostCoefficients& c, const Chunk& chunk) {
+  double bytes = 0;
+  for (const Slice& s : chunk.slices) {
+    bytes += double(s.length()) * (c.activation_bytes - (s.whole() ? 0 : c.kv_bytes));
+  }
+  return bytes;
+}
+}  // namespace
+
+double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpointed_layers) const {
+  check_stage(*this, stage);
+  if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
+    throw Error("cost model: " + std::to_string(checkpointed_layers) + " checkpointed layers on stage " +
+            std::to_string(stage) + ", which has " + std::to_string(layers(stage)));
+  const double tokens = double(chunk.tokens());
+  // The embedding's output is layer 0's input, already counted there; its backward needs only
+  // the token ids.
+  double bytes = (layers(stage) - checkpointed_layers) * full_layer_bytes(coefficients_, chunk) +
+                 checkpointed_layers * tokens * coefficients_.checkpoint_bytes;
+  if (stage == num_stages() - 1) bytes += tokens * coefficients_.logits_bytes;
+  return bytes;
+}
+
+double CostModel::checkpoint_saving_bytes(const Chunk& chunk, int stage) const {
+  check_stage(*this, stage);
+  return full_layer_bytes(coefficients_, chunk) -
+         double(chunk.tokens()) * coefficients_.checkpoint_bytes;
+}
+
+double CostModel::backward_workspace_bytes(const Chunk& chunk, int stage) const {
+  check_stage(*this, stage);
+  const double tokens = double(chunk.tokens());
+  // One layer's activations plus the gradient flowing into it (one hidden vector per token).
+  return tokens * coefficients_.activation_bytes +
+         tokens * double(shape_.bytes_per_element) * shape_.hidden;
+}
+
+double CostModel::kv_buffer_bytes(int64_t seq_length, int stage) const {
+  check_stage(*this, stage);
+  return double(layers(stage)) * double(seq_length) * coefficients_.kv_bytes;
+}
+
+// --- JSON --------------------------------------------------------------------------------
+
+void to_json(nlohmann::json& j, const CostModel& m) {
+  j = nlohmann::json{{"model", m.shape()},
+                     {"layers_per_stage", m.layers_per_stage()},
+                     {"coefficients", m.coefficients()}};
+}
+
+void from_json(const nlohmann::json& j, CostModel& m) {
+  detail::JsonFields f(j, "cost model");
+  ModelShape shape;
+  std::vector<int> layers_per_stage;
+  CostCoefficients coefficients;
+  f.get("model", shape);
+  f.get("layers_per_stage", layers_per_stage);
+  f.get("coefficients", coefficients);
+  f.finish();
+  m = CostModel(shape, layers_per_stage, coefficients);
+}
+
+CostModel load_cost_model(const std::string& path) {
+  std::ifstream in(path);
+  check(in.good(), "cannot open cost model file '" + path + "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann reports a byte offset; a line and column are what an editor can jump to.
+    const size_t end = std::min<size_t>(e.byte, text.size());
+    int line = 1;
+    size_t line_start = 0;
+    for (size_t i = 0; i + 1 < end; ++i) {
+      if (text[i] == '\n') ++line, line_start = i + 1;
+    }
+    throw Error(path + ":" + std::to_string(line) + ":" + std::to_string(end - line_start) +
+                ": not valid JSON: " + e.what());
+  }
+  try {
+    return j.get<CostModel>();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+void save_cost_model(const CostModel& model, const std::string& path) {
+  std::ofstream out(path);
+  check(out.good(), "cannot write cost model file '" + path + "'");
+  out << nlohmann::json(model).dump(2) << "\n";
+  check(out.good(), "error while writing cost model file '" + path + "'");
+}
+
+}  // namespace infinipipe

@@ -1,0 +1,56 @@
+#pragma once
+// Reading a JSON object field by field, so that a hand-written cost file fails with a message
+// naming the object and the field (missing, wrong type, or misspelt) instead of a bare
+// nlohmann exception. Private to the cost part.
+#include <set>
+#include <string>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe::detail {
+
+class JsonFields {
+ public:
+  JsonFields(const nlohmann::json& j, std::string what) : j_(j), what_(std::move(what)) {
+    check(j.is_object(), what_ + ": expected a JSON object, got " + j.type_name());
+  }
+
+  template <typename T>
+  void get(const std::string& key, T& value) {
+    known_.insert(key);
+    auto it = j_.find(key);
+    check(it != j_.end(), what_ + ": missing field '" + key + "'");
+    if constexpr (std::is_integral_v<T>) {
+      // nlohmann would silently truncate 3.5 to 3.
+      check(it->is_number_integer(), what_ + ": field '" + key + "' must be an integer, got " +
+                                         it->dump());
+    } else if constexpr (std::is_floating_point_v<T>) {
+      check(it->is_number(), what_ + ": field '" + key + "' must be a number, got " + it->dump());
+    }
+    try {
+      it->get_to(value);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(what_ + ": field '" + key + "': " + e.what());
+    }
+  }
+
+  // Rejects fields nobody asked for: a misspelt optional field would otherwise be ignored.
+  void finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (known_.count(it.key())) continue;
+      std::string known;
+      for (const std::string& k : known_) known += (known.empty() ? "" : ", ") + k;
+      throw Error(what_ + ": unknown field '" + it.key() + "' (expected: " + known + ")");
+    }
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string what_;
+  std::set<std::string> known_;
+};
+
+}  // namespace infinipipe::detail

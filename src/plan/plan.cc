@@ -1,0 +1,273 @@
+#include "infinipipe/plan/plan.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+
+namespace {
+
+struct MethodName {
+  Method method;
+  const char* name;
+};
+constexpr MethodName kMethodNames[] = {
+    {Method::kEpp, "epp"},
+    {Method::kBatch, "batch"},
+    {Method::kSeq1F1B, "seq1f1b"},
+    {Method::kChunkFlow, "chunkflow"},
+};
+
+// Reads plan[field] into `out`, turning nlohmann's type errors into an Error that names the
+// field, because a plan file is user input.
+template <typename T>
+void read_field(const nlohmann::json& j, const char* field, T& out) {
+  check(j.is_object(), "plan JSON: expected an object with field \"" + std::string(field) + "\"");
+  auto it = j.find(field);
+  check(it != j.end(), "plan JSON: missing field \"" + std::string(field) + "\"");
+  try {
+    out = it->template get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("plan JSON: field \"" + std::string(field) + "\" has the wrong type: " + e.what());
+  }
+}
+
+template <typename T>
+void read_optional(const nlohmann::json& j, const char* field, T& out) {
+  if (j.is_object() && j.contains(field)) read_field(j, field, out);
+}
+
+nlohmann::json chunks_to_json(const std::vector<Chunk>& chunks) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Chunk& chunk : chunks) {
+    nlohmann::json slices = nlohmann::json::array();
+    for (const Slice& s : chunk.slices) slices.push_back({s.seq, s.start, s.end});
+    out.push_back(std::move(slices));
+  }
+  return out;
+}
+
+std::vector<Chunk> chunks_from_json(const nlohmann::json& j, const std::vector<int64_t>& lengths) {
+  std::vector<std::vector<std::vector<int64_t>>> raw;
+  read_field(j, "chunks", raw);
+  std::vector<Chunk> chunks;
+  for (size_t c = 0; c < raw.size(); ++c) {
+    Chunk chunk;
+    for (const auto& triple : raw[c]) {
+      const std::string where = "plan JSON: field \"chunks\"[" + std::to_string(c) + "]";
+      check(triple.size() == 3, where + ": a slice must be [seq, start, end]");
+      check(triple[0] >= 0 && triple[0] < static_cast<int64_t>(lengths.size()),
+            where + ": sequence " + std::to_string(triple[0]) + " is not among the " +
+                std::to_string(lengths.size()) + " of \"lengths\"");
+      Slice s;
+      s.seq = static_cast<int>(triple[0]);
+      s.start = triple[1];
+      s.end = triple[2];
+      s.seq_length = lengths[s.seq];
+      chunk.slices.push_back(s);
+    }
+    chunks.push_back(std::move(chunk));
+  }
+  return chunks;
+}
+
+// The part every rank executes; predictions are left out.
+nlohmann::json executable_json(const Plan& plan) {
+  nlohmann::json j;
+  j["method"] = to_string(plan.method);
+  j["lengths"] = plan.lengths;
+  j["chunks"] = chunks_to_json(plan.chunks);
+  j["waves"] = plan.waves;
+  j["schedule"] = plan.schedule;
+  j["recompute"] = plan.recompute;
+  j["layers_per_stage"] = plan.layers_per_stage;
+  return j;
+}
+
+uint64_t fnv1a64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ULL;  // FNV-1a 64 prime
+  }
+  return h;
+}
+
+}  // namespace
+
+const char* to_string(Method method) {
+  for (const MethodName& m : kMethodNames)
+    if (m.method == method) return m.name;
+  return "?";
+}
+
+Method parse_method(const std::string& name) {
+  std::string valid;
+  for (const MethodName& m : kMethodNames) {
+    if (name == m.name) return m.method;
+    valid += std::string(valid.empty() ? "" : ", ") + m.name;
+  }
+  throw Error("unknown method \"" + name + "\"; use one of: " + valid);
+}
+
+std::vector<Method> all_methods() {
+  std::vector<Method> out;
+  for (const MethodName& m : kMethodNames) out.push_back(m.method);
+  return out;
+}
+
+std::string describe(Method method, const Setting& s) {
+  std::ostringstream out;
+  switch (method) {
+    case Method::kEpp: out << "K=" << s.k; break;
+    case Method::kBatch: out << "cap=" << s.token_cap; break;
+    case Method::kSeq1F1B: out << "cap=" << s.token_cap << " k=" << s.k; break;
+    case Method::kChunkFlow: out << "chunk=" << s.chunk_tokens; break;
+  }
+  if (method != Method::kEpp) {
+    out << " recompute=";
+    if (s.uniform_recompute < 0) out << "auto"; else out << s.uniform_recompute;
+  }
+  return out.str();
+}
+
+int64_t Plan::tokens() const {
+  int64_t total = 0;
+  for (int64_t n : lengths) total += n;
+  return total;
+}
+
+std::string Plan::hash() const {
+  char buffer[17];
+  std::snprintf(buffer, sizeof buffer, "%016llx",
+                static_cast<unsigned long long>(fnv1a64(executable_json(*this).dump())));
+  return buffer;
+}
+
+void to_json(nlohmann::json& j, const Setting& s) {
+  j = nlohmann::json{{"k", s.k},
+                     {"token_cap", s.token_cap},
+                     {"chunk_tokens", s.chunk_tokens},
+                     {"uniform_recompute", s.uniform_recompute}};
+}
+
+void from_json(const nlohmann::json& j, Setting& s) {
+  s = Setting{};
+  read_optional(j, "k", s.k);
+  read_optional(j, "token_cap", s.token_cap);
+  read_optional(j, "chunk_tokens", s.chunk_tokens);
+  read_optional(j, "uniform_recompute", s.uniform_recompute);
+}
+
+void to_json(nlohmann::json& j, const Plan& plan) {
+  j = executable_json(plan);
+  j["setting"] = plan.setting;
+  j["hash"] = plan.hash();
+  j["predicted"] = {{"step_time_s", plan.step_time_s},
+                    {"recompute_s", plan.recompute_s},
+                    {"stage_recompute_s", plan.stage_recompute_s},
+                    {"busy_s", plan.busy_s},
+                    {"bubble_fraction", plan.bubble_fraction},
+                    {"peak_memory_bytes", plan.peak_memory_bytes},
+                    {"checkpoint_solver", plan.checkpoint_solver},
+                    {"plan_ms", plan.plan_ms}};
+}
+
+void from_json(const nlohmann::json& j, Plan& plan) {
+  plan = Plan{};
+  std::string method;
+  read_field(j, "method", method);
+  try {
+    plan.method = parse_method(method);
+  } catch (const Error& e) {
+    throw Error(std::string("plan JSON: field \"method\": ") + e.what());
+  }
+  read_field(j, "lengths", plan.lengths);
+  for (size_t i = 0; i < plan.lengths.size(); ++i)
+    check(plan.lengths[i] > 0, "plan JSON: field \"lengths\"[" + std::to_string(i) + "] is " +
+                                   std::to_string(plan.lengths[i]) + "; lengths must be positive");
+  plan.chunks = chunks_from_json(j, plan.lengths);
+  read_field(j, "waves", plan.waves);
+  for (const Wave& wave : plan.waves)
+    for (int c : wave)
+      check(c >= 0 && c < static_cast<int>(plan.chunks.size()),
+            "plan JSON: field \"waves\" names chunk " + std::to_string(c) + " of " +
+                std::to_string(plan.chunks.size()));
+  try {
+    read_field(j, "schedule", plan.schedule);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()).find("plan JSON") == 0
+                    ? e.what()
+                    : std::string("plan JSON: field \"schedule\": ") + e.what());
+  }
+  read_field(j, "recompute", plan.recompute);
+  read_field(j, "layers_per_stage", plan.layers_per_stage);
+  const size_t stages = plan.layers_per_stage.size();
+  check(plan.schedule.stages.size() == stages,
+        "plan JSON: field \"schedule\" has " + std::to_string(plan.schedule.stages.size()) +
+            " stages but \"layers_per_stage\" has " + std::to_string(stages));
+  check(plan.recompute.empty() || plan.recompute.size() == stages,
+        "plan JSON: field \"recompute\" has " + std::to_string(plan.recompute.size()) +
+            " stages but \"layers_per_stage\" has " + std::to_string(stages));
+  for (size_t p = 0; p < plan.recompute.size(); ++p) {
+    check(plan.recompute[p].size() == plan.chunks.size(),
+          "plan JSON: field \"recompute\"[" + std::to_string(p) + "] has " +
+              std::to_string(plan.recompute[p].size()) + " entries for " +
+              std::to_string(plan.chunks.size()) + " chunks");
+    for (int layers : plan.recompute[p])
+      check(layers >= 0 && layers <= plan.layers_per_stage[p],
+            "plan JSON: field \"recompute\"[" + std::to_string(p) + "] holds " +
+                std::to_string(layers) + " layers; stage " + std::to_string(p) + " has " +
+                std::to_string(plan.layers_per_stage[p]));
+  }
+  read_optional(j, "setting", plan.setting);
+  if (j.contains("predicted")) {
+    const nlohmann::json& p = j["predicted"];
+    read_optional(p, "step_time_s", plan.step_time_s);
+    read_optional(p, "recompute_s", plan.recompute_s);
+    read_optional(p, "stage_recompute_s", plan.stage_recompute_s);
+    read_optional(p, "busy_s", plan.busy_s);
+    read_optional(p, "bubble_fraction", plan.bubble_fraction);
+    read_optional(p, "peak_memory_bytes", plan.peak_memory_bytes);
+    read_optional(p, "checkpoint_solver", plan.checkpoint_solver);
+    read_optional(p, "plan_ms", plan.plan_ms);
+  }
+  // A stored hash is a promise about the executable part: refuse a plan edited behind it.
+  if (j.contains("hash")) {
+    std::string stored;
+    read_field(j, "hash", stored);
+    check(stored == plan.hash(), "plan JSON: field \"hash\" is " + stored +
+                                     " but the plan hashes to " + plan.hash() +
+                                     "; the plan was changed after it was written");
+  }
+}
+
+void save_plan(const Plan& plan, const std::string& path) {
+  std::ofstream out(path);
+  check(static_cast<bool>(out), "cannot write the plan to " + path);
+  out << nlohmann::json(plan).dump(1) << "\n";
+  check(static_cast<bool>(out), "failed writing the plan to " + path);
+}
+
+Plan load_plan(const std::string& path) {
+  std::ifstream in(path);
+  check(static_cast<bool>(in), "cannot open plan file " + path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  try {
+    return j.get<Plan>();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+}  // namespace infinipipe

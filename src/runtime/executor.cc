@@ -1,0 +1,484 @@
+#include "infinipipe/runtime/executor.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe::runtime {
+
+namespace {
+
+constexpr int64_t kIgnoreIndex = -100;  // target of a sequence's last token (llama.IGNORE_INDEX)
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Adds to `total` the time from construction to destruction.
+class Timer {
+ public:
+  explicit Timer(double& total) : total_(total), started_(Clock::now()) {}
+  ~Timer() { total_ += seconds_since(started_); }
+
+ private:
+  double& total_;
+  Clock::time_point started_;
+};
+
+std::string stage_text(int stage) { return "stage " + std::to_string(stage); }
+
+}  // namespace
+
+void ExecutorOptions::validate() const {
+  check(num_stages >= 1, "executor: num_stages must be at least 1, got " +
+                             std::to_string(num_stages));
+  check(stage >= 0 && stage < num_stages, "executor: stage " + std::to_string(stage) +
+                                              " is out of range for " +
+                                              std::to_string(num_stages) + " stages");
+  check(hidden > 0, "executor: hidden must be positive, got " + std::to_string(hidden));
+  check(kv_heads > 0, "executor: kv_heads must be positive, got " + std::to_string(kv_heads));
+  check(head_dim > 0, "executor: head_dim must be positive, got " + std::to_string(head_dim));
+  check(at::isFloatingType(dtype), "executor: dtype must be a floating type");
+  check(timeout.count() > 0, "executor: the timeout must be positive");
+  check(stage_ranks.empty() || static_cast<int>(stage_ranks.size()) == num_stages,
+        "executor: stage_ranks must list one rank per stage (" + std::to_string(num_stages) +
+            "), got " + std::to_string(stage_ranks.size()));
+}
+
+// What a stage keeps of a chunk between its forward and its backward.
+struct Executor::ChunkState {
+  std::shared_ptr<ChunkContext> ctx;
+  int recompute = 0;
+  at::Tensor embed_out;                       // first stage with checkpointed layers
+  std::vector<at::Tensor> checkpoint_inputs;  // inputs of the checkpointed layers, no graph
+  at::Tensor graph_input;  // leaf where the recorded part starts (undefined: at the embedding)
+  at::Tensor output;       // the recorded part's output: hidden states, or the loss
+  at::Tensor input_grad;   // after the backward, for SEND_B
+  bool backward_done = false;
+
+  ~ChunkState() {
+    // Drop the module's per-chunk state first: it may refer back to the context.
+    if (ctx) ctx->module_state.reset();
+  }
+};
+
+// One run(): the plan, the inputs and the bookkeeping of the step.
+class Executor::Step {
+ public:
+  Step(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences)
+      : ex_(ex), opt_(ex.options_), plan_(plan), sequences_(sequences),
+        last_stage_(opt_.stage == opt_.num_stages - 1) {}
+
+  void check_inputs();
+  StepStats run();
+
+ private:
+  void forward(int chunk);
+  void backward(int chunk);
+  void send(const Action& action);
+  void recv(const Action& action);
+  std::shared_ptr<ChunkContext> make_context(int chunk);
+  at::Tensor chunk_tokens(int chunk) const;
+  at::Tensor chunk_targets(int chunk) const;
+  int64_t chunk_rows(int chunk) const { return plan_.chunks[chunk].tokens(); }
+  at::Tensor buffer(int chunk) const;
+  void sample_memory();
+  void finish();
+
+  Executor& ex_;
+  const ExecutorOptions& opt_;
+  const Plan& plan_;
+  const std::vector<at::Tensor>& sequences_;
+  const bool last_stage_;
+  std::vector<bool> split_;       // per sequence: cut into several slices
+  int64_t target_tokens_ = 0;
+  double loss_sum_ = 0;           // last stage: sum of the chunks' losses
+  StepStats stats_;
+};
+
+void Executor::Step::check_inputs() {
+  const int stage = opt_.stage;
+  const std::string where = "plan " + plan_.hash() + ", " + stage_text(stage) + ": ";
+  check(plan_.schedule.num_stages() == opt_.num_stages,
+        where + "the plan is for " + std::to_string(plan_.schedule.num_stages()) +
+            " stages but this pipeline has " + std::to_string(opt_.num_stages));
+  check(static_cast<int>(plan_.layers_per_stage.size()) == opt_.num_stages &&
+            plan_.layers_per_stage[stage] == ex_.module_->num_layers(),
+        where + "the plan gives this stage " +
+            (static_cast<int>(plan_.layers_per_stage.size()) > stage
+                 ? std::to_string(plan_.layers_per_stage[stage])
+                 : std::string("no")) +
+            " layers but its module has " + std::to_string(ex_.module_->num_layers()) +
+            "; plan with the model's layer split");
+  check(ex_.module_->has_embedding() == (stage == 0),
+        where + "the first stage, and only it, must hold the embedding");
+  check(ex_.module_->has_head() == last_stage_,
+        where + "the last stage, and only it, must hold the LM head");
+  check(sequences_.size() == plan_.lengths.size(),
+        where + "the plan has " + std::to_string(plan_.lengths.size()) + " sequences but " +
+            std::to_string(sequences_.size()) + " were given");
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    const at::Tensor& s = sequences_[i];
+    check(s.defined() && s.dim() == 1 && s.scalar_type() == at::kLong &&
+              s.size(0) == plan_.lengths[i],
+          where + "sequence " + std::to_string(i) + " must be a 1-D int64 tensor of " +
+              std::to_string(plan_.lengths[i]) + " tokens (the plan's length)");
+    target_tokens_ += plan_.lengths[i] - 1;
+  }
+  check(target_tokens_ > 0, where + "the batch has no target tokens (every sequence has one "
+                                    "token); give sequences of at least two tokens");
+  const int n = static_cast<int>(plan_.chunks.size());
+  check(plan_.recompute.empty() ||
+            (static_cast<int>(plan_.recompute.size()) == opt_.num_stages &&
+             static_cast<int>(plan_.recompute[stage].size()) == n),
+        where + "recompute must be [stages][chunks]");
+  for (int c = 0; c < n; ++c) {
+    const int r = recompute_layers(plan_.recompute, stage, c);
+    check(r >= 0 && r <= ex_.module_->num_layers(),
+          where + "chunk " + std::to_string(c) + " checkpoints " + std::to_string(r) +
+              " layers but the stage has " + std::to_string(ex_.module_->num_layers()));
+  }
+  split_.assign(plan_.lengths.size(), false);
+  for (const Chunk& chunk : plan_.chunks)
+    for (const Slice& s : chunk.slices) {
+      check(s.seq >= 0 && s.seq < static_cast<int>(plan_.lengths.size()) && s.start >= 0 &&
+                s.end > s.start && s.end <= plan_.lengths[s.seq],
+            where + "a slice lies outside its sequence");
+      if (!s.whole()) split_[s.seq] = true;
+    }
+  // Every action must refer to a chunk of the plan.
+  for (const Action& a : plan_.schedule.stages[stage])
+    check(a.chunk >= 0 && a.chunk < n,
+          where + "action " + a.text() + " names a chunk the plan does not have");
+}
+
+at::Tensor Executor::Step::buffer(int chunk) const {
+  return at::empty({chunk_rows(chunk), opt_.hidden},
+                   at::TensorOptions().dtype(opt_.dtype).device(opt_.device));
+}
+
+std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
+  const int layers = ex_.module_->num_layers();
+  std::vector<SliceRows> rows;
+  std::vector<std::vector<std::shared_ptr<kernels::SequenceKV>>> kv(layers);
+  int64_t row = 0;
+  for (const Slice& s : plan_.chunks[chunk].slices) {
+    rows.push_back(SliceRows{s.seq, row, s.start, s.length()});
+    row += s.length();
+    std::vector<std::shared_ptr<kernels::SequenceKV>>* buffers = nullptr;
+    if (split_[s.seq]) {
+      auto it = ex_.kv_.find(s.seq);
+      if (it == ex_.kv_.end()) {
+        // The first forward of any of the sequence's slices allocates its buffers.
+        std::vector<std::shared_ptr<kernels::SequenceKV>> per_layer;
+        for (int l = 0; l < layers; ++l)
+          per_layer.push_back(kernels::SequenceKV::create(plan_.lengths[s.seq], opt_.kv_heads,
+                                                          opt_.head_dim, opt_.dtype,
+                                                          opt_.device));
+        it = ex_.kv_.emplace(s.seq, std::move(per_layer)).first;
+      }
+      buffers = &it->second;
+    }
+    for (int l = 0; l < layers; ++l) kv[l].push_back(buffers ? (*buffers)[l] : nullptr);
+  }
+  return std::make_shared<ChunkContext>(chunk, std::move(rows), std::move(kv), opt_.device,
+                                        opt_.attention_scale, opt_.attention_backend);
+}
+
+at::Tensor Executor::Step::chunk_tokens(int chunk) const {
+  std::vector<at::Tensor> parts;
+  for (const Slice& s : plan_.chunks[chunk].slices)
+    parts.push_back(sequences_[s.seq].slice(0, s.start, s.end));
+  return at::cat(parts).to(opt_.device);
+}
+
+at::Tensor Executor::Step::chunk_targets(int chunk) const {
+  std::vector<at::Tensor> parts;
+  for (const Slice& s : plan_.chunks[chunk].slices) {
+    const at::Tensor& seq = sequences_[s.seq];
+    // The last token of a slice targets the first token of the next slice of its sequence.
+    parts.push_back(seq.slice(0, s.start + 1, std::min(s.end + 1, plan_.lengths[s.seq])));
+    if (s.end == plan_.lengths[s.seq]) parts.push_back(at::full({1}, kIgnoreIndex, seq.options()));
+  }
+  return at::cat(parts).to(opt_.device);
+}
+
+void Executor::Step::recv(const Action& action) {
+  const bool forward = action.type == ActionType::kRecvForward;
+  check(forward ? opt_.stage > 0 : !last_stage_,
+        stage_text(opt_.stage) + ": action " + action.text() + " has no peer on this stage");
+  const int peer = ex_.rank_of_stage(opt_.stage + (forward ? -1 : 1));
+  ex_.pipes_.post_recv(
+      message_tag(action.chunk, forward ? Direction::kActivation : Direction::kGradient),
+      buffer(action.chunk), peer);
+}
+
+void Executor::Step::send(const Action& action) {
+  const bool forward = action.type == ActionType::kSendForward;
+  auto it = ex_.chunks_.find(action.chunk);
+  check(it != ex_.chunks_.end() && (forward || it->second->backward_done),
+        stage_text(opt_.stage) + ": " + action.text() + " before its " +
+            (forward ? "forward" : "backward"));
+  check(forward ? !last_stage_ : opt_.stage > 0,
+        stage_text(opt_.stage) + ": action " + action.text() + " has no peer on this stage");
+  ChunkState& st = *it->second;
+  const int peer = ex_.rank_of_stage(opt_.stage + (forward ? 1 : -1));
+  if (forward) {
+    ex_.pipes_.send(message_tag(action.chunk, Direction::kActivation), st.output.detach(), peer);
+  } else {
+    ex_.pipes_.send(message_tag(action.chunk, Direction::kGradient), st.input_grad, peer);
+    // The backward is over on this stage: nothing of the chunk is needed any more.
+    ex_.chunks_.erase(it);
+  }
+}
+
+void Executor::Step::forward(int chunk) {
+  check(ex_.chunks_.count(chunk) == 0,
+        stage_text(opt_.stage) + ": chunk " + std::to_string(chunk) + " forwarded twice");
+  auto state = std::make_unique<ChunkState>();
+  ChunkState& st = *state;
+  StageModule& module = *ex_.module_;
+  const int layers = module.num_layers();
+  st.recompute = recompute_layers(plan_.recompute, opt_.stage, chunk);
+  st.ctx = make_context(chunk);
+
+  at::Tensor hidden;
+  if (opt_.stage == 0) {
+    const at::Tensor tokens = chunk_tokens(chunk);
+    Timer t(stats_.forward_s);
+    at::AutoGradMode grad(true);
+    hidden = module.embed(tokens, *st.ctx);
+    if (st.recompute > 0) {
+      st.embed_out = hidden;
+      hidden = hidden.detach();
+    }
+  } else {
+    {
+      Timer t(stats_.wait_s);
+      hidden = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kActivation));
+    }
+    if (st.recompute == 0) {
+      hidden.requires_grad_(true);
+      st.graph_input = hidden;
+    }
+  }
+
+  Timer t(stats_.forward_s);
+  {
+    at::NoGradGuard no_grad;
+    for (int l = 0; l < st.recompute; ++l) {
+      st.checkpoint_inputs.push_back(hidden);
+      hidden = module.layer(l, hidden, *st.ctx);
+    }
+  }
+  at::AutoGradMode grad(true);
+  if (st.recompute > 0) {
+    hidden = hidden.detach().requires_grad_(true);
+    st.graph_input = hidden;
+  }
+  for (int l = st.recompute; l < layers; ++l) hidden = module.layer(l, hidden, *st.ctx);
+  if (last_stage_) {
+    at::Tensor logits = module.head(hidden, *st.ctx);
+    check(logits.dim() == 2 && logits.size(0) == chunk_rows(chunk),
+          stage_text(opt_.stage) + ": the head must return logits [tokens, vocab]");
+    if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
+      logits = logits.to(at::kFloat);
+    // Summed over the chunk's targets, divided by the whole step's: the chunks' losses add up
+    // to the step's mean loss.
+    at::Tensor loss = at::cross_entropy_loss(logits, chunk_targets(chunk), {},
+                                             at::Reduction::Sum, kIgnoreIndex) /
+                      static_cast<double>(target_tokens_);
+    loss_sum_ += loss.detach().item<double>();
+    st.output = loss;
+  } else {
+    check(hidden.dim() == 2 && hidden.size(0) == chunk_rows(chunk) &&
+              hidden.size(1) == opt_.hidden,
+          stage_text(opt_.stage) + ": the stage's output must be [tokens, hidden] = [" +
+              std::to_string(chunk_rows(chunk)) + ", " + std::to_string(opt_.hidden) + "]");
+    check(hidden.scalar_type() == opt_.dtype,
+          stage_text(opt_.stage) + ": the stage's output dtype differs from the executor's");
+    st.output = hidden;
+  }
+  ex_.chunks_.emplace(chunk, std::move(state));
+}
+
+void Executor::Step::backward(int chunk) {
+  auto it = ex_.chunks_.find(chunk);
+  check(it != ex_.chunks_.end() && !it->second->backward_done,
+        stage_text(opt_.stage) + ": backward of chunk " + std::to_string(chunk) +
+            " without its forward");
+  ChunkState& st = *it->second;
+  StageModule& module = *ex_.module_;
+
+  at::Tensor grad;  // gradient of the loss w.r.t. the current point, walking back
+  if (!last_stage_) {
+    Timer t(stats_.wait_s);
+    grad = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kGradient));
+  }
+  Timer t(stats_.backward_s);
+  at::AutoGradMode grad_mode(true);
+  // The recorded part: from graph_input (or the embedding) to the output.
+  if (st.output.is_same(st.graph_input)) {
+    // Every layer is checkpointed and there is no head: the recorded part is the identity.
+  } else {
+    if (grad.defined())
+      torch::autograd::backward({st.output}, {grad});
+    else
+      torch::autograd::backward({st.output});
+    grad = st.graph_input.defined() ? st.graph_input.grad() : at::Tensor();
+  }
+  st.output = at::Tensor();
+  st.graph_input = at::Tensor();
+  // The checkpointed layers, last to first: re-run with grad from the kept input, back-propagate.
+  for (int l = st.recompute - 1; l >= 0; --l) {
+    at::Tensor input = st.checkpoint_inputs[l].detach().requires_grad_(true);
+    at::Tensor output;
+    {
+      Timer r(stats_.recompute_s);
+      output = module.layer(l, input, *st.ctx);
+    }
+    ++stats_.recomputed_layers;
+    torch::autograd::backward({output}, {grad});
+    grad = input.grad();
+    st.checkpoint_inputs.pop_back();
+  }
+  if (st.embed_out.defined()) {
+    torch::autograd::backward({st.embed_out}, {grad});
+    st.embed_out = at::Tensor();
+    grad = at::Tensor();
+  }
+  if (opt_.stage > 0) {
+    check(grad.defined(), stage_text(opt_.stage) + ": chunk " + std::to_string(chunk) +
+                              " produced no input gradient (does the stage use its input?)");
+    st.input_grad = grad;
+  }
+  st.backward_done = true;
+  // The backward of a sequence's first slice completes its K/V buffers' use on this stage.
+  for (const Slice& s : plan_.chunks[chunk].slices)
+    if (split_[s.seq] && s.start == 0) ex_.kv_.erase(s.seq);
+  // The first stage sends nothing back: the chunk is done.
+  if (opt_.stage == 0) {
+    ex_.chunks_.erase(it);
+  } else {
+    st.ctx->module_state.reset();
+    st.ctx.reset();
+  }
+}
+
+void Executor::Step::sample_memory() {
+  std::set<const void*> seen;
+  int64_t kv = 0, checkpoint = 0;
+  for (const auto& [seq, buffers] : ex_.kv_)
+    for (const auto& b : buffers) kv += b->nbytes();
+  for (const auto& [chunk, st] : ex_.chunks_) {
+    for (const at::Tensor& x : st->checkpoint_inputs)
+      if (seen.insert(x.storage().data()).second) checkpoint += x.storage().nbytes();
+  }
+  stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, kv);
+  stats_.peak_checkpoint_bytes = std::max(stats_.peak_checkpoint_bytes, checkpoint);
+  stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, kv + checkpoint);
+}
+
+StepStats Executor::Step::run() {
+  const auto started = Clock::now();
+  stats_.target_tokens = target_tokens_;
+  const int64_t sent_before = ex_.pipes_.bytes_sent();
+  const int64_t received_before = ex_.pipes_.bytes_received();
+  for (const Action& action : plan_.schedule.stages[opt_.stage]) {
+    switch (action.type) {
+      case ActionType::kRecvForward:
+      case ActionType::kRecvBackward: recv(action); break;
+      case ActionType::kSendForward:
+      case ActionType::kSendBackward: send(action); break;
+      case ActionType::kForward: forward(action.chunk); break;
+      case ActionType::kBackward: backward(action.chunk); break;
+    }
+    sample_memory();
+    if (opt_.after_action) opt_.after_action(action.text());
+  }
+  {
+    Timer t(stats_.wait_s);
+    ex_.pipes_.wait_sends();
+  }
+  finish();
+  stats_.bytes_sent = ex_.pipes_.bytes_sent() - sent_before;
+  stats_.bytes_received = ex_.pipes_.bytes_received() - received_before;
+
+  // Only the last stage computed the loss; every rank returns it.
+  const double local = last_stage_ ? loss_sum_ : 0.0;
+  stats_.loss = ex_.pipes_.all_reduce_sum(local, opt_.device);
+  stats_.total_s = seconds_since(started);
+  return stats_;
+}
+
+void Executor::Step::finish() {
+  const std::string where = stage_text(opt_.stage) + ", plan " + plan_.hash() + ": ";
+  check(ex_.pipes_.pending_recvs() == 0,
+        where + "the step ended with receives nobody waited for (the schedule is inconsistent)");
+  check(ex_.chunks_.empty(), where + "the step ended with chunks whose backward did not run "
+                                     "or whose input gradient was not sent");
+  check(ex_.kv_.empty(), where + "the step ended with K/V buffers of sequences whose first "
+                                 "slice never ran backward");
+}
+
+Executor::Executor(std::shared_ptr<StageModule> module,
+                   c10::intrusive_ptr<c10d::ProcessGroup> group, ExecutorOptions options)
+    : module_(std::move(module)),
+      options_((options.validate(), std::move(options))),
+      pipes_(std::move(group), options_.timeout, [this](int rank) {
+        for (int s = 0; s < options_.num_stages; ++s)
+          if (rank_of_stage(s) == rank)
+            return "rank " + std::to_string(rank) + " (stage " + std::to_string(s) + ")";
+        return "rank " + std::to_string(rank);
+      }) {
+  check(module_ != nullptr, "executor: the stage module is null");
+  const auto& group_ptr = pipes_.group();
+  check(group_ptr->getSize() >= options_.num_stages,
+        "executor: the process group has " + std::to_string(group_ptr->getSize()) +
+            " ranks but the pipeline has " + std::to_string(options_.num_stages) +
+            " stages; launch one process per stage");
+  check(group_ptr->getRank() == rank_of_stage(options_.stage),
+        "executor: this process is rank " + std::to_string(group_ptr->getRank()) +
+            " but stage " + std::to_string(options_.stage) + " belongs to rank " +
+            std::to_string(rank_of_stage(options_.stage)));
+}
+
+Executor::~Executor() = default;
+
+int Executor::rank_of_stage(int stage) const {
+  return options_.stage_ranks.empty() ? stage : options_.stage_ranks.at(stage);
+}
+
+StepStats Executor::run(const Plan& plan, const std::vector<at::Tensor>& sequences) {
+  Step step(*this, plan, sequences);
+  step.check_inputs();
+  try {
+    return step.run();
+  } catch (...) {
+    // Leave nothing of the failed step behind (buffers, graphs, pending transfers).
+    chunks_.clear();
+    kv_.clear();
+    pipes_.clear();
+    throw;
+  }
+}
+
+std::vector<at::Tensor> Executor::held_tensors() const {
+  std::vector<at::Tensor> held;
+  for (const auto& [seq, buffers] : kv_)
+    for (const auto& b : buffers)
+      for (const at::Tensor* t : {&b->k, &b->v, &b->dk, &b->dv}) held.push_back(*t);
+  for (const auto& [chunk, st] : chunks_)
+    for (const at::Tensor& x : st->checkpoint_inputs) held.push_back(x);
+  return held;
+}
+
+}  // namespace infinipipe::runtime

@@ -1,0 +1,146 @@
+#include "infinipipe/runtime/pipe.h"
+
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe::runtime {
+
+int message_tag(int chunk, Direction direction) {
+  check(chunk >= 0, "message_tag: chunk must be non-negative, got " + std::to_string(chunk));
+  return 2 * chunk + static_cast<int>(direction);
+}
+
+std::string format_duration(std::chrono::milliseconds duration) {
+  const double ms = static_cast<double>(duration.count());
+  std::ostringstream os;
+  if (ms < 1000) {
+    os << ms << " ms";
+  } else {
+    os << ms / 1000 << " s";
+  }
+  return os.str();
+}
+
+Pipes::Pipes(c10::intrusive_ptr<c10d::ProcessGroup> group, std::chrono::milliseconds timeout,
+             std::function<std::string(int rank)> describe_peer)
+    : group_(std::move(group)), timeout_(timeout), describe_peer_(std::move(describe_peer)) {
+  check(group_.defined(), "Pipes: the process group is null");
+  check(timeout_.count() > 0, "Pipes: the timeout must be positive");
+  if (!describe_peer_) describe_peer_ = [](int rank) { return "rank " + std::to_string(rank); };
+}
+
+void Pipes::post_recv(int tag, at::Tensor buffer, int from_rank) {
+  check(recvs_.count(tag) == 0, "Pipes: a receive with tag " + std::to_string(tag) +
+                                    " is already pending (the schedule posts it twice)");
+  std::vector<at::Tensor> tensors{buffer};
+  Pending op;
+  op.work = group_->recv(tensors, from_rank, tag);
+  op.tensor = std::move(buffer);
+  op.peer = from_rank;
+  op.tag = tag;
+  recvs_.emplace(tag, std::move(op));
+}
+
+at::Tensor Pipes::wait_recv(int tag) {
+  auto it = recvs_.find(tag);
+  check(it != recvs_.end(), "Pipes: no receive with tag " + std::to_string(tag) +
+                                " was posted (the schedule computes before its RECV)");
+  Pending op = std::move(it->second);
+  recvs_.erase(it);
+  wait(op, "send");
+  bytes_received_ += static_cast<int64_t>(op.tensor.nbytes());
+  return op.tensor;
+}
+
+void Pipes::send(int tag, const at::Tensor& tensor, int to_rank) {
+  reap_sends();
+  at::Tensor contiguous = tensor.contiguous();
+  std::vector<at::Tensor> tensors{contiguous};
+  Pending op;
+  op.work = group_->send(tensors, to_rank, tag);
+  op.tensor = std::move(contiguous);
+  op.peer = to_rank;
+  op.tag = tag;
+  bytes_sent_ += static_cast<int64_t>(op.tensor.nbytes());
+  sends_.push_back(std::move(op));
+}
+
+void Pipes::reap_sends() {
+  std::vector<Pending> still;
+  for (Pending& op : sends_) {
+    if (op.work->isCompleted()) {
+      // A completed send that failed must not be dropped silently.
+      if (!op.work->isSuccess()) wait(op, "receive");
+    } else {
+      still.push_back(std::move(op));
+    }
+  }
+  sends_ = std::move(still);
+}
+
+void Pipes::wait_sends() {
+  std::vector<Pending> sends = std::move(sends_);
+  sends_.clear();
+  for (const Pending& op : sends) wait(op, "receive");
+}
+
+double Pipes::all_reduce_sum(double value, at::Device device) {
+  std::vector<at::Tensor> tensors{
+      at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
+  auto work = group_->allreduce(tensors);
+  const auto started = std::chrono::steady_clock::now();
+  std::string detail;
+  try {
+    if (work->wait(timeout_)) return tensors[0].item<double>();
+    detail = "the all-reduce was aborted";
+  } catch (const std::exception& e) {
+    detail = e.what();
+  }
+  const auto newline = detail.find('\n');
+  if (newline != std::string::npos) detail = detail.substr(0, newline);
+  const bool timed_out = std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
+  throw Error(std::string("the all-reduce of the step's loss ") +
+              (timed_out ? "did not complete within " + format_duration(timeout_)
+                         : std::string("failed")) +
+              ": another rank may have died or failed; check the other ranks' logs [backend: " +
+              detail + "]");
+}
+
+void Pipes::clear() {
+  recvs_.clear();
+  sends_.clear();
+}
+
+void Pipes::wait(const Pending& op, const char* what) {
+  const auto started = std::chrono::steady_clock::now();
+  std::string detail;
+  try {
+    if (op.work->wait(timeout_)) return;
+    detail = "the transfer was aborted";
+  } catch (const std::exception& e) {
+    detail = e.what();
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - started);
+  // Keep the backend's text short: its first line says what happened.
+  const auto newline = detail.find('\n');
+  if (newline != std::string::npos) detail = detail.substr(0, newline);
+  const std::string peer = describe_peer_(op.peer);
+  std::string message;
+  if (waited + std::chrono::milliseconds(50) >= timeout_) {
+    message = peer + " did not " + what + " within " + format_duration(timeout_) +
+              " (message tag " + std::to_string(op.tag) +
+              "): it may have died, hung or be much slower than this rank; check its log, or "
+              "raise the timeout if its work legitimately takes longer";
+  } else {
+    message = "lost the connection to " + peer + " while waiting for it to " + what +
+              " (message tag " + std::to_string(op.tag) +
+              "): it may have died or failed; check its log";
+  }
+  throw Error(message + " [backend: " + detail + "]");
+}
+
+}  // namespace infinipipe::runtime

@@ -1,0 +1,149 @@
+#include "infinipipe/schedule/action.h"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+
+namespace {
+
+struct TypeName {
+  ActionType type;
+  const char* prefix;
+};
+// Longest prefixes first, so that "F" does not claim what is not a plain forward.
+constexpr TypeName kTypeNames[] = {
+    {ActionType::kSendForward, "SEND_F"}, {ActionType::kRecvForward, "RECV_F"},
+    {ActionType::kSendBackward, "SEND_B"}, {ActionType::kRecvBackward, "RECV_B"},
+    {ActionType::kForward, "F"},           {ActionType::kBackward, "B"},
+};
+
+const char* prefix_of(ActionType type) {
+  for (const TypeName& t : kTypeNames)
+    if (t.type == type) return t.prefix;
+  return "?";
+}
+
+const char* const kForms = "F<k>, B<k>, SEND_F<k>, RECV_F<k>, SEND_B<k> or RECV_B<k>, k a chunk id >= 0";
+
+}  // namespace
+
+int Action::peer(int stage) const {
+  switch (type) {
+    case ActionType::kSendForward:
+    case ActionType::kRecvBackward: return stage + 1;
+    case ActionType::kRecvForward:
+    case ActionType::kSendBackward: return stage - 1;
+    default: break;
+  }
+  throw Error("peer() asked of the compute action " + text() + ": only SEND and RECV have a peer");
+}
+
+std::string Action::text() const { return prefix_of(type) + std::to_string(chunk); }
+
+Action Action::parse(const std::string& text) {
+  for (const TypeName& t : kTypeNames) {
+    const std::string prefix = t.prefix;
+    if (text.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = text.substr(prefix.size());
+    // Strict digits only: "F+3", "F 3" and "F3x" are typos, not actions.
+    const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    check(all_digits, "\"" + text + "\" is not an action: expected " + kForms);
+    check(digits.size() <= 9, "\"" + text + "\": chunk id " + digits + " is too large (at most 999999999)");
+    return Action{t.type, std::stoi(digits)};
+  }
+  throw Error("\"" + text + "\" is not an action: expected " + kForms);
+}
+
+std::string Schedule::text() const {
+  std::string out;
+  for (int s = 0; s < num_stages(); ++s) {
+    out += "stage " + std::to_string(s) + ":";
+    for (const Action& a : stages[s]) out += " " + a.text();
+    out += "\n";
+  }
+  return out;
+}
+
+std::string Schedule::grid(int mark_stage, int mark_index) const {
+  // A mark one past the end of a stage's list points at something that is missing there.
+  const std::string kMissing = "(end)";
+  size_t rows = 0;
+  for (const auto& list : stages) rows = std::max(rows, list.size());
+  const bool marked = mark_stage >= 0 && mark_stage < num_stages() && mark_index >= 0 &&
+                      static_cast<size_t>(mark_index) <= stages[mark_stage].size();
+  if (marked) rows = std::max(rows, static_cast<size_t>(mark_index) + 1);
+
+  const size_t step_width = std::max<size_t>(4, std::to_string(rows).size());
+  std::vector<size_t> width(stages.size());
+  for (size_t s = 0; s < stages.size(); ++s) {
+    width[s] = std::max(kMissing.size(), ("stage " + std::to_string(s)).size());
+    for (const Action& a : stages[s]) width[s] = std::max(width[s], a.text().size());
+  }
+  // Every cell starts with a two-character gutter that holds ">>" on the marked cell, so the
+  // mark never shifts the columns.
+  auto pad = [](std::string text, size_t w) {
+    text.resize(std::max(w, text.size()), ' ');
+    return text;
+  };
+  std::ostringstream out;
+  out << pad("step", step_width);
+  for (size_t s = 0; s < stages.size(); ++s) out << " |  " << pad("stage " + std::to_string(s), width[s]);
+  out << "\n";
+  for (size_t r = 0; r < rows; ++r) {
+    std::string line = std::string(step_width - std::to_string(r).size(), ' ') + std::to_string(r);
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const bool here = marked && static_cast<int>(s) == mark_stage && static_cast<int>(r) == mark_index;
+      std::string cell = r < stages[s].size() ? stages[s][r].text() : (here ? kMissing : "");
+      line += " |" + std::string(here ? ">>" : " ") + (here ? "" : " ") + pad(cell, width[s]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+  return out.str();
+}
+
+void to_json(nlohmann::json& j, const Schedule& s) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& list : s.stages) {
+    nlohmann::json texts = nlohmann::json::array();
+    for (const Action& a : list) texts.push_back(a.text());
+    stages.push_back(std::move(texts));
+  }
+  j = nlohmann::json{{"stages", std::move(stages)}};
+}
+
+void from_json(const nlohmann::json& j, Schedule& s) {
+  const std::string expected = "expected {\"stages\": [[\"F0\", \"SEND_F0\", ...], ...]}";
+  check(j.is_object() && j.contains("stages"), "schedule JSON has no \"stages\" field: " + expected);
+  const nlohmann::json& stages = j.at("stages");
+  check(stages.is_array(), "schedule JSON: \"stages\" is " + std::string(stages.type_name()) +
+                               ", not an array: " + expected);
+  Schedule result;
+  for (size_t p = 0; p < stages.size(); ++p) {
+    const nlohmann::json& list = stages[p];
+    check(list.is_array(), "schedule JSON: stages[" + std::to_string(p) + "] is " +
+                               std::string(list.type_name()) + ", not an array of actions");
+    std::vector<Action> actions;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string where = "schedule JSON: stages[" + std::to_string(p) + "][" + std::to_string(i) + "]";
+      check(list[i].is_string(), where + " is " + std::string(list[i].type_name()) + ", not an action string");
+      try {
+        actions.push_back(Action::parse(list[i].get<std::string>()));
+      } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+      }
+    }
+    result.stages.push_back(std::move(actions));
+  }
+  s = std::move(result);
+}
+
+}  // namespace infinipipe

@@ -1,0 +1,159 @@
+#include "infinipipe/schedule/scheduler.h"
+
+#include <algorithm>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+
+namespace {
+
+// How many computes ahead a stage posts the RECV a compute needs. See scheduler.h for why one
+// is enough; the property tests run the deadlock check on many random instances.
+constexpr size_t kRecvLookahead = 1;
+
+// Warm-up w, then one forward one backward, then the remaining backwards. A backward whose chunk
+// this stage has not forwarded yet (only when a longer chain follows a shorter one, i.e. with
+// keep_chain_order) first pulls in the forwards it needs.
+std::vector<Action> one_f_one_b(const WaveOrder& order, int warmup, std::vector<char>& forwarded) {
+  const int n = static_cast<int>(order.forward.size());
+  std::vector<Action> out;
+  int f = 0;
+  auto forward_next = [&] {
+    forwarded[order.forward[f]] = 1;
+    out.push_back({ActionType::kForward, order.forward[f++]});
+  };
+  while (f < std::min(warmup, n)) forward_next();
+  for (int b = 0; b < n; ++b) {
+    if (f < n) forward_next();
+    while (!forwarded[order.backward[b]]) forward_next();
+    out.push_back({ActionType::kBackward, order.backward[b]});
+  }
+  return out;
+}
+
+std::vector<Action> gpipe(const WaveOrder& order) {
+  std::vector<Action> out;
+  for (int c : order.forward) out.push_back({ActionType::kForward, c});
+  for (int c : order.backward) out.push_back({ActionType::kBackward, c});
+  return out;
+}
+
+// Adds the point-to-point actions around a stage's computes: each compute's SEND right after
+// it, and its RECV posted kRecvLookahead computes ahead. RECVs are posted in compute order and
+// every stage runs the same forward order and the same backward order, so each channel's
+// receives come in the order of the peer's sends.
+std::vector<Action> with_communication(const std::vector<Action>& computes, int stage, int num_stages) {
+  auto recv_for = [&](const Action& a, Action& recv) {
+    if (a.type == ActionType::kForward && stage > 0) {
+      recv = {ActionType::kRecvForward, a.chunk};
+      return true;
+    }
+    if (a.type == ActionType::kBackward && stage < num_stages - 1) {
+      recv = {ActionType::kRecvBackward, a.chunk};
+      return true;
+    }
+    return false;
+  };
+  std::vector<Action> out;
+  size_t posted = 0;  // computes whose RECV (if any) is already in `out`
+  for (size_t i = 0; i < computes.size(); ++i) {
+    for (; posted < computes.size() && posted <= i + kRecvLookahead; ++posted) {
+      Action recv;
+      if (recv_for(computes[posted], recv)) out.push_back(recv);
+    }
+    const Action& a = computes[i];
+    out.push_back(a);
+    if (a.type == ActionType::kForward && stage < num_stages - 1) out.push_back({ActionType::kSendForward, a.chunk});
+    if (a.type == ActionType::kBackward && stage > 0) out.push_back({ActionType::kSendBackward, a.chunk});
+  }
+  return out;
+}
+
+}  // namespace
+
+WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave, const ScheduleOptions& options) {
+  const int n = static_cast<int>(chunks.size());
+  const std::vector<std::vector<int>> all_chains = chains(chunks);
+  std::vector<int> chain_of(n, -1);
+  for (size_t c = 0; c < all_chains.size(); ++c)
+    for (int id : all_chains[c]) chain_of[id] = static_cast<int>(c);
+
+  std::vector<char> seen(n, 0);
+  std::vector<size_t> in_wave(all_chains.size(), 0);
+  std::vector<int> wave_chains;  // in order of first appearance in `wave`
+  for (int id : wave) {
+    check(id >= 0 && id < n, "wave holds chunk id " + std::to_string(id) + ", but the step has only " +
+                                 std::to_string(n) + " chunks");
+    check(!seen[id], "chunk " + std::to_string(id) + " appears twice in one wave");
+    seen[id] = 1;
+    if (in_wave[chain_of[id]]++ == 0) wave_chains.push_back(chain_of[id]);
+  }
+  for (int c : wave_chains) {
+    const std::vector<int>& chain = all_chains[c];
+    if (in_wave[c] == chain.size()) continue;
+    for (int id : chain)
+      check(seen[id], "the wave holds part of the chain starting at chunk " + std::to_string(chain.front()) +
+                          " but not its chunk " + std::to_string(id) +
+                          ": chunks with slices of one sequence must run in the same wave");
+  }
+  if (!options.keep_chain_order) {
+    // Longest first, so the warm-up of k_max - 1 extra forwards covers every chain (see
+    // one_f_one_b); equal lengths keep a stable order by their first chunk.
+    std::stable_sort(wave_chains.begin(), wave_chains.end(), [&](int a, int b) {
+      if (all_chains[a].size() != all_chains[b].size()) return all_chains[a].size() > all_chains[b].size();
+      return all_chains[a].front() < all_chains[b].front();
+    });
+  }
+  WaveOrder order;
+  for (int c : wave_chains) {
+    const std::vector<int>& chain = all_chains[c];
+    order.forward.insert(order.forward.end(), chain.begin(), chain.end());
+    order.backward.insert(order.backward.end(), chain.rbegin(), chain.rend());
+  }
+  return order;
+}
+
+Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave>& waves,
+                        const ScheduleOptions& options) {
+  const int d = options.num_stages;
+  check(d >= 1, "a schedule needs at least one stage (num_stages is " + std::to_string(d) + ")");
+  const int n = static_cast<int>(chunks.size());
+  std::vector<int> wave_of(n, -1);
+  for (size_t w = 0; w < waves.size(); ++w) {
+    for (int id : waves[w]) {
+      check(id >= 0 && id < n, "wave " + std::to_string(w) + " holds chunk id " + std::to_string(id) +
+                                   ", but the step has only " + std::to_string(n) + " chunks");
+      check(wave_of[id] == -1 || wave_of[id] == static_cast<int>(w),
+            "chunk " + std::to_string(id) + " is in waves " + std::to_string(wave_of[id]) + " and " +
+                std::to_string(w) + ": every chunk must be in exactly one wave");
+      wave_of[id] = static_cast<int>(w);
+    }
+  }
+  for (int id = 0; id < n; ++id)
+    check(wave_of[id] != -1, "chunk " + std::to_string(id) + " is in no wave: every chunk must be in exactly one");
+
+  std::vector<std::vector<Action>> computes(d);
+  for (const Wave& wave : waves) {
+    const WaveOrder order = order_wave(chunks, wave, options);
+    if (order.forward.empty()) continue;
+    // k_max: the length of the wave's first chain, which ends where the first backward's chunk
+    // (the first chain's last) stands in the forward order.
+    const int first_backward_pos = static_cast<int>(
+        std::find(order.forward.begin(), order.forward.end(), order.backward.front()) - order.forward.begin());
+    const int k_max = first_backward_pos + 1;
+    std::vector<char> forwarded(n, 0);
+    for (int p = 0; p < d; ++p) {
+      for (int id : order.forward) forwarded[id] = 0;
+      const int warmup = (d - 1 - p) + (k_max - 1);
+      const std::vector<Action> part =
+          options.kind == ScheduleKind::kGPipe ? gpipe(order) : one_f_one_b(order, warmup, forwarded);
+      computes[p].insert(computes[p].end(), part.begin(), part.end());
+    }
+  }
+  Schedule schedule;
+  for (int p = 0; p < d; ++p) schedule.stages.push_back(with_communication(computes[p], p, d));
+  return schedule;
+}
+
+}  // namespace infinipipe

@@ -1,0 +1,119 @@
+#include "infinipipe/sim/memory_timeline.h"
+
+#include <algorithm>
+#include <string>
+
+#include "infinipipe/common/error.h"
+#include "memory_walk.h"
+
+namespace infinipipe {
+
+namespace {
+
+// Life of a split sequence's buffers on one stage. Once closed a buffer never reopens: its
+// first slice's backward is the last backward that touches the sequence.
+enum class BufferState : unsigned char { kNone, kKv, kKvAndGrad, kClosed };
+
+struct SplitSequence {
+  int seq = 0;
+  int64_t length = 0;
+};
+
+}  // namespace
+
+void for_each_memory_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
+                            const CostModel& cost, const MomentVisitor& visit) {
+  check(stage >= 0 && stage < schedule.num_stages(),
+        "memory_moments: stage " + std::to_string(stage) + " is not in the schedule (" +
+            std::to_string(schedule.num_stages()) + " stages)");
+  const std::vector<Action>& actions = schedule.stages[stage];
+  const int num_chunks = static_cast<int>(chunks.size());
+
+  int max_seq = -1;
+  for (const Chunk& chunk : chunks)
+    for (const Slice& s : chunk.slices) max_seq = std::max(max_seq, s.seq);
+  std::vector<char> is_split(max_seq + 1, 0);
+  std::vector<int64_t> seq_length(max_seq + 1, 0);
+  for (const Chunk& chunk : chunks)
+    for (const Slice& s : chunk.slices) {
+      if (!s.whole()) is_split[s.seq] = 1;
+      seq_length[s.seq] = s.seq_length;
+    }
+  std::vector<BufferState> state(max_seq + 1, BufferState::kNone);
+
+  // Kept in opening order so the sums below add the same terms in the same order every time.
+  std::vector<SplitSequence> kv_open;
+  std::vector<SplitSequence> grad_open;
+  std::vector<int> in_flight;
+
+  const double model_state = cost.model_state_bytes(stage);
+  auto buffer_bytes = [&]() {
+    double bytes = model_state;
+    for (const SplitSequence& s : kv_open) bytes += cost.kv_buffer_bytes(s.length, stage);
+    for (const SplitSequence& s : grad_open) bytes += cost.kv_buffer_bytes(s.length, stage);
+    return bytes;
+  };
+  auto erase_seq = [](std::vector<SplitSequence>& list, int seq) {
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [seq](const SplitSequence& s) { return s.seq == seq; }),
+               list.end());
+  };
+
+  for (int index = 0; index < static_cast<int>(actions.size()); ++index) {
+    const Action& action = actions[index];
+    if (!action.is_compute()) continue;
+    if (action.chunk < 0 || action.chunk >= num_chunks)
+      throw Error("memory_moments: stage " + std::to_string(stage) + " action " + action.text() +
+                  " names chunk " + std::to_string(action.chunk) + " but there are only " +
+                  std::to_string(num_chunks) + " chunks");
+    const Chunk& chunk = chunks[action.chunk];
+
+    if (action.type == ActionType::kForward) {
+      for (const Slice& s : chunk.slices)
+        if (is_split[s.seq] && state[s.seq] == BufferState::kNone) {
+          state[s.seq] = BufferState::kKv;
+          kv_open.push_back({s.seq, seq_length[s.seq]});
+        }
+      in_flight.push_back(action.chunk);
+      visit(index, buffer_bytes(), in_flight);
+      continue;
+    }
+
+    // Backward: dK/dV of its split sequences appear at its start; the chunk is still held.
+    for (const Slice& s : chunk.slices)
+      if (is_split[s.seq] && state[s.seq] == BufferState::kKv) {
+        state[s.seq] = BufferState::kKvAndGrad;
+        grad_open.push_back({s.seq, seq_length[s.seq]});
+      }
+    visit(index, buffer_bytes() + cost.backward_workspace_bytes(chunk, stage), in_flight);
+
+    auto held = std::find(in_flight.begin(), in_flight.end(), action.chunk);
+    if (held != in_flight.end()) in_flight.erase(held);
+    for (const Slice& s : chunk.slices)
+      if (is_split[s.seq] && s.start == 0 && state[s.seq] != BufferState::kClosed) {
+        state[s.seq] = BufferState::kClosed;
+        erase_seq(kv_open, s.seq);
+        erase_seq(grad_open, s.seq);
+      }
+  }
+}
+
+std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
+                                         const std::vector<Chunk>& chunks, const CostModel& cost) {
+  std::vector<MemoryMoment> moments;
+  for_each_memory_moment(schedule, stage, chunks, cost,
+                         [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+                           moments.push_back({action_index, fixed_bytes, in_flight});
+                         });
+  return moments;
+}
+
+double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chunk>& chunks,
+                    const CostModel& cost, const Recompute& recompute) {
+  double bytes = moment.fixed_bytes;
+  for (int chunk : moment.in_flight)
+    bytes += cost.activation_bytes(chunks[chunk], stage, recompute_layers(recompute, stage, chunk));
+  return bytes;
+}
+
+}  // namespace infinipipe

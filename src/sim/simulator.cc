@@ -1,0 +1,333 @@
+#include "infinipipe/sim/simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "infinipipe/common/error.h"
+#include "infinipipe/sim/memory_timeline.h"
+#include "memory_walk.h"
+
+namespace infinipipe {
+
+namespace {
+
+constexpr double kUnknown = -1;  // times are never negative, so this marks "not yet known"
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", bytes / kGiB);
+  return text;
+}
+
+// Every directed link carries one kind of message, so a channel is named by the stage that
+// receives and the direction: forward data into stage q is channel q, backward data into stage
+// q is channel d + q.
+struct Channel {
+  std::vector<int> posted_chunks;   // RECVs posted by the receiver, in order
+  std::vector<double> posted_at;
+  size_t matched = 0;               // SENDs already matched (messages match in order)
+  double free_at = 0;               // the link carries one transfer at a time
+};
+
+class Simulation {
+ public:
+  Simulation(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
+             const Recompute& recompute, const SimOptions& options)
+      : schedule_(schedule), chunks_(chunks), cost_(cost), recompute_(recompute), options_(options),
+        d_(schedule.num_stages()), n_(static_cast<int>(chunks.size())) {}
+
+  SimResult run();
+
+ private:
+  enum class Step { kDone, kBlocked };
+  Step execute(int stage, const Action& action);
+  void check_chunk(int stage, int index, const Action& action) const;
+  [[noreturn]] void fail(int stage, int index, const std::string& what) const;
+  [[noreturn]] void deadlock() const;
+  std::string waiting_for(int stage) const;
+  void record(int stage, const Action& action, const char* category, double start, double end,
+              const char* prefix = nullptr);
+  void measure_memory(int stage);
+
+  size_t cell(int stage, int chunk) const { return static_cast<size_t>(stage) * n_ + chunk; }
+
+  const Schedule& schedule_;
+  const std::vector<Chunk>& chunks_;
+  const CostModel& cost_;
+  const Recompute& recompute_;
+  const SimOptions& options_;
+  const int d_;
+  const int n_;
+
+  std::vector<int> pc_;
+  std::vector<double> clock_;
+  std::vector<double> arrive_forward_;   // per (stage, chunk): when the activation is there
+  std::vector<double> arrive_backward_;  // per (stage, chunk): when the output gradient is there
+  std::vector<char> forwarded_;
+  std::vector<char> backwarded_;
+  std::vector<Channel> channels_;
+  // Per stage and action: end of a forward, start of a backward (the times of memory moments).
+  std::vector<std::vector<double>> moment_time_;
+  SimResult result_;
+};
+
+void Simulation::fail(int stage, int index, const std::string& what) const {
+  throw Error("simulate: stage " + std::to_string(stage) + " step " + std::to_string(index) +
+              ": " + what + "; fix the schedule (validate_schedule explains the rules)\n" +
+              schedule_.grid(stage, index));
+}
+
+void Simulation::check_chunk(int stage, int index, const Action& action) const {
+  if (action.chunk < 0 || action.chunk >= n_)
+    fail(stage, index, action.text() + " names chunk " + std::to_string(action.chunk) +
+                           " but the step has " + std::to_string(n_) + " chunks");
+  bool peer_missing = (action.type == ActionType::kSendForward && stage == d_ - 1) ||
+                      (action.type == ActionType::kRecvBackward && stage == d_ - 1) ||
+                      (action.type == ActionType::kSendBackward && stage == 0) ||
+                      (action.type == ActionType::kRecvForward && stage == 0);
+  if (peer_missing) fail(stage, index, action.text() + " has no peer stage");
+}
+
+void Simulation::record(int stage, const Action& action, const char* category, double start,
+                        double end, const char* prefix) {
+  if (!options_.record_events) return;
+  SimEvent event;
+  event.stage = stage;
+  event.name = prefix ? std::string(prefix) + action.text() : action.text();
+  event.category = category;
+  event.start_s = start;
+  event.end_s = end;
+  result_.events.push_back(std::move(event));
+}
+
+Simulation::Step Simulation::execute(int p, const Action& a) {
+  const int c = a.chunk;
+  double& clock = clock_[p];
+  switch (a.type) {
+    case ActionType::kForward: {
+      double start = clock;
+      if (p > 0) {
+        double arrival = arrive_forward_[cell(p, c)];
+        if (arrival == kUnknown) return Step::kBlocked;
+        start = std::max(start, arrival);
+      }
+      if (forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
+      double duration = cost_.forward_time(chunks_[c], p);
+      clock = start + duration;
+      result_.busy_s[p] += duration;
+      forwarded_[cell(p, c)] = 1;
+      moment_time_[p][pc_[p]] = clock;
+      record(p, a, "forward", start, clock);
+      return Step::kDone;
+    }
+    case ActionType::kBackward: {
+      double start = clock;
+      if (p < d_ - 1) {
+        double arrival = arrive_backward_[cell(p, c)];
+        if (arrival == kUnknown) return Step::kBlocked;
+        start = std::max(start, arrival);
+      }
+      if (!forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs before its forward");
+      if (backwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
+      int layers = recompute_layers(recompute_, p, c);
+      double duration = cost_.backward_time(chunks_[c], p, layers);
+      double recompute = layers > 0 ? layers * cost_.layer_forward_time(chunks_[c]) : 0.0;
+      clock = start + duration;
+      result_.busy_s[p] += duration;
+      result_.recompute_s[p] += recompute;
+      backwarded_[cell(p, c)] = 1;
+      moment_time_[p][pc_[p]] = start;
+      if (recompute > 0) record(p, a, "recompute", start, start + recompute, "recompute ");
+      record(p, a, "backward", start + recompute, clock);
+      return Step::kDone;
+    }
+    case ActionType::kRecvForward:
+    case ActionType::kRecvBackward: {
+      Channel& channel = channels_[a.type == ActionType::kRecvForward ? p : d_ + p];
+      channel.posted_chunks.push_back(c);
+      channel.posted_at.push_back(clock);
+      return Step::kDone;
+    }
+    case ActionType::kSendForward:
+    case ActionType::kSendBackward: {
+      bool forward = a.type == ActionType::kSendForward;
+      int peer = forward ? p + 1 : p - 1;
+      Channel& channel = channels_[forward ? peer : d_ + peer];
+      if (channel.matched >= channel.posted_chunks.size()) return Step::kBlocked;
+      int posted = channel.posted_chunks[channel.matched];
+      if (posted != c)
+        fail(p, pc_[p], a.text() + " meets " + (forward ? "RECV_F" : "RECV_B") +
+                            std::to_string(posted) + " on stage " + std::to_string(peer) +
+                            " (messages on a link match in order)");
+      if (!(forward ? forwarded_ : backwarded_)[cell(p, c)])
+        fail(p, pc_[p], a.text() + " sends before the compute that produces it");
+      clock = std::max(clock, channel.posted_at[channel.matched]);
+      ++channel.matched;
+      double start = std::max(clock, channel.free_at);
+      double arrival = start + cost_.p2p_time(chunks_[c]);
+      channel.free_at = arrival;
+      (forward ? arrive_forward_ : arrive_backward_)[cell(peer, c)] = arrival;
+      record(p, a, "send", start, arrival);
+      return Step::kDone;
+    }
+  }
+  return Step::kDone;
+}
+
+std::string Simulation::waiting_for(int p) const {
+  const Action& a = schedule_.stages[p][pc_[p]];
+  const std::string chunk = std::to_string(a.chunk);
+  switch (a.type) {
+    case ActionType::kForward:
+      return "waits for chunk " + chunk + "'s activation from stage " + std::to_string(p - 1);
+    case ActionType::kBackward:
+      return "waits for chunk " + chunk + "'s gradient from stage " + std::to_string(p + 1);
+    case ActionType::kSendForward:
+      return "waits for stage " + std::to_string(p + 1) + " to post RECV_F" + chunk;
+    case ActionType::kSendBackward:
+      return "waits for stage " + std::to_string(p - 1) + " to post RECV_B" + chunk;
+    default:
+      return "cannot run";
+  }
+}
+
+void Simulation::deadlock() const {
+  std::string message = "deadlock: no stage can make progress;";
+  int first = -1;
+  for (int p = 0; p < d_; ++p) {
+    if (pc_[p] >= static_cast<int>(schedule_.stages[p].size())) continue;
+    if (first < 0) first = p;
+    message += " stage " + std::to_string(p) + " is stuck at " +
+               schedule_.stages[p][pc_[p]].text() + " (step " + std::to_string(pc_[p]) + ", " +
+               waiting_for(p) + ");";
+  }
+  message +=
+      " each waits on another stuck stage (a SEND blocks until its peer posts the matching RECV,"
+      " a compute until its input has been sent); reorder the actions to break the cycle\n";
+  throw Error(message + schedule_.grid(first, pc_[first]));
+}
+
+void Simulation::measure_memory(int p) {
+  // Same terms, same order as moment_bytes, so planner and simulator agree to the last bit.
+  std::vector<double> activation(n_, kUnknown);
+  auto& timeline = result_.memory[p];
+  timeline.reserve(schedule_.stages[p].size());
+  double peak = 0;
+  int peak_index = -1;
+  for_each_memory_moment(
+      schedule_, p, chunks_, cost_,
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+        double bytes = fixed_bytes;
+        for (int c : in_flight) {
+          if (activation[c] == kUnknown)
+            activation[c] = cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
+          bytes += activation[c];
+        }
+        timeline.emplace_back(moment_time_[p][action_index], bytes);
+        if (peak_index < 0 || bytes > peak) {
+          peak = bytes;
+          peak_index = action_index;
+        }
+      });
+  // A stage with nothing to run still holds its model state.
+  if (peak_index < 0) peak = cost_.model_state_bytes(p);
+  result_.peak_memory_bytes[p] = peak;
+  if (peak > options_.memory_budget_bytes) {
+    result_.over_budget_message += std::string(result_.over_budget ? "; " : "") + "stage " +
+                                   std::to_string(p) + " needs " + gib(peak) + " at " +
+                                   (peak_index >= 0 ? schedule_.stages[p][peak_index].text()
+                                                    : std::string("idle")) +
+                                   ", over its budget of " + gib(options_.memory_budget_bytes);
+    result_.over_budget = true;
+  }
+}
+
+SimResult Simulation::run() {
+  check(d_ == cost_.num_stages(),
+        "simulate: the schedule has " + std::to_string(d_) + " stages but the cost model " +
+            std::to_string(cost_.num_stages()) + "; build both for the same pipeline");
+  if (!recompute_.empty()) {
+    check(static_cast<int>(recompute_.size()) == d_,
+          "simulate: recompute has " + std::to_string(recompute_.size()) + " stages, expected " +
+              std::to_string(d_));
+    for (int p = 0; p < d_; ++p)
+      check(static_cast<int>(recompute_[p].size()) == n_,
+            "simulate: recompute of stage " + std::to_string(p) + " has " +
+                std::to_string(recompute_[p].size()) + " chunks, expected " + std::to_string(n_));
+  }
+
+  pc_.assign(d_, 0);
+  clock_.assign(d_, 0.0);
+  size_t cells = static_cast<size_t>(d_) * n_;
+  arrive_forward_.assign(cells, kUnknown);
+  arrive_backward_.assign(cells, kUnknown);
+  forwarded_.assign(cells, 0);
+  backwarded_.assign(cells, 0);
+  channels_.assign(2 * static_cast<size_t>(d_), Channel{});
+  moment_time_.resize(d_);
+  result_.busy_s.assign(d_, 0.0);
+  result_.recompute_s.assign(d_, 0.0);
+  result_.peak_memory_bytes.assign(d_, 0.0);
+  result_.memory.assign(d_, {});
+  size_t total_actions = 0;
+  for (int p = 0; p < d_; ++p) {
+    for (int i = 0; i < static_cast<int>(schedule_.stages[p].size()); ++i)
+      check_chunk(p, i, schedule_.stages[p][i]);
+    moment_time_[p].assign(schedule_.stages[p].size(), 0.0);
+    total_actions += schedule_.stages[p].size();
+  }
+  if (options_.record_events) result_.events.reserve(total_actions);
+
+  // Every action's time is a max over its own stage's previous action and data from earlier
+  // actions elsewhere, so running each stage as far as it can, sweeping until nothing moves,
+  // yields the event times of a time-ordered simulation. Sweeps alternate direction so that
+  // activations (downwards) and gradients (upwards) both travel a whole pipeline per pair.
+  size_t done = 0;
+  for (bool upward = true; done < total_actions; upward = !upward) {
+    size_t before = done;
+    for (int i = 0; i < d_; ++i) {
+      int p = upward ? i : d_ - 1 - i;
+      const std::vector<Action>& actions = schedule_.stages[p];
+      while (pc_[p] < static_cast<int>(actions.size()) &&
+             execute(p, actions[pc_[p]]) == Step::kDone) {
+        ++pc_[p];
+        ++done;
+      }
+    }
+    if (done == before) deadlock();
+  }
+
+  for (int p = 0; p < d_; ++p) result_.step_time_s = std::max(result_.step_time_s, clock_[p]);
+  result_.bubble_fraction.assign(d_, 0.0);
+  for (int p = 0; p < d_; ++p)
+    if (result_.step_time_s > 0) result_.bubble_fraction[p] = 1 - result_.busy_s[p] / result_.step_time_s;
+  for (int p = 0; p < d_; ++p) measure_memory(p);
+  if (result_.over_budget)
+    result_.over_budget_message +=
+        "; checkpoint more layers, use smaller chunks or split the step into more waves";
+  return std::move(result_);
+}
+
+}  // namespace
+
+double SimResult::mean_bubble_fraction() const {
+  if (bubble_fraction.empty()) return 0;
+  double total = 0;
+  for (double b : bubble_fraction) total += b;
+  return total / bubble_fraction.size();
+}
+
+double SimResult::total_recompute_s() const {
+  double total = 0;
+  for (double r : recompute_s) total += r;
+  return total;
+}
+
+SimResult simulate(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                   const CostModel& cost, const Recompute& recompute, const SimOptions& options) {
+  return Simulation(schedule, chunks, cost, recompute, options).run();
+}
+
+}  // namespace infinipipe

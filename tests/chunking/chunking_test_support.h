@@ -1,0 +1,110 @@
+#pragma once
+// Cost models, length samplers and checks shared by the chunking tests.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/common/error.h"
+#include "infinipipe/cost/cost_model.h"
+
+namespace infinipipe::testing_support {
+
+inline CostModel llama13b_a800() {
+  return CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+}
+
+// Slice cost a1 * ((c+s)^2 - c^2) + a2 * s with chosen coefficients, to reach regimes the
+// analytic model does not (purely linear, purely quadratic).
+inline CostModel hand_made(double a1, double a2) {
+  CostCoefficients co;
+  co.a1 = a1;
+  co.a2 = a2;
+  co.p2p_bandwidth = 1e9;  // unused here, but must be positive
+  ModelShape shape = ModelShape::builtin("tiny");
+  return CostModel(shape, {shape.layers}, co);
+}
+
+enum class Distribution { kLogNormal, kUniform, kOneHuge, kAllEqual };
+inline const char* name(Distribution d) {
+  switch (d) {
+    case Distribution::kLogNormal: return "log-normal";
+    case Distribution::kUniform: return "uniform";
+    case Distribution::kOneHuge: return "one-huge";
+    case Distribution::kAllEqual: return "all-equal";
+  }
+  return "?";
+}
+inline const std::vector<Distribution>& all_distributions() {
+  static const std::vector<Distribution> all = {Distribution::kLogNormal, Distribution::kUniform,
+                                                Distribution::kOneHuge, Distribution::kAllEqual};
+  return all;
+}
+
+// `count` lengths in [1, max_length].
+inline std::vector<int64_t> sample_lengths(Distribution d, int count, int64_t max_length,
+                                           std::mt19937_64& rng) {
+  std::vector<int64_t> lengths(count);
+  auto clamp = [&](double x) {
+    return std::clamp<int64_t>(static_cast<int64_t>(std::llround(x)), 1, max_length);
+  };
+  switch (d) {
+    case Distribution::kLogNormal: {
+      // Median a few percent of the maximum, heavy right tail: most short, a few long.
+      std::lognormal_distribution<double> dist(std::log(0.03 * max_length + 1), 1.3);
+      for (auto& n : lengths) n = clamp(dist(rng));
+      break;
+    }
+    case Distribution::kUniform: {
+      std::uniform_int_distribution<int64_t> dist(1, max_length);
+      for (auto& n : lengths) n = dist(rng);
+      break;
+    }
+    case Distribution::kOneHuge: {
+      std::uniform_int_distribution<int64_t> dist(1, std::max<int64_t>(1, max_length / 200));
+      for (auto& n : lengths) n = dist(rng);
+      lengths[std::uniform_int_distribution<int>(0, count - 1)(rng)] = max_length;
+      break;
+    }
+    case Distribution::kAllEqual: {
+      const int64_t n = std::uniform_int_distribution<int64_t>(1, max_length)(rng);
+      std::fill(lengths.begin(), lengths.end(), n);
+      break;
+    }
+  }
+  return lengths;
+}
+
+inline double slice_cost(const CostModel& cost, const Slice& s) {
+  return cost.slice_layer_time(s.context(), s.length());
+}
+inline double chunk_cost(const CostModel& cost, const Chunk& c) {
+  double t = 0;
+  for (const Slice& s : c.slices) t += slice_cost(cost, s);
+  return t;
+}
+// The dearest single token of a sequence of `length` tokens: its last one.
+inline double dearest_token_cost(const CostModel& cost, int64_t length) {
+  return cost.slice_layer_time(length - 1, 1);
+}
+
+// Runs `fn`, expecting infinipipe::Error whose message contains every one of `parts`.
+inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an infinipipe::Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const std::string& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "message '" << message << "' does not mention '" << part << "'";
+  }
+}
+
+}  // namespace infinipipe::testing_support

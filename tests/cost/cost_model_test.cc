@@ -1,0 +1,244 @@
+#include "infinipipe/cost/cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+namespace {
+
+CostModel llama7b(int stages) {
+  return CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"), stages);
+}
+
+// A chunk of `n` random slices; with probability 1/2 the first is a slice of a split sequence.
+Chunk random_chunk(std::mt19937_64& rng, int n) {
+  Chunk chunk;
+  std::uniform_int_distribution<int64_t> length(1, 8192);
+  for (int i = 0; i < n; ++i) {
+    const int64_t len = length(rng);
+    if (i == 0 && rng() % 2) {
+      const int64_t context = length(rng), tail = length(rng) % 4 == 0 ? 0 : length(rng);
+      chunk.slices.push_back({i, context, context + len, context + len + tail});
+    } else {
+      chunk.slices.push_back({i, 0, len, len});
+    }
+  }
+  return chunk;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(CostCoefficients, Llama7bFlopsMatchHandCount) {
+  const ModelShape shape = ModelShape::builtin("llama-7b");
+  const Hardware hw = Hardware::builtin("a800");
+  const CostCoefficients c = CostCoefficients::analytic(shape, hw);
+  const double matmul_rate = 312e12 * 0.52, attention_rate = 312e12 * 0.5;
+  // 2 FLOPs per GEMM weight per token: 2 * (202,383,360 - 8,192 norm gains) = 404,750,336.
+  EXPECT_NEAR((c.a2 - 2 * 4096 / attention_rate) * matmul_rate, 404750336.0, 1e-3);
+  // Attention: 2 * hidden FLOPs per unit of (c+s)^2 - c^2.
+  EXPECT_NEAR(c.a1 * attention_rate, 8192.0, 1e-9);
+  EXPECT_NEAR(c.head_s_per_token * matmul_rate, 2.0 * 4096 * 32000, 1e-3);
+  EXPECT_EQ(c.backward_ratio, 2);
+  // bf16: 2 * (6*4096 [norm in/out x2, attn out, q] + 2*4096 [k, v] + 4*11008 [SwiGLU]) plus
+  // fp32 log-sum-exp for 32 heads and two RMSNorm rstd: 153,600 + 136 bytes.
+  EXPECT_EQ(c.activation_bytes, 153736.0);
+  EXPECT_EQ(c.checkpoint_bytes, 2 * 4096.0);
+  EXPECT_EQ(c.kv_bytes, 2 * 2 * 4096.0);
+  EXPECT_EQ(c.p2p_bytes_per_token, 2 * 4096.0);
+  EXPECT_EQ(c.model_state_bytes_per_param, 16);
+}
+
+TEST(CostCoefficients, StateBytesPerParamFollowsPrecision) {
+  ModelShape shape = ModelShape::builtin("tiny");
+  const Hardware hw = Hardware::builtin("cpu");
+  EXPECT_EQ(CostCoefficients::analytic(shape, hw).model_state_bytes_per_param, 16);  // fp32 Adam
+  shape.bytes_per_element = 8;
+  EXPECT_EQ(CostCoefficients::analytic(shape, hw).model_state_bytes_per_param, 32);
+  shape.bytes_per_element = 2;
+  EXPECT_EQ(CostCoefficients::analytic(shape, hw).model_state_bytes_per_param, 16);
+}
+
+TEST(CostModel, AttentionTimeCountsEveryCausalPair) {
+  // With a2's GEMM part removed, slice time over the attention rate must equal 4*hidden FLOPs
+  // per (query, key) pair, counted one query at a time.
+  const CostModel m = llama7b(4);
+  const double attention_rate = 312e12 * 0.5, matmul_rate = 312e12 * 0.52;
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t context = rng() % 5000, length = 1 + rng() % 5000;
+    int64_t pairs = 0;
+    for (int64_t q = context; q < context + length; ++q) pairs += q + 1;
+    const double attention_s =
+        m.slice_layer_time(context, length) - length * 404750336.0 / matmul_rate;
+    EXPECT_NEAR(attention_s * attention_rate / (4.0 * 4096 * pairs), 1.0, 1e-9);
+  }
+}
+
+TEST(CostModel, SlicesOfOneSequenceAddUpToTheWholeSequence) {
+  const CostModel m = llama7b(4);
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t n = 2 + rng() % 200000;
+    const int cuts = 1 + rng() % 8;
+    std::vector<int64_t> points = {0, n};
+    for (int i = 0; i < cuts; ++i) points.push_back(1 + rng() % (n - 1));
+    std::sort(points.begin(), points.end());
+    double sum = 0;
+    for (size_t i = 0; i + 1 < points.size(); ++i) {
+      sum += m.slice_layer_time(points[i], points[i + 1] - points[i]);
+    }
+    EXPECT_NEAR(sum / m.slice_layer_time(0, n), 1.0, 1e-12);
+  }
+}
+
+TEST(CostModel, LaterSlicesOfEqualLengthCostMore) {
+  const CostModel m = llama7b(4);
+  for (int64_t context = 0; context < 100000; context += 4096) {
+    EXPECT_LT(m.slice_layer_time(context, 1024), m.slice_layer_time(context + 1, 1024));
+  }
+}
+
+TEST(CostModel, CheckpointingTradesMemoryForTimeMonotonically) {
+  std::mt19937_64 rng(5);
+  const CostModel m = llama7b(4);
+  for (int trial = 0; trial < 200; ++trial) {
+    const Chunk chunk = random_chunk(rng, 1 + rng() % 6);
+    const int stage = rng() % m.num_stages();
+    for (int k = 0; k < m.layers(stage); ++k) {
+      const double kept = m.activation_bytes(chunk, stage, k);
+      const double kept_next = m.activation_bytes(chunk, stage, k + 1);
+      EXPECT_LT(kept_next, kept);
+      EXPECT_NEAR(kept - kept_next, m.checkpoint_saving_bytes(chunk, stage), 1e-6 * kept);
+      const double recompute =
+          m.backward_time(chunk, stage, k + 1) - m.backward_time(chunk, stage, k);
+      EXPECT_NEAR(recompute / m.layer_forward_time(chunk), 1.0, 1e-9);
+    }
+  }
+}
+
+TEST(CostModel, SplitSlicesKeepTheirKvInTheBufferNotInActivations) {
+  const CostModel m = llama7b(4);
+  const Chunk whole{{{0, 0, 1000, 1000}}};
+  const Chunk split{{{0, 2000, 3000, 5000}}};
+  const double kv = m.coefficients().kv_bytes;
+  EXPECT_NEAR(m.activation_bytes(whole, 1, 0) - m.activation_bytes(split, 1, 0),
+              m.layers(1) * 1000 * kv, 1e-3);
+  // Fully checkpointed, both keep only their layer inputs.
+  EXPECT_EQ(m.activation_bytes(whole, 1, m.layers(1)), m.activation_bytes(split, 1, m.layers(1)));
+  EXPECT_EQ(m.kv_buffer_bytes(5000, 1), m.layers(1) * 5000 * kv);
+}
+
+TEST(CostModel, FirstAndLastStageExtras) {
+  const CostModel m = llama7b(4);  // 8 layers per stage
+  std::mt19937_64 rng(9);
+  const Chunk chunk = random_chunk(rng, 4);
+  const double tokens = chunk.tokens();
+  EXPECT_NEAR(m.forward_time(chunk, 3) - m.forward_time(chunk, 1),
+              tokens * m.coefficients().head_s_per_token, 1e-12);
+  EXPECT_NEAR(m.activation_bytes(chunk, 3, 2) - m.activation_bytes(chunk, 1, 2),
+              tokens * m.coefficients().logits_bytes, 1e-3);
+  EXPECT_NEAR(m.backward_time(chunk, 2, 0), 2 * m.forward_time(chunk, 2), 1e-12);
+  EXPECT_NEAR(m.p2p_time(chunk) - m.p2p_time(Chunk{}), tokens * 2 * 4096 / 200e9, 1e-12);
+  EXPECT_THROW(m.forward_time(chunk, 4), Error);
+  EXPECT_THROW(m.backward_time(chunk, 0, 9), Error);
+  EXPECT_THROW(m.activation_bytes(chunk, 0, -1), Error);
+}
+
+TEST(CostModel, Llama13bModelStateSplitsOverStages) {
+  const CostModel m =
+      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  double total = 0;
+  for (int p = 0; p < m.num_stages(); ++p) {
+    // 13e9 params * 16 bytes / 8 stages = 26 GB per stage.
+    EXPECT_NEAR(m.model_state_bytes(p) / (13e9 * 16 / 8), 1.0, 0.10) << "stage " << p;
+    total += m.model_state_bytes(p);
+  }
+  EXPECT_EQ(total, 13015864320.0 * 16);  // every parameter on exactly one stage
+}
+
+TEST(CostModel, TinyModelOnCpuBuilds) {
+  const CostModel m = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  EXPECT_EQ(m.layers_per_stage(), (std::vector<int>{4, 4}));
+  const Chunk chunk{{{0, 0, 512, 512}}};
+  EXPECT_GT(m.forward_time(chunk, 0), 0);
+  EXPECT_EQ(m.coefficients().checkpoint_bytes, 4 * 128.0);
+  EXPECT_EQ(m.coefficients().kv_bytes, 4 * 2 * 64.0);
+  EXPECT_THROW(CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 9),
+               Error);
+}
+
+TEST(CostModel, ConstructorRejectsInconsistentStages) {
+  const ModelShape shape = ModelShape::builtin("tiny");
+  const CostCoefficients c = CostCoefficients::analytic(shape, Hardware::builtin("cpu"));
+  EXPECT_NE(error_of([&] { CostModel(shape, {4, 3}, c); }).find("adds up to 7"), std::string::npos);
+  EXPECT_NE(error_of([&] { CostModel(shape, {8, 0}, c); }).find("stage 1"), std::string::npos);
+  CostCoefficients bad = c;
+  bad.p2p_bandwidth = 0;
+  EXPECT_NE(error_of([&] { CostModel(shape, {8}, bad); }).find("p2p_bandwidth"), std::string::npos);
+}
+
+class CostModelFile : public ::testing::Test {
+ protected:
+  std::string path_ = ::testing::TempDir() + "cost_model_test.json";
+  void TearDown() override { std::remove(path_.c_str()); }
+  void write(const std::string& text) { std::ofstream(path_) << text; }
+};
+
+TEST_F(CostModelFile, SaveThenLoadGivesTheSameModel) {
+  for (const std::string& name : {"llama-7b", "llama-30b", "tiny"}) {
+    CostModel m = CostModel::analytic(ModelShape::builtin(name), Hardware::builtin("a800"), 3);
+    save_cost_model(m, path_);
+    const CostModel back = load_cost_model(path_);
+    EXPECT_EQ(nlohmann::json(back), nlohmann::json(m));
+    EXPECT_EQ(back.layers_per_stage(), m.layers_per_stage());
+    EXPECT_EQ(back.coefficients().a1, m.coefficients().a1);  // doubles survive exactly
+    EXPECT_EQ(back.coefficients().a2, m.coefficients().a2);
+    const Chunk chunk{{{0, 100, 900, 1000}}};
+    EXPECT_EQ(back.backward_time(chunk, 2, 1), m.backward_time(chunk, 2, 1));
+  }
+}
+
+TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
+  EXPECT_NE(error_of([&] { load_cost_model(path_ + ".missing"); }).find(path_ + ".missing"),
+            std::string::npos);
+
+  write("{\n  \"model\": {\n    \"name\": \"x\",,\n");
+  const std::string syntax = error_of([&] { load_cost_model(path_); });
+  EXPECT_NE(syntax.find(path_ + ":3:"), std::string::npos) << syntax;
+
+  nlohmann::json j = llama7b(2);
+  j["coefficients"].erase("a1");
+  write(j.dump(2));
+  const std::string missing = error_of([&] { load_cost_model(path_); });
+  EXPECT_NE(missing.find(path_), std::string::npos);
+  EXPECT_NE(missing.find("missing field 'a1'"), std::string::npos) << missing;
+
+  j = llama7b(2);
+  j["layers_per_stage"] = {16, 15};
+  write(j.dump(2));
+  EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("adds up to 31"), std::string::npos);
+
+  j = llama7b(2);
+  j["coefficients"]["a2"] = "fast";
+  write(j.dump(2));
+  EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("'a2' must be a number"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace infinipipe

@@ -1,0 +1,152 @@
+#include "infinipipe/data/length_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+int64_t quantile(std::vector<int64_t> values, double p) {  // inverted CDF, as numpy's
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * values.size()));
+  return values[std::max<size_t>(rank, 1) - 1];
+}
+
+TEST(SampleLengths, SameSeedSameLengthsOtherSeedOtherLengths) {
+  for (const std::string& name : distribution_names()) {
+    const auto a = sample_lengths(name, 1000, 32768, 42);
+    EXPECT_EQ(a, sample_lengths(name, 1000, 32768, 42)) << name;
+    EXPECT_NE(a, sample_lengths(name, 1000, 32768, 43)) << name;
+    EXPECT_EQ(a.size(), 1000u);
+  }
+}
+
+TEST(SampleLengths, EveryLengthIsWithinOneAndContext) {
+  std::mt19937_64 rng(1);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t context = 1 + rng() % (trial % 2 ? 100 : 200000);
+    for (const std::string& name : distribution_names()) {
+      for (int64_t len : sample_lengths(name, 500, context, rng())) {
+        ASSERT_GE(len, 1) << name;
+        ASSERT_LE(len, context) << name;
+      }
+    }
+  }
+  // A short context really clamps the skewed distributions.
+  const auto clamped = sample_lengths("wikipedia", 10000, 512, 9);
+  EXPECT_GT(std::count(clamped.begin(), clamped.end(), 512), 1000);
+}
+
+TEST(SampleLengths, WikipediaMatchesTheDataQuantiles) {
+  // From /work/shared/data/wikipedia_lengths.txt (1M lengths), numpy.quantile(...,
+  // method="inverted_cdf"), as printed by benchmarks/fit_length_table.py.
+  const double median = 347, p90 = 2112, p99 = 10919;
+  const auto lengths = sample_lengths("wikipedia", 200000, int64_t{1} << 22, 2024);
+  EXPECT_NEAR(quantile(lengths, 0.5) / median, 1.0, 0.03);
+  EXPECT_NEAR(quantile(lengths, 0.9) / p90, 1.0, 0.03);
+  EXPECT_NEAR(quantile(lengths, 0.99) / p99, 1.0, 0.05);
+  // The long tail is there: the data has 1% above p99 and lengths up to 1.8M.
+  EXPECT_GT(*std::max_element(lengths.begin(), lengths.end()), 50000);
+}
+
+TEST(SampleLengths, LognormalHasTheFittedLogMoments) {
+  // Log-mean and log-std of the same data file, printed by benchmarks/fit_length_table.py.
+  const auto lengths = sample_lengths("lognormal", 200000, int64_t{1} << 40, 5);
+  double sum = 0, sum_sq = 0;
+  for (int64_t len : lengths) {
+    sum += std::log(double(len));
+    sum_sq += std::pow(std::log(double(len)), 2);
+  }
+  const double mean = sum / lengths.size();
+  const double std_dev = std::sqrt(sum_sq / lengths.size() - mean * mean);
+  EXPECT_NEAR(mean, 5.9499, 0.02);
+  EXPECT_NEAR(std_dev, 1.2580, 0.02);
+}
+
+TEST(SampleLengths, UniformCoversTheRangeEvenly) {
+  const int64_t context = 1000;
+  const auto lengths = sample_lengths("uniform", 200000, context, 8);
+  std::vector<int> counts(10);
+  for (int64_t len : lengths) ++counts[(len - 1) / 100];
+  for (int c : counts) EXPECT_NEAR(c / 20000.0, 1.0, 0.05);
+  EXPECT_EQ(*std::min_element(lengths.begin(), lengths.end()), 1);
+  EXPECT_EQ(*std::max_element(lengths.begin(), lengths.end()), context);
+}
+
+TEST(SampleLengths, ExtremeHasExactlyOneFullContextSequence) {
+  std::mt19937_64 rng(4);
+  std::vector<int> positions;
+  for (int trial = 0; trial < 100; ++trial) {
+    const int batch = 1 + rng() % 64;
+    const int64_t context = 4096 + rng() % 100000;
+    const auto lengths = sample_lengths("extreme", batch, context, rng());
+    EXPECT_EQ(std::count(lengths.begin(), lengths.end(), context), 1);
+    for (int64_t len : lengths) {
+      if (len != context) EXPECT_TRUE(len >= 64 && len <= 2048) << len;
+    }
+    positions.push_back(std::find(lengths.begin(), lengths.end(), context) - lengths.begin());
+  }
+  // Not always first: consumers must not rely on the order.
+  EXPECT_GT(std::count_if(positions.begin(), positions.end(), [](int p) { return p > 0; }), 50);
+}
+
+TEST(SampleLengths, BadArgumentsAreErrors) {
+  const std::string unknown = error_of([] { sample_lengths("zipf", 8, 1024, 0); });
+  EXPECT_NE(unknown.find("zipf"), std::string::npos);
+  for (const std::string& name : distribution_names()) {
+    EXPECT_NE(unknown.find(name), std::string::npos);
+  }
+  EXPECT_NE(error_of([] { sample_lengths("uniform", 0, 1024, 0); }).find("batch"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { sample_lengths("uniform", 8, 0, 0); }).find("context"),
+            std::string::npos);
+}
+
+class LengthsFile : public ::testing::Test {
+ protected:
+  std::string path_ = ::testing::TempDir() + "length_sampler_test.txt";
+  void TearDown() override { std::remove(path_.c_str()); }
+  std::string read_error(const std::string& text) {
+    std::ofstream(path_) << text;
+    return error_of([&] { read_lengths(path_); });
+  }
+};
+
+TEST_F(LengthsFile, ReadsIntegersSkippingBlanksAndComments) {
+  std::ofstream(path_) << "# lengths of step 3\n128\n\n  4096  \r\n7 # a short one\n   \n1\n";
+  EXPECT_EQ(read_lengths(path_), (std::vector<int64_t>{128, 4096, 7, 1}));
+}
+
+TEST_F(LengthsFile, ErrorsNameFileAndLine) {
+  EXPECT_NE(read_error("12\n# ok\nabc\n").find(path_ + ":3:"), std::string::npos);
+  EXPECT_NE(read_error("12\n0\n").find(path_ + ":2: sequence length must be positive"),
+            std::string::npos);
+  EXPECT_NE(read_error("-5\n").find(path_ + ":1:"), std::string::npos);
+  EXPECT_NE(read_error("12 13\n").find(path_ + ":1:"), std::string::npos);
+  EXPECT_NE(read_error("1.5\n").find(path_ + ":1:"), std::string::npos);
+  EXPECT_NE(read_error("99999999999999999999999\n").find(path_ + ":1:"), std::string::npos);
+  EXPECT_NE(read_error("# nothing\n\n").find(path_ + ": no lengths"), std::string::npos);
+  EXPECT_NE(read_error("").find(path_), std::string::npos);
+  EXPECT_NE(error_of([&] { read_lengths(path_ + ".missing"); }).find(path_ + ".missing"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace infinipipe

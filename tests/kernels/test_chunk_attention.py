@@ -1,0 +1,336 @@
+"""Chunk attention (kernels/chunk_attention.cc) against plain causal attention.
+
+Run with PYTHONPATH=python after building the module (DEVELOPERS.md). Every test runs both
+backends: "flash" (ATen's CPU flash kernels) and "math" (explicit matmul/softmax).
+"""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+_C = pytest.importorskip("infinipipe._C")
+SequenceKV, Segment, chunk_attention = _C.SequenceKV, _C.Segment, _C.chunk_attention
+
+BACKENDS = ["flash", "math"]
+TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
+HEADS = [(4, 4), (4, 2), (6, 1)]  # (heads, kv_heads): MHA, GQA, MQA
+
+
+def reference(q, k, v, scale):
+    """Plain causal attention of one whole sequence, computed in float64 from the same values."""
+    q, k, v = q.double(), k.double(), v.double()
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    s = torch.einsum("ihd,jhd->hij", q, k) * scale
+    n = q.shape[0]
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("hij,jhd->ihd", s.softmax(-1), v)
+
+
+def rel_err(a, b):
+    """max |a - b| / max |b|; a reference that is zero in theory (dk of a one-token sequence)
+    is compared absolutely, at 1e-6 times the tolerance."""
+    a, b = a.double(), b.double()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+
+
+def make_seq(n, heads, kv_heads, dim, dtype, gen):
+    def t(h):
+        return torch.randn(n, h, dim, dtype=torch.float64, generator=gen).to(dtype).requires_grad_()
+
+    return t(heads), t(kv_heads), t(kv_heads)
+
+
+def random_cuts(n, k, rng):
+    """k slices [(start, end)] covering [0, n)."""
+    k = max(1, min(k, n))
+    points = sorted(rng.sample(range(1, n), k - 1)) if k > 1 else []
+    bounds = [0] + points + [n]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def run_schedule(seqs, chunks, forward_order, backward_order, grads, scale, backend, split):
+    """Runs chunks (lists of (seq, start, end)) through chunk_attention, forwards then backwards
+    in the given orders. Sequences in `split` get a SequenceKV. Returns per-sequence outputs
+    (detached) and the buffers."""
+    dtype = seqs[0][0].dtype
+    bufs = {i: SequenceKV(seqs[i][0].shape[0], seqs[i][1].shape[1], seqs[i][0].shape[2], dtype)
+            for i in split}
+    outs = [torch.zeros_like(q).detach() for q, _, _ in seqs]
+    results = {}
+    for c in forward_order:
+        qs, ks, vs, segs, row = [], [], [], [], 0
+        for i, a, b in chunks[c]:
+            q, k, v = seqs[i]
+            qs.append(q[a:b]), ks.append(k[a:b]), vs.append(v[a:b])
+            segs.append(Segment(row, a, b - a, bufs.get(i)))
+            row += b - a
+        o = chunk_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), segs, scale, backend)
+        results[c] = o
+        row = 0
+        for i, a, b in chunks[c]:
+            outs[i][a:b] = o[row:row + b - a].detach()
+            row += b - a
+    for c in backward_order:
+        g = torch.cat([grads[i][a:b] for i, a, b in chunks[c]])
+        results.pop(c).backward(g)
+    return outs, bufs
+
+
+def check_against_reference(seqs, outs, grads, scale, tol):
+    for (q, k, v), out, g in zip(seqs, outs, grads):
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref = reference(q64, k64, v64, scale)
+        ref.backward(g.double())
+        assert rel_err(out, ref) < tol
+        for t, r in ((q, q64), (k, k64), (v, v64)):
+            assert t.grad is not None
+            assert rel_err(t.grad, r.grad) < tol
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("heads,kv_heads", HEADS)
+@pytest.mark.parametrize("seed", range(4))
+def test_split_sequence_equals_full_attention(backend, dtype, heads, kv_heads, seed):
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    n = rng.randint(2, 90)
+    cuts = random_cuts(n, rng.randint(2, 7), rng)
+    seq = make_seq(n, heads, kv_heads, 8, dtype, gen)
+    grads = [torch.randn(n, heads, 8, dtype=torch.float64, generator=gen).to(dtype)]
+    chunks = [[(0, a, b)] for a, b in cuts]
+    order = list(range(len(chunks)))
+    scale = 0.35
+    outs, bufs = run_schedule([seq], chunks, order, order[::-1], grads, scale, backend, {0})
+    check_against_reference([seq], outs, grads, scale, TOL[dtype])
+    # the buffer holds the whole sequence's K/V; its accumulators are handed back and empty
+    assert torch.equal(bufs[0].k, seq[1].detach()) and torch.equal(bufs[0].v, seq[2].detach())
+    assert not bufs[0].dk.any() and not bufs[0].dv.any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_long_sequence_across_kernel_blocks(backend):
+    # long enough to cross the flash kernel's query and key blocks, cut off their boundaries
+    gen = torch.Generator().manual_seed(7)
+    n, cuts = 1500, [(0, 333), (333, 600), (600, 1100), (1100, 1499), (1499, 1500)]
+    seq = make_seq(n, 4, 2, 16, torch.float64, gen)
+    grads = [torch.randn(n, 4, 16, dtype=torch.float64, generator=gen)]
+    chunks = [[(0, a, b)] for a, b in cuts]
+    order = list(range(len(chunks)))
+    outs, _ = run_schedule([seq], chunks, order, order[::-1], grads, 0.25, backend, {0})
+    check_against_reference([seq], outs, grads, 0.25, 1e-9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("heads,kv_heads", HEADS)
+def test_packed_whole_sequences(backend, dtype, heads, kv_heads):
+    rng, gen = random.Random(1), torch.Generator().manual_seed(1)
+    lengths = [rng.randint(1, 40) for _ in range(6)]
+    seqs = [make_seq(n, heads, kv_heads, 8, dtype, gen) for n in lengths]
+    grads = [torch.randn(n, heads, 8, dtype=torch.float64, generator=gen).to(dtype)
+             for n in lengths]
+    chunks = [[(i, 0, n) for i, n in enumerate(lengths)]]
+    outs, _ = run_schedule(seqs, chunks, [0], [0], grads, 0.3, backend, set())
+    check_against_reference(seqs, outs, grads, 0.3, TOL[dtype])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_packed_sequences_do_not_leak(backend):
+    gen = torch.Generator().manual_seed(2)
+    lengths = [5, 9, 3, 7]
+    T, rows = sum(lengths), [0, 5, 14, 17]
+    q = torch.randn(T, 4, 8, dtype=torch.float64, generator=gen)
+    k = torch.randn(T, 2, 8, dtype=torch.float64, generator=gen)
+    v = torch.randn(T, 2, 8, dtype=torch.float64, generator=gen)
+    segs = [Segment(r, 0, n) for r, n in zip(rows, lengths)]
+    out = chunk_attention(q, k, v, segs, 0.0, backend)
+    # perturbing sequence 1 changes only its rows
+    k2, v2, q2 = k.clone(), v.clone(), q.clone()
+    for t in (k2, v2, q2):
+        t[5:14] += 1.0
+    out2 = chunk_attention(q2, k2, v2, segs, 0.0, backend)
+    mask = torch.zeros(T, dtype=torch.bool)
+    mask[5:14] = True
+    assert torch.equal(out[~mask], out2[~mask])
+    assert not torch.equal(out[mask], out2[mask])
+    # the gradient of sequence 2's output reaches only sequence 2's inputs
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    o = chunk_attention(qg, kg, vg, segs, 0.0, backend)
+    o[14:17].sum().backward()
+    for t in (qg, kg, vg):
+        outside = torch.ones(T, dtype=torch.bool)
+        outside[14:17] = False
+        assert not t.grad[outside].any()
+        assert t.grad[14:17].any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_hybrid_chunk(backend, dtype):
+    # a long sequence in three slices; its tail shares a chunk with two whole sequences (tail in
+    # the middle of the rows), and the first slice's chunk holds a whole sequence too
+    gen = torch.Generator().manual_seed(3)
+    lengths = [70, 12, 20, 9]
+    seqs = [make_seq(n, 4, 2, 8, dtype, gen) for n in lengths]
+    grads = [torch.randn(n, 4, 8, dtype=torch.float64, generator=gen).to(dtype)
+             for n in lengths]
+    chunks = [[(0, 0, 30), (3, 0, 9)], [(0, 30, 51)], [(1, 0, 12), (0, 51, 70), (2, 0, 20)]]
+    outs, bufs = run_schedule(seqs, chunks, [0, 1, 2], [2, 1, 0], grads, 0.3, backend, {0})
+    check_against_reference(seqs, outs, grads, 0.3, TOL[dtype])
+    assert not bufs[0].dk.any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(6))
+def test_random_schedule_of_several_split_sequences(backend, seed):
+    """Several long sequences cut at random, slices interleaved across chunks with whole
+    sequences; forward in chunk order, backward sequences first-in-first-out and slices
+    last-in-first-out (the 1F1B order of DESIGN.md)."""
+    rng, gen = random.Random(100 + seed), torch.Generator().manual_seed(100 + seed)
+    n_long, n_short = rng.randint(1, 3), rng.randint(0, 6)
+    lengths = [rng.randint(20, 120) for _ in range(n_long)] + \
+              [rng.randint(1, 25) for _ in range(n_short)]
+    dtype = torch.float64
+    seqs = [make_seq(n, 4, 2, 8, dtype, gen) for n in lengths]
+    grads = [torch.randn(n, 4, 8, dtype=dtype, generator=gen) for n in lengths]
+    slices = {i: random_cuts(lengths[i], rng.randint(1, 5), rng) for i in range(n_long)}
+    # forward: slice j of every long sequence, sequences in order, j ascending
+    chunks, key = [], []
+    for j in range(max(len(s) for s in slices.values())):
+        for i in range(n_long):
+            if j < len(slices[i]):
+                a, b = slices[i][j]
+                chunks.append([(i, a, b)])
+                key.append((i, -j))
+    for _ in range(rng.randint(0, 2)):
+        chunks.append([])
+        key.append((rng.random() * n_long, 0))
+    for s in range(n_long, n_long + n_short):
+        c = rng.randrange(len(chunks))
+        chunks[c].insert(rng.randint(0, len(chunks[c])), (s, 0, lengths[s]))
+    keep = [c for c in range(len(chunks)) if chunks[c]]
+    backward = sorted(keep, key=lambda c: key[c])
+    split = {i for i in range(n_long) if len(slices[i]) > 1}
+    outs, bufs = run_schedule(seqs, chunks, keep, backward, grads, 0.3, backend, split)
+    check_against_reference(seqs, outs, grads, 0.3, 1e-9)
+    for b in bufs.values():
+        assert not b.dk.any() and not b.dv.any()
+
+
+class AttnLayer(torch.nn.Module):
+    """A toy attention layer: projections to q, k, v, then chunk attention."""
+
+    def __init__(self, dim, heads, kv_heads, head_dim, dtype):
+        super().__init__()
+        self.h, self.kvh, self.d = heads, kv_heads, head_dim
+        self.wq = torch.nn.Linear(dim, heads * head_dim, bias=False, dtype=dtype)
+        self.wk = torch.nn.Linear(dim, kv_heads * head_dim, bias=False, dtype=dtype)
+        self.wv = torch.nn.Linear(dim, kv_heads * head_dim, bias=False, dtype=dtype)
+
+    def qkv(self, x):
+        n = x.shape[0]
+        return (self.wq(x).view(n, self.h, self.d), self.wk(x).view(n, self.kvh, self.d),
+                self.wv(x).view(n, self.kvh, self.d))
+
+    def forward(self, x, segments, backend):
+        return chunk_attention(*self.qkv(x), segments, 0.0, backend).flatten(1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["twice", "checkpoint", "checkpoint_reentrant"])
+def test_recompute(backend, mode):
+    """A checkpointed layer re-runs its forward (rewriting the slice's K/V) before its backward:
+    gradients of inputs and weights stay exact."""
+    torch.manual_seed(4)
+    dtype = torch.float64
+    n, cuts = 50, [(0, 17), (17, 36), (36, 50)]
+    layer = AttnLayer(12, 4, 2, 8, dtype)
+    x = torch.randn(n, 12, dtype=dtype, requires_grad=True)
+    g = torch.randn(n, 32, dtype=dtype)
+    kv = SequenceKV(n, 2, 8, dtype)
+    outs = []
+    for a, b in cuts:
+        segs = [Segment(0, a, b - a, kv)]
+        xs = x[a:b]
+        if mode == "twice":
+            layer(xs, segs, backend)  # a first forward whose graph is dropped
+            o = layer(xs, segs, backend)
+        else:
+            o = torch.utils.checkpoint.checkpoint(
+                layer, xs, segs, backend, use_reentrant=(mode == "checkpoint_reentrant"))
+        outs.append(o)
+    for (a, b), o in reversed(list(zip(cuts, outs))):
+        o.backward(g[a:b])
+    got = [x.grad.clone()] + [p.grad.clone() for p in layer.parameters()]
+    x.grad = None
+    layer.zero_grad()
+    q, k, v = layer.qkv(x)
+    reference(q, k, v, 8 ** -0.5).flatten(1).backward(g)
+    want = [x.grad] + [p.grad for p in layer.parameters()]
+    for a, b in zip(got, want):
+        assert rel_err(a, b) < 1e-9
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_uncovered_rows_and_default_scale(backend):
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = make_seq(10, 2, 2, 4, torch.float64, gen)
+    out = chunk_attention(q, k, v, [Segment(2, 0, 5)], backend=backend)  # scale 1/sqrt(4)
+    assert not out[:2].any() and not out[7:].any()
+    ref = reference(q[2:7], k[2:7], v[2:7], 0.5)
+    assert rel_err(out[2:7], ref) < 1e-12
+    out.sum().backward()
+    assert not q.grad[:2].any() and not k.grad[7:].any()
+
+
+def test_inference_without_grad_writes_buffer():
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (t.detach() for t in make_seq(12, 2, 1, 4, torch.float32, gen))
+    kv = SequenceKV(12, 1, 4, torch.float32)
+    with torch.no_grad():
+        o1 = chunk_attention(q[:5], k[:5], v[:5], [Segment(0, 0, 5, kv)])
+        o2 = chunk_attention(q[5:], k[5:], v[5:], [Segment(0, 5, 7, kv)])
+    assert not o1.requires_grad
+    assert rel_err(torch.cat([o1, o2]), reference(q, k, v, 0.5)) < 1e-5
+    assert torch.equal(kv.k, k)
+
+
+def test_errors():
+    q, k, v = torch.randn(8, 4, 4), torch.randn(8, 2, 4), torch.randn(8, 2, 4)
+    kv = SequenceKV(8, 2, 4, torch.float32)
+    with pytest.raises(RuntimeError, match="no K/V buffer"):
+        chunk_attention(q, k, v, [Segment(0, 3, 5)])
+    with pytest.raises(RuntimeError, match="overlap"):
+        chunk_attention(q, k, v, [Segment(0, 0, 5), Segment(4, 0, 4)])
+    with pytest.raises(RuntimeError, match="out of range"):
+        chunk_attention(q, k, v, [Segment(4, 0, 5)])
+    with pytest.raises(RuntimeError, match="beyond its K/V buffer"):
+        chunk_attention(q, k, v, [Segment(0, 4, 5, kv)])
+    with pytest.raises(RuntimeError, match="one K/V buffer"):
+        chunk_attention(q, k, v, [Segment(0, 0, 2, kv), Segment(2, 2, 2, kv)])
+    with pytest.raises(RuntimeError, match="multiple of kv_heads"):
+        chunk_attention(torch.randn(8, 3, 4), k, v, [Segment(0, 0, 8)])
+    with pytest.raises(RuntimeError, match="does not match"):
+        chunk_attention(q, k, v, [Segment(0, 0, 8, SequenceKV(8, 1, 4, torch.float32))])
+    with pytest.raises(RuntimeError, match="dtype"):
+        chunk_attention(q, k, v, [Segment(0, 0, 8, SequenceKV(8, 2, 4, torch.float64))])
+    with pytest.raises(ValueError, match="backend"):
+        chunk_attention(q, k, v, [Segment(0, 0, 8)], backend="cuda")
+
+
+def test_sequence_kv_binding():
+    kv = SequenceKV(16, 2, 8, torch.float64)
+    assert (kv.seq_length, kv.kv_heads, kv.head_dim) == (16, 2, 8)
+    assert kv.k.shape == (16, 2, 8) and kv.dk.dtype == torch.float64
+    assert not kv.k.requires_grad and not kv.dk.any()
+    assert kv.nbytes == 4 * 16 * 2 * 8 * 8
+    kv.dk.fill_(1.0)
+    kv.zero_grad()
+    assert not kv.dk.any()
+    s = Segment(3, 4, 5, kv)
+    assert s.end == 9 and s.kv is kv
+    assert Segment(0, 0, 2).kv is None

@@ -1,0 +1,75 @@
+#pragma once
+// Random small planning instances shared by the plan tests: a skewed length mix (mostly short,
+// sometimes a few long) and a memory budget between "barely above the model state" and "the
+// whole step's activations fit", so that no recompute, some and infeasible all occur.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/cost/hardware.h"
+#include "infinipipe/cost/model_shape.h"
+#include "infinipipe/plan/planner.h"
+
+namespace infinipipe::testing {
+
+struct Instance {
+  std::vector<int64_t> lengths;
+  CostModel cost;
+  PlannerOptions options;
+  std::string description;
+};
+
+inline std::vector<int64_t> random_lengths(std::mt19937_64& rng, int max_sequences,
+                                           int64_t max_length) {
+  std::uniform_int_distribution<int> count(1, max_sequences);
+  std::lognormal_distribution<double> short_length(std::log(double(max_length) / 64), 1.0);
+  std::uniform_int_distribution<int64_t> long_length(max_length / 4, max_length);
+  std::bernoulli_distribution is_long(0.15);
+  std::vector<int64_t> lengths(count(rng));
+  for (int64_t& n : lengths) {
+    const double drawn = is_long(rng) ? double(long_length(rng)) : short_length(rng);
+    n = std::clamp<int64_t>(static_cast<int64_t>(drawn), 1, max_length);
+  }
+  return lengths;
+}
+
+// Memory of the whole step held at once on the busiest stage, without recompute: an upper end
+// for budgets that still make the planner work.
+inline double all_activations_bytes(const std::vector<int64_t>& lengths, const CostModel& cost) {
+  Chunk all;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    all.slices.push_back({static_cast<int>(i), 0, lengths[i], lengths[i]});
+  double most = 0;
+  for (int p = 0; p < cost.num_stages(); ++p)
+    most = std::max(most, cost.model_state_bytes(p) + cost.activation_bytes(all, p, 0) +
+                              cost.backward_workspace_bytes(all, p));
+  return most;
+}
+
+inline Instance random_instance(std::mt19937_64& rng) {
+  Instance inst;
+  const bool tiny = std::bernoulli_distribution(0.5)(rng);
+  const ModelShape shape = ModelShape::builtin(tiny ? "tiny" : "llama-13b");
+  const int stages = std::uniform_int_distribution<int>(2, 8)(rng);
+  inst.cost = CostModel::analytic(shape, Hardware::builtin("a800"), stages);
+  inst.lengths = random_lengths(rng, 20, tiny ? 8192 : 32768);
+  double state = 0;
+  for (int p = 0; p < stages; ++p) state = std::max(state, inst.cost.model_state_bytes(p));
+  const double full = all_activations_bytes(inst.lengths, inst.cost);
+  const double fraction = std::uniform_real_distribution<double>(0.05, 1.2)(rng);
+  inst.options.num_stages = stages;
+  inst.options.memory_budget_bytes = state + fraction * (full - state);
+  inst.options.max_k = 8;
+  inst.options.checkpoint_time_limit_s = 0.05;
+  inst.description = shape.name + ", " + std::to_string(stages) + " stages, " +
+                     std::to_string(inst.lengths.size()) + " sequences, budget fraction " +
+                     std::to_string(fraction) + ", lengths";
+  for (int64_t n : inst.lengths) inst.description += " " + std::to_string(n);
+  return inst;
+}
+
+}  // namespace infinipipe::testing

@@ -1,0 +1,186 @@
+// Plan serialisation: JSON round trip, the stable hash ranks compare, and errors on malformed
+// plan JSON that name the field.
+#include "infinipipe/plan/plan.h"
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/plan/planner.h"
+
+namespace infinipipe {
+namespace {
+
+Plan small_plan() {
+  const CostModel cost =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  PlannerOptions options;
+  options.num_stages = 2;
+  options.memory_budget_bytes = 1e12;
+  options.max_k = 4;
+  PlanResult r = plan_epp({3000, 200, 150, 90, 40}, cost, options);
+  EXPECT_TRUE(r.feasible) << r.reason;
+  return r.plan;
+}
+
+void expect_error_naming(const nlohmann::json& j, const std::string& field) {
+  try {
+    j.get<Plan>();
+    ADD_FAILURE() << "no error for malformed \"" << field << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos)
+        << "message does not name \"" << field << "\": " << e.what();
+  }
+}
+
+TEST(Method, NamesRoundTrip) {
+  for (Method m : all_methods()) EXPECT_EQ(parse_method(to_string(m)), m);
+  EXPECT_EQ(all_methods().size(), 4u);
+  try {
+    parse_method("gpipe");
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("seq1f1b"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Plan, JsonRoundTripKeepsEverything) {
+  const Plan plan = small_plan();
+  ASSERT_FALSE(plan.chunks.empty());
+  const nlohmann::json j = plan;
+  const Plan back = nlohmann::json::parse(j.dump()).get<Plan>();
+  EXPECT_EQ(back.method, plan.method);
+  EXPECT_EQ(back.setting, plan.setting);
+  EXPECT_EQ(back.lengths, plan.lengths);
+  ASSERT_EQ(back.chunks.size(), plan.chunks.size());
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    ASSERT_EQ(back.chunks[c].slices.size(), plan.chunks[c].slices.size());
+    for (size_t i = 0; i < plan.chunks[c].slices.size(); ++i) {
+      const Slice& a = plan.chunks[c].slices[i];
+      const Slice& b = back.chunks[c].slices[i];
+      EXPECT_EQ(std::tie(a.seq, a.start, a.end, a.seq_length),
+                std::tie(b.seq, b.start, b.end, b.seq_length));
+    }
+  }
+  EXPECT_EQ(back.waves, plan.waves);
+  EXPECT_EQ(back.schedule.text(), plan.schedule.text());
+  EXPECT_EQ(back.recompute, plan.recompute);
+  EXPECT_EQ(back.layers_per_stage, plan.layers_per_stage);
+  EXPECT_DOUBLE_EQ(back.step_time_s, plan.step_time_s);
+  EXPECT_EQ(back.peak_memory_bytes, plan.peak_memory_bytes);
+  EXPECT_EQ(back.checkpoint_solver, plan.checkpoint_solver);
+  EXPECT_EQ(back.hash(), plan.hash());
+}
+
+TEST(Plan, SaveAndLoadFile) {
+  const Plan plan = small_plan();
+  const std::string path = ::testing::TempDir() + "plan_roundtrip.json";
+  save_plan(plan, path);
+  EXPECT_EQ(load_plan(path).hash(), plan.hash());
+  std::remove(path.c_str());
+  try {
+    load_plan(path);
+    FAIL() << "expected Error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(Plan, HashIsStableAndSixteenHexDigits) {
+  const Plan plan = small_plan();
+  const std::string h = plan.hash();
+  ASSERT_EQ(h.size(), 16u);
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos) << h;
+  EXPECT_EQ(small_plan().hash(), h);  // planning again gives the same executable plan
+  Plan copy = plan;
+  EXPECT_EQ(copy.hash(), h);
+  // Predictions are not part of what ranks execute.
+  copy.step_time_s += 1;
+  copy.plan_ms += 5;
+  copy.peak_memory_bytes.push_back(1);
+  copy.checkpoint_solver = "other";
+  EXPECT_EQ(copy.hash(), h);
+}
+
+TEST(Plan, AnyExecutableChangeChangesTheHash) {
+  const Plan plan = small_plan();
+  ASSERT_FALSE(plan.recompute.empty());
+  const std::vector<std::pair<std::string, std::function<void(Plan&)>>> edits = {
+      {"method", [](Plan& p) { p.method = Method::kBatch; }},
+      {"lengths", [](Plan& p) { p.lengths.back() += 1; }},
+      {"slice end", [](Plan& p) { p.chunks.back().slices.back().end -= 1; }},
+      {"chunk order", [](Plan& p) { std::swap(p.chunks.front(), p.chunks.back()); }},
+      {"waves", [](Plan& p) { p.waves.push_back({}); }},
+      {"schedule", [](Plan& p) { std::swap(p.schedule.stages[0].front(), p.schedule.stages[0].back()); }},
+      {"recompute", [](Plan& p) { p.recompute[0][0] += 1; }},
+      {"layers", [](Plan& p) { p.layers_per_stage[0] += 1; p.layers_per_stage[1] -= 1; }},
+  };
+  std::set<std::string> seen = {plan.hash()};
+  for (const auto& [name, edit] : edits) {
+    Plan changed = plan;
+    edit(changed);
+    EXPECT_TRUE(seen.insert(changed.hash()).second) << "edit of " << name << " kept a hash";
+  }
+}
+
+TEST(Plan, MalformedJsonNamesTheField) {
+  const nlohmann::json good = small_plan();
+  for (const char* field : {"method", "lengths", "chunks", "waves", "schedule", "recompute",
+                            "layers_per_stage"}) {
+    nlohmann::json j = good;
+    j.erase(field);
+    expect_error_naming(j, field);
+    j = good;
+    j[field] = "not this";
+    expect_error_naming(j, field);
+  }
+  nlohmann::json j = good;
+  j["lengths"][0] = 0;
+  expect_error_naming(j, "lengths");
+  j = good;
+  j["chunks"][0][0] = {0, 1};
+  expect_error_naming(j, "chunks");
+  j = good;
+  j["chunks"][0][0][0] = 999;
+  expect_error_naming(j, "chunks");
+  j = good;
+  j["recompute"][0].push_back(0);
+  expect_error_naming(j, "recompute");
+  j = good;
+  j["recompute"][0][0] = 1000;
+  expect_error_naming(j, "recompute");
+  j = good;
+  j["waves"][0].push_back(1000);
+  expect_error_naming(j, "waves");
+  j = good;
+  j["method"] = "gpipe";
+  expect_error_naming(j, "method");
+  // The hash guards the executable part against edits made after the plan was written.
+  j = good;
+  j["recompute"][0][0] = j["recompute"][0][0].get<int>() == 0 ? 1 : 0;
+  expect_error_naming(j, "hash");
+}
+
+TEST(Plan, BadFileIsReportedWithItsName) {
+  const std::string path = ::testing::TempDir() + "plan_bad.json";
+  {
+    std::ofstream out(path);
+    out << "{\"method\": \"epp\", ";
+  }
+  try {
+    load_plan(path);
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace infinipipe

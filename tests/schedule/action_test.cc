@@ -1,0 +1,171 @@
+#include "infinipipe/schedule/action.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+#include "infinipipe/schedule/scheduler.h"
+#include "schedule/test_chunks.h"
+
+namespace infinipipe {
+namespace {
+
+const ActionType kAllTypes[] = {ActionType::kForward,     ActionType::kBackward,     ActionType::kSendForward,
+                                ActionType::kRecvForward, ActionType::kSendBackward, ActionType::kRecvBackward};
+
+TEST(Action, TextFormsAreTheDocumentedOnes) {
+  EXPECT_EQ((Action{ActionType::kForward, 3}).text(), "F3");
+  EXPECT_EQ((Action{ActionType::kBackward, 3}).text(), "B3");
+  EXPECT_EQ((Action{ActionType::kSendForward, 3}).text(), "SEND_F3");
+  EXPECT_EQ((Action{ActionType::kRecvForward, 3}).text(), "RECV_F3");
+  EXPECT_EQ((Action{ActionType::kSendBackward, 3}).text(), "SEND_B3");
+  EXPECT_EQ((Action{ActionType::kRecvBackward, 12}).text(), "RECV_B12");
+}
+
+TEST(Action, TextRoundTripsForEveryType) {
+  for (ActionType type : kAllTypes) {
+    for (int chunk : {0, 1, 9, 10, 4711, 999999999}) {
+      const Action a{type, chunk};
+      EXPECT_EQ(Action::parse(a.text()), a) << a.text();
+    }
+  }
+}
+
+TEST(Action, ParseRejectsWhatIsNotATextForm) {
+  for (const char* bad : {"", "F", "B", "SEND_F", "X3", "F-1", "F+1", "F3x", "f3", "send_f3", "SEND_3", "SEND_X3",
+                          " F3", "F3 ", "F 3", "RECV_F3.0", "F9999999999"}) {
+    EXPECT_THROW(Action::parse(bad), Error) << '"' << bad << '"';
+  }
+  try {
+    Action::parse("SEND_X3");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"SEND_X3\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(Action, PeerIsTheNeighbourTheMessageGoesToOrComesFrom) {
+  EXPECT_EQ((Action{ActionType::kSendForward, 0}).peer(2), 3);
+  EXPECT_EQ((Action{ActionType::kRecvForward, 0}).peer(2), 1);
+  EXPECT_EQ((Action{ActionType::kSendBackward, 0}).peer(2), 1);
+  EXPECT_EQ((Action{ActionType::kRecvBackward, 0}).peer(2), 3);
+  EXPECT_THROW((Action{ActionType::kForward, 0}).peer(2), Error);
+  EXPECT_THROW((Action{ActionType::kBackward, 0}).peer(2), Error);
+}
+
+TEST(Action, PredicatesPartitionTheTypes) {
+  for (ActionType type : kAllTypes) {
+    const Action a{type, 0};
+    EXPECT_EQ(int(a.is_compute()) + int(a.is_send()) + int(a.is_recv()), 1) << a.text();
+  }
+}
+
+Schedule small_schedule() {
+  Schedule s;
+  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"), Action::parse("B0")},
+              {Action::parse("RECV_F0"), Action::parse("F0"), Action::parse("B0"), Action::parse("SEND_B0")}};
+  return s;
+}
+
+TEST(Schedule, TextIsOneLinePerStage) {
+  EXPECT_EQ(small_schedule().text(), "stage 0: F0 SEND_F0 RECV_B0 B0\nstage 1: RECV_F0 F0 B0 SEND_B0\n");
+}
+
+TEST(Schedule, JsonRoundTripsGeneratedSchedules) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    testing::Step step = testing::random_step(rng);
+    ScheduleOptions options;
+    options.num_stages = 1 + trial % 5;
+    options.kind = trial % 2 ? ScheduleKind::kGPipe : ScheduleKind::kOneFOneB;
+    const Schedule s = build_schedule(step.chunks, step.waves, options);
+    const nlohmann::json j = s;
+    const Schedule back = nlohmann::json::parse(j.dump()).get<Schedule>();
+    ASSERT_EQ(back.stages, s.stages) << s.text();
+  }
+}
+
+TEST(Schedule, JsonHasTheDocumentedShape) {
+  const nlohmann::json j = small_schedule();
+  EXPECT_EQ(j, nlohmann::json::parse(
+                   R"({"stages": [["F0","SEND_F0","RECV_B0","B0"],["RECV_F0","F0","B0","SEND_B0"]]})"));
+}
+
+std::string json_error(const std::string& text) {
+  try {
+    nlohmann::json::parse(text).get<Schedule>();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Schedule, JsonErrorsSayWhereTheProblemIs) {
+  EXPECT_NE(json_error(R"([["F0"]])").find("\"stages\""), std::string::npos);
+  EXPECT_NE(json_error(R"({"steps": []})").find("\"stages\""), std::string::npos);
+  EXPECT_NE(json_error(R"({"stages": {"a": 1}})").find("not an array"), std::string::npos);
+  EXPECT_NE(json_error(R"({"stages": [["F0"], "F1"]})").find("stages[1] is"), std::string::npos);
+  const std::string bad_type = json_error(R"({"stages": [["F0", 3]]})");
+  EXPECT_NE(bad_type.find("stages[0][1]"), std::string::npos) << bad_type;
+  const std::string bad_text = json_error(R"({"stages": [["F0"], ["RECV_F0", "F0", "SEND_Q0"]]})");
+  EXPECT_NE(bad_text.find("stages[1][2]"), std::string::npos) << bad_text;
+  EXPECT_NE(bad_text.find("SEND_Q0"), std::string::npos) << bad_text;
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST(Schedule, GridMarksExactlyTheRequestedCell) {
+  std::mt19937_64 rng(5);
+  testing::Step step = testing::random_step(rng);
+  ScheduleOptions options;
+  options.num_stages = 3;
+  const Schedule s = build_schedule(step.chunks, step.waves, options);
+  EXPECT_EQ(occurrences(s.grid(), ">>"), 0u);
+  for (int stage = 0; stage < 3; ++stage) {
+    for (int index : {0, static_cast<int>(s.stages[stage].size()) / 2, static_cast<int>(s.stages[stage].size()) - 1}) {
+      const std::string grid = s.grid(stage, index);
+      ASSERT_EQ(occurrences(grid, ">>"), 1u) << grid;
+      const std::vector<std::string> rows = lines(grid);
+      // Header, then one row per step: the marked row is row `index`, and the mark sits at the
+      // start of the stage's column, right before the action's text.
+      const std::string& row = rows.at(index + 1);
+      const size_t mark = row.find(">>");
+      ASSERT_NE(mark, std::string::npos) << grid;
+      EXPECT_EQ(std::stoi(row.substr(0, row.find('|'))), index) << grid;
+      EXPECT_EQ(rows[0].find("stage " + std::to_string(stage)), mark + 2) << grid;
+      const size_t text_end = row.find_first_of(" |", mark + 2);
+      EXPECT_EQ(row.substr(mark + 2, text_end == std::string::npos ? std::string::npos : text_end - mark - 2),
+                s.stages[stage][index].text())
+          << grid;
+      // Every other row is as in the unmarked grid.
+      const std::vector<std::string> plain = lines(s.grid());
+      ASSERT_EQ(plain.size(), rows.size());
+      for (size_t r = 0; r < rows.size(); ++r)
+        if (static_cast<int>(r) != index + 1) EXPECT_EQ(rows[r], plain[r]);
+    }
+  }
+}
+
+TEST(Schedule, GridMarksAMissingStepPastTheEnd) {
+  const Schedule s = small_schedule();
+  const std::string grid = s.grid(1, 4);
+  EXPECT_EQ(occurrences(grid, ">>"), 1u);
+  EXPECT_NE(lines(grid).at(5).find(">>(end)"), std::string::npos) << grid;
+}
+
+}  // namespace
+}  // namespace infinipipe

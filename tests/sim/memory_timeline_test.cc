@@ -1,0 +1,98 @@
+#include "infinipipe/sim/memory_timeline.h"
+
+#include <gtest/gtest.h>
+
+#include "infinipipe/common/error.h"
+#include "sim/sim_fixtures.h"
+
+namespace infinipipe {
+namespace {
+
+using test::B;
+using test::F;
+
+// Sequence 0 (300 tokens) split into three slices, chunks 0..2; chunks 3 and 4 are whole
+// short sequences.
+std::vector<Chunk> split_and_packed() {
+  return {Chunk{{Slice{0, 0, 100, 300}}}, Chunk{{Slice{0, 100, 200, 300}}},
+          Chunk{{Slice{0, 200, 300, 300}}}, test::whole(1, 40), test::whole(2, 30)};
+}
+
+TEST(MemoryTimeline, SplitSequenceBuffersOpenAndClose) {
+  CostModel cost = test::simple_cost({2});
+  std::vector<Chunk> chunks = split_and_packed();
+  // Chunk 3 goes first (no buffer yet), then the split sequence's slices ascending, backwards
+  // in reverse; chunk 4 runs after the split sequence is gone.
+  Schedule s;
+  s.stages = {{F(3), F(0), F(1), F(2), B(3), B(2), B(1), B(0), F(4), B(4)}};
+  std::vector<MemoryMoment> moments = memory_moments(s, 0, chunks, cost);
+
+  const double ms = cost.model_state_bytes(0);
+  const double kv = cost.kv_buffer_bytes(300, 0);  // and as much again for dK/dV
+  auto ws = [&](int c) { return cost.backward_workspace_bytes(chunks[c], 0); };
+  struct Expected {
+    int action_index;
+    double fixed;
+    std::vector<int> in_flight;
+  };
+  const std::vector<Expected> expected = {
+      {0, ms, {3}},
+      {1, ms + kv, {3, 0}},
+      {2, ms + kv, {3, 0, 1}},
+      {3, ms + kv, {3, 0, 1, 2}},
+      {4, ms + kv + ws(3), {3, 0, 1, 2}},           // whole chunk: no dK/dV yet
+      {5, ms + kv + kv + ws(2), {0, 1, 2}},         // the sequence's first backward opens dK/dV
+      {6, ms + kv + kv + ws(1), {0, 1}},
+      {7, ms + kv + kv + ws(0), {0}},               // its first slice: both buffers still there
+      {8, ms, {4}},                                 // ... and gone after it
+      {9, ms + ws(4), {4}},
+  };
+  ASSERT_EQ(moments.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE("moment " + std::to_string(i));
+    EXPECT_EQ(moments[i].action_index, expected[i].action_index);
+    EXPECT_DOUBLE_EQ(moments[i].fixed_bytes, expected[i].fixed);
+    EXPECT_EQ(moments[i].in_flight, expected[i].in_flight);
+  }
+}
+
+TEST(MemoryTimeline, SkipsCommunicationAndCountsEachStageOnItsOwn) {
+  CostModel cost = test::simple_cost({1, 1});
+  std::vector<Chunk> chunks = test::equal_chunks(3, 10);
+  Schedule s = test::one_f_one_b(2, 3);
+  for (int p = 0; p < 2; ++p) {
+    std::vector<MemoryMoment> moments = memory_moments(s, p, chunks, cost);
+    ASSERT_EQ(moments.size(), 6u);
+    for (const MemoryMoment& m : moments) {
+      EXPECT_TRUE(s.stages[p][m.action_index].is_compute());
+      EXPECT_GE(m.fixed_bytes, cost.model_state_bytes(p));
+    }
+  }
+  // Stage 0 warms up with one forward, so it holds two chunks; the last stage never more than one.
+  EXPECT_EQ(memory_moments(s, 0, chunks, cost)[1].in_flight.size(), 2u);
+  for (const MemoryMoment& m : memory_moments(s, 1, chunks, cost)) EXPECT_EQ(m.in_flight.size(), 1u);
+}
+
+TEST(MemoryTimeline, MomentBytesAddTheActivationsWithTheirRecompute) {
+  CostModel cost = test::simple_cost({3});
+  std::vector<Chunk> chunks = split_and_packed();
+  MemoryMoment moment;
+  moment.fixed_bytes = 1234;
+  moment.in_flight = {3, 0, 1};
+  Recompute recompute = {{2, 1, 0, 3, 0}};
+  double expected = 1234 + cost.activation_bytes(chunks[3], 0, 3) + cost.activation_bytes(chunks[0], 0, 2) +
+                    cost.activation_bytes(chunks[1], 0, 1);
+  EXPECT_DOUBLE_EQ(moment_bytes(moment, 0, chunks, cost, recompute), expected);
+  // Recomputing can only lower a moment (checkpointed layers keep their input only).
+  EXPECT_LT(moment_bytes(moment, 0, chunks, cost, recompute), moment_bytes(moment, 0, chunks, cost, {}));
+}
+
+TEST(MemoryTimeline, RejectsAStageOutsideTheSchedule) {
+  CostModel cost = test::simple_cost({1});
+  Schedule s;
+  s.stages = {{F(0), B(0)}};
+  EXPECT_THROW(memory_moments(s, 1, test::equal_chunks(1, 10), cost), Error);
+}
+
+}  // namespace
+}  // namespace infinipipe

@@ -1,0 +1,356 @@
+#include "infinipipe/sim/simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "infinipipe/common/error.h"
+#include "infinipipe/sim/memory_timeline.h"
+#include "sim/sim_fixtures.h"
+
+namespace infinipipe {
+namespace {
+
+using test::B;
+using test::F;
+
+const SimEvent* find_event(const SimResult& r, int stage, const std::string& name) {
+  for (const SimEvent& e : r.events)
+    if (e.stage == stage && e.name == name) return &e;
+  return nullptr;
+}
+
+TEST(Simulator, OneStageStepTimeIsTheSumOfItsCompute) {
+  // 3 layers, 1 ms per token per layer forward, backward twice that: chunks of 10, 25 and 7
+  // tokens take 3 * 42 * 1 ms forward and twice that backward, 0.378 s in all.
+  CostModel cost = test::simple_cost({3});
+  std::vector<Chunk> chunks = {test::whole(0, 10), test::whole(1, 25), test::whole(2, 7)};
+  Schedule s;
+  s.stages = {{F(0), F(1), B(0), F(2), B(1), B(2)}};
+  SimResult r = simulate(s, chunks, cost, {}, {});
+  EXPECT_NEAR(r.step_time_s, 0.378, 1e-12);
+  EXPECT_NEAR(r.busy_s[0], 0.378, 1e-12);
+  EXPECT_NEAR(r.bubble_fraction[0], 0.0, 1e-12);
+  EXPECT_EQ(r.events.size(), 6u);
+}
+
+// Uniform stages (2 layers each, no embedding or head time), equal chunks of 50 tokens:
+// tf = 2 * 50 * 1 ms = 0.1 s, tb = 0.2 s, free point-to-point.
+constexpr double kTf = 0.1, kTb = 0.2;
+
+TEST(Simulator, OneFOneBMatchesTheClassicFormula) {
+  for (int d : {1, 2, 3, 4, 8}) {
+    for (int m : {1, 2, d, 2 * d + 1, 3 * d}) {
+      CostModel cost = test::simple_cost(std::vector<int>(d, 2));
+      SimResult r = simulate(test::one_f_one_b(d, m), test::equal_chunks(m, 50), cost, {}, {});
+      EXPECT_NEAR(r.step_time_s, (m + d - 1) * (kTf + kTb), 1e-9) << "d=" << d << " m=" << m;
+      double expected_bubble = (d - 1.0) / (m + d - 1.0);
+      for (int p = 0; p < d; ++p) EXPECT_NEAR(r.bubble_fraction[p], expected_bubble, 1e-9);
+    }
+  }
+}
+
+TEST(Simulator, GPipeMatchesTheClassicFormula) {
+  for (int d : {1, 2, 4, 8}) {
+    for (int m : {1, 3, 2 * d}) {
+      CostModel cost = test::simple_cost(std::vector<int>(d, 2));
+      SimResult r = simulate(test::gpipe(d, m), test::equal_chunks(m, 50), cost, {}, {});
+      EXPECT_NEAR(r.step_time_s, (m + d - 1) * (kTf + kTb), 1e-9) << "d=" << d << " m=" << m;
+    }
+  }
+}
+
+TEST(Simulator, PointToPointTimeAddsOnTheCriticalPath) {
+  // Stage layers 1 and 3, one chunk of 10 tokens, 0.5 ms per token on the link:
+  // tf0 10 ms + p2p 5 ms + tf1 30 ms + tb1 60 ms + p2p 5 ms + tb0 20 ms = 130 ms.
+  CostModel cost = test::simple_cost({1, 3}, 0.5e-3);
+  SimResult r = simulate(test::one_f_one_b(2, 1), {test::whole(0, 10)}, cost, {}, {});
+  EXPECT_NEAR(r.step_time_s, 0.130, 1e-12);
+  const SimEvent* send = find_event(r, 0, "SEND_F0");
+  ASSERT_NE(send, nullptr);
+  EXPECT_EQ(send->category, "send");
+  EXPECT_NEAR(send->start_s, 0.010, 1e-12);
+  EXPECT_NEAR(send->end_s, 0.015, 1e-12);
+  EXPECT_NEAR(find_event(r, 1, "F0")->start_s, 0.015, 1e-12);
+  EXPECT_NEAR(find_event(r, 0, "B0")->start_s, 0.110, 1e-12);
+}
+
+TEST(Simulator, TransfersOnOneLinkAreSerialised) {
+  // Stage 0 forwards two 10-token chunks in 10 ms each; each transfer takes 50 ms. The second
+  // transfer waits for the link: it starts at 60 ms (not 20) and lands at 110 ms.
+  CostModel cost = test::simple_cost({1, 1}, 5e-3);
+  Schedule s;
+  s.stages = {{F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}},
+              {Action{ActionType::kRecvForward, 0}, Action{ActionType::kRecvForward, 1}, F(0), F(1)}};
+  SimResult r = simulate(s, test::equal_chunks(2, 10), cost, {}, {});
+  EXPECT_NEAR(find_event(r, 0, "SEND_F1")->start_s, 0.060, 1e-12);
+  EXPECT_NEAR(find_event(r, 1, "F1")->start_s, 0.110, 1e-12);
+  EXPECT_NEAR(r.step_time_s, 0.120, 1e-12);
+}
+
+TEST(Simulator, SendWaitsUntilThePeerPostsItsReceive) {
+  // Stage 1 posts RECV_F1 only after its F0, at 10 (F0 on stage 0) + 50 (link) + 10 = 70 ms,
+  // so stage 0 is held in SEND_F1 until then and its F2 starts at 70 ms, not 20 ms.
+  CostModel cost = test::simple_cost({1, 1}, 5e-3);
+  Schedule s;
+  s.stages = {{F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}, F(2)},
+              {Action{ActionType::kRecvForward, 0}, F(0), Action{ActionType::kRecvForward, 1}, F(1)}};
+  SimResult r = simulate(s, test::equal_chunks(3, 10), cost, {}, {});
+  EXPECT_NEAR(find_event(r, 0, "F2")->start_s, 0.070, 1e-12);
+  EXPECT_NEAR(find_event(r, 1, "F1")->start_s, 0.120, 1e-12);
+}
+
+TEST(Simulator, RecomputeAddsItsLayerTimeAndShowsAsAnEvent) {
+  // 4 layers, one 10-token chunk: forward 40 ms, backward 80 ms, recomputing 3 layers adds
+  // 3 * 10 ms before the backward proper.
+  CostModel cost = test::simple_cost({4});
+  Schedule s;
+  s.stages = {{F(0), B(0)}};
+  SimResult r = simulate(s, {test::whole(0, 10)}, cost, Recompute{{3}}, {});
+  EXPECT_NEAR(r.step_time_s, 0.150, 1e-12);
+  EXPECT_NEAR(r.recompute_s[0], 0.030, 1e-12);
+  EXPECT_NEAR(r.busy_s[0], 0.150, 1e-12);
+  const SimEvent* rec = find_event(r, 0, "recompute B0");
+  const SimEvent* bwd = find_event(r, 0, "B0");
+  ASSERT_NE(rec, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_EQ(rec->category, "recompute");
+  EXPECT_NEAR(rec->start_s, 0.040, 1e-12);
+  EXPECT_NEAR(rec->end_s, 0.070, 1e-12);
+  EXPECT_NEAR(bwd->start_s, 0.070, 1e-12);
+  EXPECT_NEAR(bwd->end_s, 0.150, 1e-12);
+}
+
+TEST(Simulator, RecomputeOnTheLastBackwardOfStageZeroDelaysTheStep) {
+  const int d = 2, m = 3;
+  CostModel cost = test::simple_cost({2, 2});
+  std::vector<Chunk> chunks = test::equal_chunks(m, 50);
+  SimResult plain = simulate(test::one_f_one_b(d, m), chunks, cost, {}, {});
+  Recompute recompute(d, std::vector<int>(m, 0));
+  recompute[0][m - 1] = 1;
+  SimResult with = simulate(test::one_f_one_b(d, m), chunks, cost, recompute, {});
+  EXPECT_NEAR(with.step_time_s - plain.step_time_s, cost.layer_forward_time(chunks[m - 1]), 1e-12);
+  EXPECT_NEAR(with.total_recompute_s(), cost.layer_forward_time(chunks[m - 1]), 1e-12);
+}
+
+TEST(Simulator, PeakMemoryOfTwoStageOneFOneB) {
+  // Stage 0 runs F0 F1 B0 F2 B1 F3 B2 B3: two chunks in flight from F1 on; its peak is during
+  // a backward with two chunks held. Stage 1 alternates F and B: one chunk at a time.
+  CostModel cost = test::simple_cost({2, 2});
+  std::vector<Chunk> chunks = test::equal_chunks(4, 10);
+  SimResult r = simulate(test::one_f_one_b(2, 4), chunks, cost, {}, {});
+  const double act0 = cost.activation_bytes(chunks[0], 0, 0), act1 = cost.activation_bytes(chunks[0], 1, 0);
+  const double ws0 = cost.backward_workspace_bytes(chunks[0], 0);
+  const double ws1 = cost.backward_workspace_bytes(chunks[0], 1);
+  const double ms0 = cost.model_state_bytes(0), ms1 = cost.model_state_bytes(1);
+  EXPECT_DOUBLE_EQ(r.peak_memory_bytes[0], ms0 + 2 * act0 + ws0);
+  EXPECT_DOUBLE_EQ(r.peak_memory_bytes[1], ms1 + act1 + ws1);
+
+  std::vector<double> expected0 = {ms0 + act0,           ms0 + 2 * act0, ms0 + 2 * act0 + ws0,
+                                   ms0 + 2 * act0,       ms0 + 2 * act0 + ws0, ms0 + 2 * act0,
+                                   ms0 + 2 * act0 + ws0, ms0 + act0 + ws0};
+  ASSERT_EQ(r.memory[0].size(), expected0.size());
+  const std::vector<std::string> names = {"F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"};
+  for (size_t i = 0; i < expected0.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r.memory[0][i].second, expected0[i]) << i;
+    const SimEvent* e = find_event(r, 0, names[i]);
+    EXPECT_DOUBLE_EQ(r.memory[0][i].first, names[i][0] == 'F' ? e->end_s : e->start_s) << names[i];
+  }
+}
+
+TEST(Simulator, OverBudgetNamesTheStageTheMomentAndTheBytes) {
+  // Activations large enough for GiB figures: 1e8 bytes per token per layer.
+  CostCoefficients c = test::simple_coefficients();
+  c.activation_bytes = 1e8;
+  CostModel cost(test::small_shape(4), {2, 2}, c);
+  std::vector<Chunk> chunks = test::equal_chunks(4, 10);
+  Schedule s = test::one_f_one_b(2, 4);
+  SimResult free_run = simulate(s, chunks, cost, {}, {});
+  EXPECT_FALSE(free_run.over_budget);
+  // Stage 0 holds two chunks, stage 1 one: stage 0 peaks higher.
+  ASSERT_GT(free_run.peak_memory_bytes[0], free_run.peak_memory_bytes[1]);
+
+  SimOptions options;
+  options.memory_budget_bytes = (free_run.peak_memory_bytes[0] + free_run.peak_memory_bytes[1]) / 2;
+  SimResult r = simulate(s, chunks, cost, {}, options);
+  ASSERT_TRUE(r.over_budget);
+  EXPECT_NE(r.over_budget_message.find("stage 0"), std::string::npos) << r.over_budget_message;
+  EXPECT_EQ(r.over_budget_message.find("stage 1"), std::string::npos) << r.over_budget_message;
+  EXPECT_NE(r.over_budget_message.find("B0"), std::string::npos) << r.over_budget_message;  // first peak moment
+  char peak[32], budget[32];
+  std::snprintf(peak, sizeof peak, "%.2f GiB", r.peak_memory_bytes[0] / (1024.0 * 1024 * 1024));
+  std::snprintf(budget, sizeof budget, "%.2f GiB", options.memory_budget_bytes / (1024.0 * 1024 * 1024));
+  EXPECT_NE(r.over_budget_message.find(peak), std::string::npos) << r.over_budget_message;
+  EXPECT_NE(r.over_budget_message.find(budget), std::string::npos) << r.over_budget_message;
+
+  options.memory_budget_bytes = free_run.peak_memory_bytes[0];
+  EXPECT_FALSE(simulate(s, chunks, cost, {}, options).over_budget);
+}
+
+TEST(Simulator, DeadlockIsReportedWithTheStuckStepMarked) {
+  // Stage 0 waits for chunk 0's gradient before it sends chunk 0's activation.
+  CostModel cost = test::simple_cost({1, 1});
+  Schedule s;
+  s.stages = {{F(0), Action{ActionType::kRecvBackward, 0}, B(0), Action{ActionType::kSendForward, 0}},
+              {Action{ActionType::kRecvForward, 0}, F(0), B(0), Action{ActionType::kSendBackward, 0}}};
+  try {
+    simulate(s, {test::whole(0, 10)}, cost, {}, {});
+    FAIL() << "expected a deadlock";
+  } catch (const Error& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
+    EXPECT_NE(message.find(">>"), std::string::npos) << message;
+    EXPECT_NE(message.find("stage 0 is stuck at B0"), std::string::npos) << message;
+    EXPECT_NE(message.find("stage 1 is stuck at F0"), std::string::npos) << message;
+  }
+}
+
+TEST(Simulator, MessagesMatchInOrderOnALink) {
+  CostModel cost = test::simple_cost({1, 1});
+  Schedule s;
+  s.stages = {{F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}},
+              {Action{ActionType::kRecvForward, 1}, Action{ActionType::kRecvForward, 0}, F(0), F(1)}};
+  try {
+    simulate(s, test::equal_chunks(2, 10), cost, {}, {});
+    FAIL() << "expected a mismatch";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SEND_F0 meets RECV_F1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Simulator, RejectsAScheduleForAnotherPipeline) {
+  CostModel cost = test::simple_cost({1, 1, 1});
+  EXPECT_THROW(simulate(test::one_f_one_b(2, 2), test::equal_chunks(2, 10), cost, {}, {}), Error);
+}
+
+// Longest path through the compute dependencies alone (stage order, activations down,
+// gradients up), each compute starting as soon as they allow: a lower bound for the simulation
+// with free transfers (equal to it when no SEND waits for its RECV).
+std::vector<std::vector<double>> compute_only_end_times(const Schedule& s, const std::vector<Chunk>& chunks,
+                                                        const CostModel& cost, const Recompute& recompute) {
+  const int d = s.num_stages(), m = static_cast<int>(chunks.size());
+  std::vector<std::vector<double>> f_end(d, std::vector<double>(m, -1)), b_end = f_end;
+  std::vector<size_t> pc(d, 0);
+  std::vector<double> clock(d, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int p = 0; p < d; ++p) {
+      for (; pc[p] < s.stages[p].size(); ++pc[p]) {
+        const Action& a = s.stages[p][pc[p]];
+        if (!a.is_compute()) continue;
+        double ready = clock[p];
+        if (a.type == ActionType::kForward) {
+          if (p > 0 && f_end[p - 1][a.chunk] < 0) break;
+          if (p > 0) ready = std::max(ready, f_end[p - 1][a.chunk]);
+          clock[p] = f_end[p][a.chunk] = ready + cost.forward_time(chunks[a.chunk], p);
+        } else {
+          if (p < d - 1 && b_end[p + 1][a.chunk] < 0) break;
+          if (p < d - 1) ready = std::max(ready, b_end[p + 1][a.chunk]);
+          clock[p] = b_end[p][a.chunk] =
+              ready + cost.backward_time(chunks[a.chunk], p, recompute_layers(recompute, p, a.chunk));
+        }
+        moved = true;
+      }
+    }
+  }
+  return b_end;
+}
+
+// Random pipelines: the event times obey every dependency of the semantics, busy time is the
+// cost model's compute, memory equals the timeline's moments, and turning events off changes
+// nothing else.
+TEST(Simulator, RandomPipelinesRespectEveryDependency) {
+  std::mt19937_64 rng(20240531);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int d = std::uniform_int_distribution<int>(1, 6)(rng);
+    const int m = std::uniform_int_distribution<int>(1, 12)(rng);
+    std::vector<int> layers(d);
+    for (int& l : layers) l = std::uniform_int_distribution<int>(1, 3)(rng);
+    const double p2p = std::uniform_real_distribution<double>(0, 2e-3)(rng);
+    CostModel cost = test::simple_cost(layers, p2p);
+    std::vector<Chunk> chunks;
+    for (int c = 0; c < m; ++c) chunks.push_back(test::whole(c, std::uniform_int_distribution<int>(1, 100)(rng)));
+    Recompute recompute(d, std::vector<int>(m));
+    for (int p = 0; p < d; ++p)
+      for (int c = 0; c < m; ++c) recompute[p][c] = std::uniform_int_distribution<int>(0, layers[p])(rng);
+    const bool use_gpipe = trial % 3 == 0;
+    Schedule s = use_gpipe ? test::gpipe(d, m) : test::one_f_one_b(d, m);
+    SCOPED_TRACE("trial " + std::to_string(trial) + "\n" + s.text());
+
+    SimResult r = simulate(s, chunks, cost, recompute, {});
+    std::map<std::pair<int, std::string>, const SimEvent*> by_name;
+    double last_end = 0;
+    for (const SimEvent& e : r.events) {
+      by_name[{e.stage, e.name}] = &e;
+      EXPECT_LE(e.start_s, e.end_s);
+      last_end = std::max(last_end, e.end_s);
+    }
+    EXPECT_NEAR(r.step_time_s, last_end, 1e-12);
+    {
+      // With free transfers a compute can start no earlier than the compute-only longest path
+      // allows; it can start later when a SEND waits for its peer to post the RECV.
+      CostModel free_links = test::simple_cost(layers, 0);
+      SimResult z = simulate(s, chunks, free_links, recompute, {});
+      auto b_end = compute_only_end_times(s, chunks, free_links, recompute);
+      double longest = 0;
+      for (int c = 0; c < m; ++c) longest = std::max(longest, b_end[0][c]);
+      EXPECT_GE(z.step_time_s, longest - 1e-9);
+      EXPECT_LE(z.step_time_s, r.step_time_s + 1e-9);  // transfer time never shortens a step
+      for (const SimEvent& e : z.events)
+        if (e.category == "backward") EXPECT_GE(e.end_s, b_end[e.stage][std::stoi(e.name.substr(1))] - 1e-9);
+    }
+    for (int p = 0; p < d; ++p) {
+      EXPECT_GE(r.bubble_fraction[p], -1e-12);
+      EXPECT_LE(r.bubble_fraction[p], 1.0);
+      double busy = 0, rec = 0, previous_end = 0;
+      for (const Action& a : s.stages[p]) {
+        if (!a.is_compute()) continue;
+        const Chunk& chunk = chunks[a.chunk];
+        const SimEvent* e = by_name.at({p, a.text()});
+        if (a.type == ActionType::kForward) {
+          busy += cost.forward_time(chunk, p);
+          EXPECT_GE(e->start_s, previous_end - 1e-12);
+          if (p > 0) EXPECT_GE(e->start_s, by_name.at({p - 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
+        } else {
+          int k = recompute[p][a.chunk];
+          busy += cost.backward_time(chunk, p, k);
+          rec += k * cost.layer_forward_time(chunk);
+          double start = k > 0 ? by_name.at({p, "recompute " + a.text()})->start_s : e->start_s;
+          EXPECT_GE(start, previous_end - 1e-12);
+          EXPECT_GE(start, by_name.at({p, "F" + std::to_string(a.chunk)})->end_s - 1e-12);
+          if (p < d - 1) EXPECT_GE(start, by_name.at({p + 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
+        }
+        previous_end = e->end_s;
+      }
+      EXPECT_NEAR(r.busy_s[p], busy, 1e-9);
+      EXPECT_NEAR(r.recompute_s[p], rec, 1e-9);
+
+      std::vector<MemoryMoment> moments = memory_moments(s, p, chunks, cost);
+      ASSERT_EQ(moments.size(), r.memory[p].size());
+      double peak = 0;
+      for (size_t i = 0; i < moments.size(); ++i) {
+        double bytes = moment_bytes(moments[i], p, chunks, cost, recompute);
+        EXPECT_EQ(r.memory[p][i].second, bytes);  // bit for bit: planner and simulator agree
+        if (i > 0) EXPECT_GE(r.memory[p][i].first, r.memory[p][i - 1].first);
+        peak = std::max(peak, bytes);
+      }
+      EXPECT_EQ(r.peak_memory_bytes[p], peak);
+    }
+
+    SimOptions quiet;
+    quiet.record_events = false;
+    SimResult q = simulate(s, chunks, cost, recompute, quiet);
+    EXPECT_TRUE(q.events.empty());
+    EXPECT_EQ(q.step_time_s, r.step_time_s);
+    EXPECT_EQ(q.busy_s, r.busy_s);
+    EXPECT_EQ(q.peak_memory_bytes, r.peak_memory_bytes);
+    EXPECT_EQ(q.memory, r.memory);
+  }
+}
+
+}  // namespace
+}  // namespace infinipipe
