@@ -29,4 +29,8 @@ TORCH_PREFIX=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFINIPIPE_WITH_TORCH=ON \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
 cmake --build build
+# Make `import infinipipe` work in .venv without PYTHONPATH (the package lives in python/, with
+# the extension module built into it).
+SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/python" > "$SITE/infinipipe-dev.pth"
 echo "setup: done"

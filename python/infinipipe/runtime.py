@@ -371,6 +371,7 @@ class Trainer:
             self.protocol, self.group, self.stage_index, self.num_stages, self.dtype,
             self.device, self.config.hidden, self.config.kv_heads, self.config.head_dim,
             timeout_s=self.timeout_s, attention_backend=attention_backend)
+        self._steps = 0
         self.config_fingerprint = _digest(
             dataclasses.asdict(self.config), self.layers_per_stage, self.plan_config,
             self.memory_budget_bytes, str(self.dtype), self.world_size)
@@ -403,11 +404,11 @@ class Trainer:
                 t = torch.as_tensor(seq)
             except Exception as e:  # noqa: BLE001 - reported with the sequence's index
                 raise BatchError(f"sequence {i} is not a token sequence: {e}") from None
+            if t.numel() == 0:
+                raise BatchError(f"sequence {i} is empty")
             if t.dim() != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
                 raise BatchError(f"sequence {i} must be a 1-D list or tensor of integer token "
                                  f"ids, got {t.dtype} of shape {tuple(t.shape)}")
-            if t.numel() == 0:
-                raise BatchError(f"sequence {i} is empty")
             t = t.to(device="cpu", dtype=torch.long)
             lo, hi = int(t.min()), int(t.max())
             if lo < 0 or hi >= self.config.vocab:
@@ -437,6 +438,7 @@ class Trainer:
         the other ranks, run this stage, step the optimizer. `plan` overrides the planner (it
         must be a plan of this batch's lengths). measure_memory adds measured and predicted
         activation memory of this stage to the stats."""
+        self._steps += 1
         error, sequences, fingerprint = None, None, None
         try:
             sequences = self.check_batch(batch)
@@ -457,14 +459,19 @@ class Trainer:
         for p in self.parameters:
             p.grad = None
         meter = None
-        if measure_memory:
-            meter = MemoryMeter(self.executor, self.parameters)
-            self.executor.set_after_action(meter.sample)
-            with meter.hooks():
+        try:
+            if measure_memory:
+                meter = MemoryMeter(self.executor, self.parameters)
+                self.executor.set_after_action(meter.sample)
+                try:
+                    with meter.hooks():
+                        stats = self.executor.run(plan, sequences)
+                finally:
+                    self.executor.set_after_action(None)
+            else:
                 stats = self.executor.run(plan, sequences)
-            self.executor.set_after_action(None)
-        else:
-            stats = self.executor.run(plan, sequences)
+        except Error as e:
+            raise Error(self._report_failure(str(e))) from None
         self.optimizer.step()
 
         if meter is not None:
@@ -478,6 +485,33 @@ class Trainer:
                          else float("inf"))
         return StepResult(loss=stats["loss"], plan=plan.summary(), stats=stats,
                           tokens=sum(plan.lengths))
+
+    def _report_failure(self, message: str) -> str:
+        """Publishes this rank's failure in the group's store and adds what other ranks
+        published: when a lost rank makes its neighbour fail and exit, the ranks further away
+        lose that neighbour, and the store tells them which rank was lost first."""
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            previous_timeout = store.timeout
+        except Exception:  # noqa: BLE001 - no store (a group made without one)
+            return message
+        try:
+            store.set_timeout(datetime.timedelta(seconds=2))
+            prefix = f"infinipipe/failure/step{self._steps}/rank"
+            store.set(f"{prefix}{self.rank}", message)
+            reports = [(r, store.get(f"{prefix}{r}").decode())
+                       for r in range(self.world_size)
+                       if r != self.rank and store.check([f"{prefix}{r}"])]
+        except Exception:  # noqa: BLE001 - the store may be gone with the lost rank
+            return message
+        finally:
+            try:
+                store.set_timeout(previous_timeout)
+            except Exception:  # noqa: BLE001
+                pass
+        for r, report in reports:
+            message += f"\n  (rank {r} reported before: {report})"
+        return message
 
     def _agree(self, error: Exception | None, batch_fingerprint: str | None,
                plan_hash: str | None) -> None:

@@ -14,6 +14,7 @@
 #include "infinipipe/chunking/sequence_processor.h"
 #include "infinipipe/common/error.h"
 #include "infinipipe/cost/cost_model.h"
+#include "infinipipe/data/length_sampler.h"
 #include "infinipipe/plan/plan.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/schedule/scheduler.h"
@@ -280,9 +281,24 @@ void bind_plan(py::module_& root) {
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
         "ids), scheduled 1F1B and validated; for tests and experiments.");
   m.def(
+      "epp_chunks",
+      [](const std::vector<int64_t>& lengths, int k, const CostModel& cost) {
+        Plan holder;
+        holder.chunks = epp_chunks(lengths, k, cost);
+        return chunk_list(holder);
+      },
+      py::arg("lengths"), py::arg("k"), py::arg("cost"),
+      "EPP's chunking at slice count k: per chunk, its slices as (sequence, start, end) "
+      "(with build_plan, an EPP plan at a fixed K).");
+  m.def(
       "hardware_json",
       [](const std::string& spec) { return nlohmann::json(hardware_from(spec)).dump(); },
       py::arg("spec"), "A built-in hardware ('cpu', 'a800') or hardware JSON, validated.");
+  m.def("sample_lengths", &sample_lengths, py::arg("distribution"), py::arg("batch"),
+        py::arg("context"), py::arg("seed"),
+        "Sequence lengths of one step from a built-in sampler (distribution_names()), each in "
+        "[1, context].");
+  m.def("distribution_names", &distribution_names);
   m.def("methods", [] {
     std::vector<std::string> names;
     for (Method method : all_methods()) names.push_back(to_string(method));

@@ -53,11 +53,65 @@ int pick_bucket(const std::vector<Bucket>& buckets, int64_t tokens, double time,
 
 }  // namespace
 
+SplitMesh cap_mesh_slices(const SplitMesh& mesh, int64_t max_slice_tokens, const CostModel& cost) {
+  check(max_slice_tokens >= 1, "the chunk token cap " + std::to_string(max_slice_tokens) +
+                                   " is invalid: it must be at least 1 token");
+  check(mesh.boundaries.size() >= 2 && mesh.boundaries.front() == 0,
+        "cap_mesh_slices: the mesh needs boundaries 0 = b_0 < ... < b_K");
+  auto prefix_cost = [&](int64_t x) { return cost.slice_layer_time(0, x); };
+  SplitMesh capped;
+  capped.time_target = mesh.time_target;
+  capped.boundaries.push_back(0);
+  for (size_t j = 1; j < mesh.boundaries.size(); ++j) {
+    const int64_t from = mesh.boundaries[j - 1], to = mesh.boundaries[j];
+    std::vector<int64_t> cuts{from, to};
+    // Equal-cost pieces put the most tokens in the first one (it has the least context), so the
+    // fewest pieces that respect the cap may be more than the token count alone suggests.
+    for (int64_t pieces = (to - from + max_slice_tokens - 1) / max_slice_tokens; pieces > 1; ++pieces) {
+      cuts.assign(1, from);
+      const double base = prefix_cost(from), step = (prefix_cost(to) - base) / double(pieces);
+      bool fits = true;
+      for (int64_t i = 1; i <= pieces && fits; ++i) {
+        int64_t cut = to;
+        if (i < pieces) {  // smallest x with F(x) >= F(from) + i * step, by bisection
+          int64_t lo = cuts.back() + 1, hi = to;
+          while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (prefix_cost(mid) >= base + double(i) * step) hi = mid; else lo = mid + 1;
+          }
+          cut = std::min(lo, to - 1);
+        }
+        fits = cut > cuts.back() && cut - cuts.back() <= max_slice_tokens;
+        cuts.push_back(cut);
+      }
+      if (fits) break;
+    }
+    capped.boundaries.insert(capped.boundaries.end(), cuts.begin() + 1, cuts.end());
+  }
+  for (size_t j = 1; j < capped.boundaries.size(); ++j)
+    capped.token_cap = std::max(capped.token_cap, capped.boundaries[j] - capped.boundaries[j - 1]);
+  return capped;
+}
+
 std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const CostModel& cost) {
+  EppChunkingOptions options;
+  options.k = k;
+  return epp_chunks(lengths, options, cost);
+}
+
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChunkingOptions& options,
+                              const CostModel& cost) {
   check_lengths(lengths);
+  check(options.max_chunk_tokens >= 0, "the chunk token cap " + std::to_string(options.max_chunk_tokens) +
+                                           " is invalid: use 0 for none or a positive token count");
+  const int k = options.k;
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
-  const int64_t token_cap = mesh.token_cap;
+  SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
+  int64_t token_cap = mesh.token_cap;
+  if (options.max_chunk_tokens > 0 && token_cap > options.max_chunk_tokens) {
+    mesh = cap_mesh_slices(mesh, options.max_chunk_tokens, cost);
+    token_cap = options.max_chunk_tokens;  // the pieces may be shorter; packing may use it all
+  }
   double time_target = mesh.time_target;
 
   std::vector<int> long_seqs, short_seqs;
@@ -74,7 +128,8 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const 
     const int q = long_seqs[i];
     const int64_t n = lengths[q];
     int64_t start = 0;
-    for (int j = 1; j < k && mesh.boundaries[j] < n; ++j) {
+    const int slices = static_cast<int>(mesh.boundaries.size()) - 1;
+    for (int j = 1; j < slices && mesh.boundaries[j] < n; ++j) {
       split_chunks[i].push_back(Chunk{{Slice{q, start, mesh.boundaries[j], n}}});
       start = mesh.boundaries[j];
     }
@@ -98,7 +153,7 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const 
       double cheapest = std::numeric_limits<double>::infinity();
       for (const Bucket& b : buckets)
         if (b.tokens + n <= token_cap) cheapest = std::min(cheapest, b.time + seq_time[q]);
-      if (cheapest < std::numeric_limits<double>::infinity()) {
+      if (options.relax_time_target && cheapest < std::numeric_limits<double>::infinity()) {
         time_target = cheapest;
         target = pick_bucket(buckets, n, seq_time[q], token_cap, time_target);
       }

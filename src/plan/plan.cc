@@ -124,7 +124,10 @@ std::vector<Method> all_methods() {
 std::string describe(Method method, const Setting& s) {
   std::ostringstream out;
   switch (method) {
-    case Method::kEpp: out << "K=" << s.k; break;
+    case Method::kEpp:
+      out << "K=" << s.k;
+      if (s.token_cap > 0) out << " cap=" << s.token_cap;
+      break;
     case Method::kBatch: out << "cap=" << s.token_cap; break;
     case Method::kSeq1F1B: out << "cap=" << s.token_cap << " k=" << s.k; break;
     case Method::kChunkFlow: out << "chunk=" << s.chunk_tokens; break;

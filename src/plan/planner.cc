@@ -79,17 +79,15 @@ SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks,
 
 // Shortest slice of a K-way split of the longest sequence; short slices under-use the device,
 // so the sweep stops before them.
-int64_t shortest_slice(int64_t longest, int k, const CostModel& cost) {
-  if (k <= 1) return longest;
-  const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
-  int64_t shortest = longest;
+int64_t shortest_slice(const SplitMesh& mesh) {
+  int64_t shortest = mesh.boundaries.back();
   for (size_t i = 1; i < mesh.boundaries.size(); ++i)
     shortest = std::min(shortest, mesh.boundaries[i] - mesh.boundaries[i - 1]);
   return shortest;
 }
 
 struct Candidate {
-  int k = 0;
+  EppChunkingOptions chunking;
   std::vector<Chunk> chunks;
   std::vector<Wave> waves;
   Schedule schedule;
@@ -97,123 +95,125 @@ struct Candidate {
   SimResult sim;
 };
 
-}  // namespace
+std::string label(const EppChunkingOptions& chunking) {
+  std::string out = "K=" + std::to_string(chunking.k);
+  if (chunking.max_chunk_tokens > 0) out += " cap=" + std::to_string(chunking.max_chunk_tokens);
+  return out;
+}
 
-PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
-                    const PlannerOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
-  check_inputs(lengths, cost, options);
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+Wave all_chunks(size_t count) {
+  Wave everything(count);
+  for (size_t c = 0; c < count; ++c) everything[c] = static_cast<int>(c);
+  return everything;
+}
 
+// The candidate's chunks in one wave, no recompute: its exact plan when the simulator finds it
+// within the budget, else (recompute and extra waves only add work and fill/drain) the
+// optimistic time the sweep ranks candidates by.
+void one_wave_without_recompute(Candidate& cand, const CostModel& cost, const PlannerOptions& options) {
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = options.num_stages;
+  cand.waves = {all_chunks(cand.chunks.size())};
+  cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+  cand.checkpoint = CheckpointResult{};
+  cand.checkpoint.feasible = true;
+  cand.checkpoint.solver = "none needed";
+  cand.checkpoint.recompute.assign(cost.num_stages(), std::vector<int>(cand.chunks.size(), 0));
+  cand.sim = predict(cand.schedule, cand.chunks, cost, cand.checkpoint.recompute,
+                     options.memory_budget_bytes);
+}
+
+// Recompute (tied greedy), and waves by the grouping DP when one wave with recompute is not the
+// best: what the sweep does for a candidate that does not fit as it is. False, with the reason,
+// when nothing fits.
+bool plan_with_recompute(Candidate& cand, const CostModel& cost, const PlannerOptions& options,
+                         std::string& reason) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = options.num_stages;
   CheckpointOptions greedy;
   greedy.method = CheckpointMethod::kStageAwareGreedy;
   greedy.memory_budget_bytes = options.memory_budget_bytes;
 
-  bool have_best = false;
-  Candidate best;
-  std::string reason;  // of the largest K that failed
-
-  for (int k = 1; k <= options.max_k; ++k) {
-    if (k > 1 && shortest_slice(longest, k, cost) < kMinSliceTokens) break;
-    Candidate cand;
-    cand.k = k;
-    try {
-      cand.chunks = epp_chunks(lengths, k, cost);
-    } catch (const Error& e) {
-      reason = "K=" + std::to_string(k) + ": " + e.what();
-      continue;
+  // A wave costs its simulated time alone, with the recompute it needs to fit: the DP's sum then
+  // tracks the step time, fill/drain bubbles and recompute delays weighed as the pipeline feels
+  // them (a stage's recompute delays the others, but no more than once).
+  std::map<Wave, double> memo;
+  std::string wave_reason;
+  size_t wave_reason_size = 0;
+  const WaveCost wave_cost = [&](const Wave& wave) {
+    Wave key = wave;
+    std::sort(key.begin(), key.end());
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+    // A schedule covers all of its chunks, so the wave is planned as a step of its own.
+    std::vector<Chunk> alone;
+    Wave renumbered;
+    for (int c : key) {
+      renumbered.push_back(static_cast<int>(alone.size()));
+      alone.push_back(cand.chunks[c]);
     }
-
-    // Waves exist to save memory: when everything fits in one pipeline without recompute, no
-    // grouping can beat it (more waves only add fill and drain bubbles).
-    Wave everything(cand.chunks.size());
-    for (size_t c = 0; c < everything.size(); ++c) everything[c] = static_cast<int>(c);
-    Schedule whole = build_schedule(cand.chunks, {everything}, schedule_options);
-    CheckpointResult whole_ck = plan_checkpointing(whole, cand.chunks, cost, greedy);
-    if (whole_ck.feasible && whole_ck.recompute_s == 0) {
-      cand.waves = {everything};
-      cand.schedule = std::move(whole);
-      cand.checkpoint = std::move(whole_ck);
-    } else {
-      // A wave costs its simulated time alone, with the recompute it needs to fit: the DP's sum
-      // then tracks the step time, fill/drain bubbles and recompute delays weighed as the
-      // pipeline feels them (a stage's recompute delays the others, but no more than once).
-      std::map<Wave, double> memo;
-      std::string wave_reason;
-      size_t wave_reason_size = 0;
-      const WaveCost wave_cost = [&](const Wave& wave) {
-        Wave key = wave;
-        std::sort(key.begin(), key.end());
-        auto it = memo.find(key);
-        if (it != memo.end()) return it->second;
-        // A schedule covers all of its chunks, so the wave is planned as a step of its own.
-        std::vector<Chunk> alone;
-        Wave renumbered;
-        for (int c : key) {
-          renumbered.push_back(static_cast<int>(alone.size()));
-          alone.push_back(cand.chunks[c]);
-        }
-        const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
-        const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
-        double value = kInfinity;
-        if (ck.feasible) {
-          value = predict(one, alone, cost, ck.recompute, options.memory_budget_bytes).step_time_s;
-        } else if (wave_reason.empty() || wave.size() < wave_reason_size) {
-          // The smallest wave that does not fit explains a failure best.
-          wave_reason = ck.reason;
-          wave_reason_size = wave.size();
-        }
-        memo.emplace(std::move(key), value);
-        return value;
-      };
-      try {
-        cand.waves = group_into_waves(cand.chunks, wave_cost);
-      } catch (const Error& e) {
-        reason = "K=" + std::to_string(k) + ": " + (wave_reason.empty() ? e.what() : wave_reason);
-        continue;
-      }
-      if (cand.waves.size() == 1 && whole_ck.feasible) {
-        cand.schedule = std::move(whole);
-        cand.checkpoint = std::move(whole_ck);
-      } else {
-        cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
-        cand.checkpoint = plan_checkpointing(cand.schedule, cand.chunks, cost, greedy);
-      }
+    const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
+    const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
+    double value = kInfinity;
+    if (ck.feasible) {
+      value = predict(one, alone, cost, ck.recompute, options.memory_budget_bytes).step_time_s;
+    } else if (wave_reason.empty() || wave.size() < wave_reason_size) {
+      // The smallest wave that does not fit explains a failure best.
+      wave_reason = ck.reason;
+      wave_reason_size = wave.size();
     }
-    if (!cand.checkpoint.feasible) {
-      reason = "K=" + std::to_string(k) + ": " + cand.checkpoint.reason;
-      continue;
-    }
-    cand.sim = predict(cand.schedule, cand.chunks, cost, cand.checkpoint.recompute,
-                       options.memory_budget_bytes);
-    if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
-      best = std::move(cand);
-      have_best = true;
-    }
+    memo.emplace(std::move(key), value);
+    return value;
+  };
+  try {
+    cand.waves = group_into_waves(cand.chunks, wave_cost);
+  } catch (const Error& e) {
+    reason = label(cand.chunking) + ": " + (wave_reason.empty() ? e.what() : wave_reason);
+    return false;
   }
-  if (!have_best)
-    return infeasible(reason.empty() ? "no slice count K fits the memory budget" : reason);
+  cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+  cand.checkpoint = plan_checkpointing(cand.schedule, cand.chunks, cost, greedy);
+  if (!cand.checkpoint.feasible) {
+    reason = label(cand.chunking) + ": " + cand.checkpoint.reason;
+    return false;
+  }
+  cand.sim = predict(cand.schedule, cand.chunks, cost, cand.checkpoint.recompute,
+                     options.memory_budget_bytes);
+  return true;
+}
 
-  // The sweep used the greedy solver for speed; the winner gets the integer program, kept only
-  // when the simulator agrees it is better.
-  CheckpointOptions exact;
-  exact.method = CheckpointMethod::kStageAware;
-  exact.memory_budget_bytes = options.memory_budget_bytes;
-  exact.time_limit_s = options.checkpoint_time_limit_s;
-  CheckpointResult solved = plan_checkpointing(best.schedule, best.chunks, cost, exact);
-  if (solved.feasible) {
-    SimResult sim = predict(best.schedule, best.chunks, cost, solved.recompute,
+// The diagonal-tied program charges every recomputed layer as a full delay to the pipeline, but
+// a backward with slack after it absorbs its recompute, so the untied greedy (or the tied greedy
+// instead of the exact tied solve) can give the faster step. Solve all three and keep what the
+// simulator finds fastest; the solver field records which won.
+void choose_checkpointing(Candidate& cand, const CostModel& cost, const PlannerOptions& options) {
+  if (cand.checkpoint.recompute_s == 0) return;  // nothing to recompute, nothing to choose
+  const CheckpointMethod methods[] = {CheckpointMethod::kStageAware,
+                                      CheckpointMethod::kStageAwareGreedy,
+                                      CheckpointMethod::kUntiedGreedy};
+  for (CheckpointMethod method : methods) {
+    CheckpointOptions ck_options;
+    ck_options.method = method;
+    ck_options.memory_budget_bytes = options.memory_budget_bytes;
+    ck_options.time_limit_s = options.checkpoint_time_limit_s;
+    CheckpointResult solved = plan_checkpointing(cand.schedule, cand.chunks, cost, ck_options);
+    if (!solved.feasible) continue;
+    SimResult sim = predict(cand.schedule, cand.chunks, cost, solved.recompute,
                             options.memory_budget_bytes);
-    if (!sim.over_budget && sim.step_time_s < best.sim.step_time_s) {
-      best.checkpoint = std::move(solved);
-      best.sim = std::move(sim);
-    }
+    if (sim.over_budget || sim.step_time_s >= cand.sim.step_time_s) continue;
+    if (method == CheckpointMethod::kStageAware && solved.solver == "cbc") solved.solver = "tied cbc";
+    if (method == CheckpointMethod::kStageAwareGreedy && solved.solver == "greedy")
+      solved.solver = "tied greedy";
+    cand.checkpoint = std::move(solved);
+    cand.sim = std::move(sim);
   }
+}
 
+PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
+                      std::chrono::steady_clock::time_point started) {
   Setting setting;
-  setting.k = best.k;
+  setting.k = best.chunking.k;
+  setting.token_cap = best.chunking.max_chunk_tokens;
   PlanResult result;
   result.feasible = true;
   result.plan = make_plan(Method::kEpp, setting, lengths, std::move(best.chunks),
@@ -222,6 +222,80 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                           best.checkpoint.solver);
   result.plan.plan_ms = elapsed_ms(started);
   return result;
+}
+
+}  // namespace
+
+PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const EppChunkingOptions& chunking,
+                       const CostModel& cost, const PlannerOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  check_inputs(lengths, cost, options);
+  Candidate cand;
+  cand.chunking = chunking;
+  try {
+    cand.chunks = epp_chunks(lengths, chunking, cost);
+  } catch (const Error& e) {
+    return infeasible(label(chunking) + ": " + e.what());
+  }
+  one_wave_without_recompute(cand, cost, options);
+  if (cand.sim.over_budget) {
+    std::string reason;
+    if (!plan_with_recompute(cand, cost, options, reason)) return infeasible(reason);
+    choose_checkpointing(cand, cost, options);
+  }
+  return finish_epp(std::move(cand), lengths, cost, started);
+}
+
+PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
+                    const PlannerOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  check_inputs(lengths, cost, options);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+
+  // Phase 1: every (K, cap) in one wave without recompute. That is exact for the candidates that
+  // fit as they are, and a bound (by the simulator's monotonicity: recompute only lengthens
+  // actions) on what the others can reach in one wave.
+  bool have_best = false;
+  Candidate best;
+  std::string reason;  // of the last candidate that failed
+  std::vector<Candidate> need_recompute;
+  for (int k = 1; k <= options.max_k && k <= longest; ++k) {
+    const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
+    if (k > 1 && shortest_slice(mesh) < kMinSliceTokens) break;
+    for (int64_t cap : options.chunk_token_caps) {
+      check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
+      if (cap >= mesh.token_cap) continue;  // TODO dedupe
+      Candidate cand;
+      cand.chunking.k = k;
+      cand.chunking.max_chunk_tokens = cap;
+      try {
+        cand.chunks = epp_chunks(lengths, cand.chunking, cost);
+      } catch (const Error& e) {
+        reason = label(cand.chunking) + ": " + e.what();
+        continue;
+      }
+      one_wave_without_recompute(cand, cost, options);
+      if (!cand.sim.over_budget) {
+        if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
+          best = std::move(cand);
+          have_best = true;
+        }
+      } else {
+        need_recompute.push_back(std::move(cand));
+      }
+    }
+  }
+  for (Candidate& cand : need_recompute) {
+    if (!plan_with_recompute(cand, cost, options, reason)) continue;
+    if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
+      best = std::move(cand);
+      have_best = true;
+    }
+  }
+  if (!have_best)
+    return infeasible(reason.empty() ? "no slice count K fits the memory budget" : reason);
+  choose_checkpointing(best, cost, options);
+  return finish_epp(std::move(best), lengths, cost, started);
 }
 
 PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,

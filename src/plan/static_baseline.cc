@@ -144,6 +144,10 @@ BaselineComparison compare_baseline(Method method, const std::vector<std::vector
       if (!best.feasible || r.plan.step_time_s < best.plan.step_time_s) best = std::move(r);
     }
   }
+  if (!out.static_feasible)
+    out.static_reason = "none of the " + std::to_string(out.candidates_tried) + " " +
+                        to_string(method) + " settings fits every step; the last tried: " +
+                        out.static_reason;
   for (size_t i = 0; i < n; ++i)
     if (!out.per_step_best[i].feasible)
       out.per_step_best[i].reason = "no " + std::string(to_string(method)) +

@@ -97,7 +97,15 @@ std::string Schedule::grid(int mark_stage, int mark_index) const {
   out << pad("step", step_width);
   for (size_t s = 0; s < stages.size(); ++s) out << " |  " << pad("stage " + std::to_string(s), width[s]);
   out << "\n";
-  for (size_t r = 0; r < rows; ++r) {
+  // A step of a real plan has thousands of rows: around a mark, show only its neighbourhood.
+  constexpr size_t kContext = 12;
+  size_t first = 0, last = rows;
+  if (marked && rows > 4 * kContext) {
+    first = static_cast<size_t>(mark_index) > kContext ? mark_index - kContext : 0;
+    last = std::min(rows, static_cast<size_t>(mark_index) + kContext + 1);
+  }
+  if (first > 0) out << "  ... " << first << " earlier steps\n";
+  for (size_t r = first; r < last; ++r) {
     std::string line = std::string(step_width - std::to_string(r).size(), ' ') + std::to_string(r);
     for (size_t s = 0; s < stages.size(); ++s) {
       const bool here = marked && static_cast<int>(s) == mark_stage && static_cast<int>(r) == mark_index;
@@ -107,6 +115,7 @@ std::string Schedule::grid(int mark_stage, int mark_index) const {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   }
+  if (last < rows) out << "  ... " << rows - last << " later steps\n";
   return out.str();
 }
 

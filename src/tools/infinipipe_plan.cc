@@ -185,6 +185,7 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   j["bubble_fraction"] = plan.bubble_fraction;
   j["recompute_s"] = plan.recompute_s;
   j["recompute_s_per_stage"] = plan.stage_recompute_s;
+  j["busy_s"] = plan.busy_s;
   j["peak_memory_gib"] = to_gib(plan.peak_memory_bytes);
   j["num_chunks"] = plan.chunks.size();
   nlohmann::json kinds = {{"packed", 0}, {"split", 0}, {"hybrid", 0}};

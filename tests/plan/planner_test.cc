@@ -61,7 +61,7 @@ void expect_executable(const Plan& plan, const Instance& inst) {
 TEST(Planner, EveryFeasiblePlanIsExecutableAndFits) {
   std::mt19937_64 rng(20250921);
   int feasible_epp = 0, infeasible_epp = 0, with_recompute = 0, multi_wave = 0;
-  for (int trial = 0; trial < 40; ++trial) {
+  for (int trial = 0; trial < 150; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
     const PlanResult epp = plan_epp(inst.lengths, inst.cost, inst.options);
@@ -90,7 +90,8 @@ TEST(Planner, EveryFeasiblePlanIsExecutableAndFits) {
   // The instances must exercise the interesting cases, or the properties above prove little.
   EXPECT_GE(feasible_epp, 10);
   EXPECT_GE(infeasible_epp, 1);
-  EXPECT_GE(with_recompute, 3);
+  EXPECT_GE(with_recompute, 10);
+  EXPECT_GE(multi_wave, 1);
   std::printf("EPP: %d feasible (%d with recompute, %d with several waves), %d infeasible\n",
               feasible_epp, with_recompute, multi_wave, infeasible_epp);
 }

@@ -140,22 +140,33 @@ TEST(Schedule, GridMarksExactlyTheRequestedCell) {
       const std::string grid = s.grid(stage, index);
       ASSERT_EQ(occurrences(grid, ">>"), 1u) << grid;
       const std::vector<std::string> rows = lines(grid);
-      // Header, then one row per step: the marked row is row `index`, and the mark sits at the
-      // start of the stage's column, right before the action's text.
-      const std::string& row = rows.at(index + 1);
+      const std::vector<std::string> plain = lines(s.grid());
+      // Header, then one row per step shown (long grids show a window around the mark, with
+      // "..." lines): find the marked step's row by its number.
+      auto step_of = [](const std::string& row) {
+        return row.find('|') == std::string::npos || row.find("...") != std::string::npos
+                   ? -1
+                   : std::stoi(row.substr(0, row.find('|')));
+      };
+      size_t marked_row = 0;
+      for (size_t r = 1; r < rows.size(); ++r)
+        if (step_of(rows[r]) == index) marked_row = r;
+      ASSERT_GT(marked_row, 0u) << grid;
+      const std::string& row = rows[marked_row];
       const size_t mark = row.find(">>");
       ASSERT_NE(mark, std::string::npos) << grid;
-      EXPECT_EQ(std::stoi(row.substr(0, row.find('|'))), index) << grid;
       EXPECT_EQ(rows[0].find("stage " + std::to_string(stage)), mark + 2) << grid;
       const size_t text_end = row.find_first_of(" |", mark + 2);
       EXPECT_EQ(row.substr(mark + 2, text_end == std::string::npos ? std::string::npos : text_end - mark - 2),
                 s.stages[stage][index].text())
           << grid;
-      // Every other row is as in the unmarked grid.
-      const std::vector<std::string> plain = lines(s.grid());
-      ASSERT_EQ(plain.size(), rows.size());
-      for (size_t r = 0; r < rows.size(); ++r)
-        if (static_cast<int>(r) != index + 1) EXPECT_EQ(rows[r], plain[r]);
+      // Every other shown row is as in the unmarked grid (plain row 1 + step is that step).
+      EXPECT_EQ(rows[0], plain[0]);
+      for (size_t r = 1; r < rows.size(); ++r) {
+        const int step_number = step_of(rows[r]);
+        if (step_number < 0 || r == marked_row) continue;
+        EXPECT_EQ(rows[r], plain.at(step_number + 1));
+      }
     }
   }
 }
@@ -165,6 +176,28 @@ TEST(Schedule, GridMarksAMissingStepPastTheEnd) {
   const std::string grid = s.grid(1, 4);
   EXPECT_EQ(occurrences(grid, ">>"), 1u);
   EXPECT_NE(lines(grid).at(5).find(">>(end)"), std::string::npos) << grid;
+}
+
+}  // namespace
+}  // namespace infinipipe
+
+namespace infinipipe {
+namespace {
+
+TEST(ScheduleGrid, LargeMarkedGridShowsOnlyTheNeighbourhoodOfTheMark) {
+  Schedule s;
+  s.stages.resize(2);
+  for (int c = 0; c < 100; ++c) {
+    s.stages[0].push_back(Action{ActionType::kForward, c});
+    s.stages[1].push_back(Action{ActionType::kForward, c});
+  }
+  const std::string g = s.grid(1, 50);
+  EXPECT_NE(g.find(">>F50"), std::string::npos) << g;
+  EXPECT_NE(g.find("38 earlier steps"), std::string::npos) << g;
+  EXPECT_NE(g.find("37 later steps"), std::string::npos) << g;
+  EXPECT_EQ(g.find("F10 "), std::string::npos) << g;
+  // Unmarked grids stay whole.
+  EXPECT_NE(s.grid().find("F10"), std::string::npos);
 }
 
 }  // namespace

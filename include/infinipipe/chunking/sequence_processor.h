@@ -22,6 +22,28 @@ SplitMesh cost_balanced_mesh(int64_t longest, int k, const CostModel& cost);
 // one chunk. Chunks come out chain by chain (a long sequence's split chunks, then its hybrid).
 std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const CostModel& cost);
 
+// The mesh with every slice longer than `max_slice_tokens` cut into the fewest pieces of equal
+// cost that each hold at most that many tokens; slices within the cap are left as they are, so
+// the mesh stays cost-balanced wherever the cap does not bind. token_cap becomes the longest
+// slice; time_target is kept. Needs max_slice_tokens >= 1.
+SplitMesh cap_mesh_slices(const SplitMesh& mesh, int64_t max_slice_tokens, const CostModel& cost);
+
+struct EppChunkingOptions {
+  int k = 1;  // slices of the longest sequence in the cost-balanced mesh
+  // 0: chunks are capped by the mesh's token cap T_m alone. Otherwise also by this many tokens:
+  // short sequences are packed under min(T_m, max_chunk_tokens), and mesh slices longer than it
+  // are cut further (cap_mesh_slices), so every chunk holds at most this many tokens. Smaller
+  // chunks keep fewer tokens in flight, so a step can fit one pipeline without recompute.
+  int64_t max_chunk_tokens = 0;
+  // true (the paper's step 4): when a short sequence fits no bucket under T_t but some bucket
+  // has the token room, raise T_t just enough for the cheapest such bucket. false: open a new
+  // bucket instead, so no chunk runs over T_t; more chunks, but balanced ones (a chunk over T_t
+  // in a long chain stalls the 1F1B pipeline on every backward of that chain).
+  bool relax_time_target = true;
+};
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChunkingOptions& options,
+                              const CostModel& cost);
+
 // Batch-level: whole sequences, best-fit-decreasing into micro-batches of at most `token_cap`
 // tokens. Error when a sequence is longer than the cap.
 std::vector<Chunk> batch_chunks(const std::vector<int64_t>& lengths, int64_t token_cap);

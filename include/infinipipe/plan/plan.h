@@ -26,10 +26,11 @@ const char* to_string(Method method);                 // "epp", "batch", "seq1f1
 Method parse_method(const std::string& name);         // Error listing the valid names
 std::vector<Method> all_methods();                    // in the order above
 
-// The knobs of a method. EPP sets k (the chosen slice count) only; each baseline reads its own.
+// The knobs of a method. EPP sets k and token_cap (its chunk token cap, 0 for none); each
+// baseline reads its own.
 struct Setting {
   int k = 1;                   // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
-  int64_t token_cap = 0;       // batch, Seq1F1B: tokens per micro-batch
+  int64_t token_cap = 0;       // batch, Seq1F1B: tokens per micro-batch; EPP: max chunk tokens (0: T_m)
   int64_t chunk_tokens = 0;    // ChunkFlow: tokens per chunk
   int uniform_recompute = -1;  // baselines: layers recomputed everywhere; -1 = smallest that fits
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "infinipipe/chunking/sequence_processor.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/plan/plan.h"
 
@@ -18,6 +19,9 @@ struct PlannerOptions {
   double memory_budget_bytes = 0;     // per stage, model state included
   int max_k = 32;                     // EPP: largest slice count tried
   double checkpoint_time_limit_s = 0.2;  // EPP: CBC time limit for the winner's checkpointing
+  // EPP: chunk token caps swept jointly with K (0 = only the mesh's own cap T_m); see
+  // EppChunkingOptions::max_chunk_tokens. Caps at or above a K's T_m are that K's plan again.
+  std::vector<int64_t> chunk_token_caps = {0, 16384, 8192, 4096, 2048, 1024};
 };
 
 struct PlanResult {
@@ -30,6 +34,11 @@ struct PlanResult {
 constexpr int64_t kMinSliceTokens = 128;
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options);
+
+// EPP at one chunking setting, without the sweep: the same waves, scheduling and checkpoint
+// choice as plan_epp gives its winner. For tests and benchmarks that compare settings.
+PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const EppChunkingOptions& chunking,
+                       const CostModel& cost, const PlannerOptions& options);
 
 // A baseline (kBatch, kSeq1F1B, kChunkFlow) at one setting: its chunking, one wave, 1F1B,
 // uniform recompute (setting.uniform_recompute layers on every stage and chunk, capped at the

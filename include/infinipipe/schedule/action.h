@@ -43,7 +43,8 @@ struct Schedule {
   // One line per stage: "stage 0: F0 SEND_F0 F1 ...".
   std::string text() const;
   // The grid: one column per stage, one row per step of each stage's list; `mark_stage` and
-  // `mark_index` put ">>" before one cell (used by validation errors).
+  // `mark_index` put ">>" before one cell (used by validation errors). A marked grid of more than
+  // 48 rows shows only the 12 rows either side of the mark.
   std::string grid(int mark_stage = -1, int mark_index = -1) const;
 };
 

@@ -1,0 +1,209 @@
+"""Test bodies that run inside the ranks started by launcher.run_ranks (one process per stage)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+import infinipipe
+from infinipipe import _C
+from infinipipe.models import llama
+
+# Tiny on purpose: 8 layers split over 2 or 4 stages, hidden 32, grouped-query attention.
+MODEL = dict(vocab=97, hidden=32, layers=8, heads=4, kv_heads=2, ffn=64)
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def model_config(dtype: str) -> llama.LlamaConfig:
+    return llama.LlamaConfig(**MODEL, dtype=DTYPES[dtype])
+
+
+def make_batch(lengths: list[int], seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, MODEL["vocab"], (n,), generator=g) for n in lengths]
+
+
+def frozen_optimizer(params):
+    """SGD with lr 0: the step leaves the weights (and the gradients) as they were."""
+    return torch.optim.SGD(params, lr=0.0)
+
+
+def recompute_pattern(plan: Any) -> list[list[int]]:
+    """A recompute table with every count from 0 to all layers across (stage, chunk) pairs."""
+    table = []
+    for stage, layers in enumerate(plan.layers_per_stage):
+        table.append([(stage + 2 * chunk) % (layers + 1) for chunk in range(plan.num_chunks)])
+    return table
+
+
+def _recomputes(plan: Any) -> bool:
+    return any(n > 0 for row in plan.recompute for n in row)
+
+
+# Properties a budget search looks for: memory pressure that the planner answers with
+# checkpointing, or with several waves.
+WANTED = {
+    "recompute": _recomputes,
+    "waves": lambda plan: len(plan.waves) >= 2,
+}
+
+
+def search_budget(lengths: list[int], cost: Any, want: str) -> Any:
+    """The EPP plan at the largest budget (lowering it by 5% steps from one that needs no
+    recompute) whose plan shows `want`; so the case does not hang on the cost model's constants."""
+    budget = max(_C.plan.plan_step(lengths, cost, 1e12, "epp", max_k=8).peak_memory_bytes)
+    while budget > 1e5:
+        budget *= 0.95
+        try:
+            plan = _C.plan.plan_step(lengths, cost, budget, "epp", max_k=8)
+        except infinipipe.Error:
+            continue
+        if WANTED[want](plan):
+            return plan
+    raise AssertionError(f"no budget gives a plan with {want} for lengths {lengths}")
+
+
+def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> Any:
+    """A plan of `lengths` from a case's spec: the planner (method, budget, setting), a budget
+    search (search=...), or given chunks and waves; optionally with the recompute replaced."""
+    if "chunks" in spec:
+        plan = _C.plan.build_plan(lengths, spec["chunks"], spec["waves"], trainer.cost)
+    elif "epp_k" in spec:  # EPP's chunking at a fixed K, one wave
+        chunks = _C.plan.epp_chunks(lengths, spec["epp_k"], trainer.cost)
+        plan = _C.plan.build_plan(lengths, chunks, [list(range(len(chunks)))], trainer.cost)
+    elif "search" in spec:
+        plan = search_budget(lengths, trainer.cost, spec["search"])
+    else:
+        plan = _C.plan.plan_step(
+            lengths, trainer.cost, float(spec.get("budget", 1e9)), spec.get("method", "epp"),
+            k=spec.get("k", 1), token_cap=spec.get("token_cap", max(lengths)),
+            chunk_tokens=spec.get("chunk_tokens", 0), max_k=spec.get("max_k", 8))
+    if spec.get("recompute") == "pattern":
+        plan.recompute = recompute_pattern(plan)
+    return plan
+
+
+def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
+    """Runs every case (a batch and a plan spec) as one step; returns per case this rank's loss,
+    parameter gradients, plan summary and stats (measured memory included)."""
+    trainers: dict[str, infinipipe.Trainer] = {}
+    out = []
+    for case in cases:
+        dtype = case["dtype"]
+        if dtype not in trainers:
+            trainers[dtype] = infinipipe.Trainer(model_config(dtype), frozen_optimizer,
+                                                 timeout_s=timeout_s)
+        trainer = trainers[dtype]
+        batch = make_batch(case["lengths"], case["seed"])
+        plan = make_plan(trainer, case["lengths"], case["plan"])
+        result = trainer.step(batch, plan=plan, measure_memory=True)
+        grads = {name: p.grad.detach().clone() for name, p in trainer.module.named_parameters()}
+        out.append(dict(name=case["name"], loss=result.loss, grads=grads, summary=result.plan,
+                        stats=result.stats, kinds=list(plan.chunk_kinds),
+                        recompute=plan.recompute, stage=trainer.stage_index))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+def world_mismatch(layer_split: list[int]) -> None:
+    infinipipe.Trainer(model_config("float32"), frozen_optimizer, layer_split=layer_split,
+                       timeout_s=20)
+
+
+def _outcome(fn) -> tuple[str, str] | None:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return (type(e).__name__, str(e))
+    return None
+
+
+def bad_inputs() -> dict:
+    """Every rank tries several bad steps in the same order, then a good one; returns what
+    each raised (type, message) or None."""
+    rank = int(os.environ["RANK"])
+    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=20)
+    good = make_batch([30, 12, 7], seed=1)
+    results: dict[str, Any] = {}
+    results["out_of_vocab"] = _outcome(lambda: trainer.step([[1, 2, 3], [4, MODEL["vocab"], 5]]))
+    results["negative_id"] = _outcome(lambda: trainer.step([[1, -4, 3]]))
+    results["empty_batch"] = _outcome(lambda: trainer.step([]))
+    results["empty_sequence"] = _outcome(lambda: trainer.step([[1, 2], []]))
+    results["float_tokens"] = _outcome(lambda: trainer.step([torch.rand(5)]))
+    # Only rank 1 holds a bad token: it rejects the step and every other rank says so.
+    bad_on_one = [list(t) for t in good]
+    if rank == 1:
+        bad_on_one[0][3] = 1000
+    results["one_rank_bad"] = _outcome(lambda: trainer.step(bad_on_one))
+    # Rank 1 got a different batch (same lengths, other tokens).
+    other = make_batch([30, 12, 7], seed=2) if rank == 1 else good
+    results["different_batch"] = _outcome(lambda: trainer.step(other))
+    # Rank 1 runs a different plan of the same batch.
+    plan = trainer.plan(good)
+    if rank == 1:
+        plan.recompute = recompute_pattern(plan)
+    results["different_plan"] = _outcome(lambda: trainer.step(good, plan=plan))
+    # After all that, a good step runs.
+    results["good_loss"] = trainer.step(good).loss
+    # Rank 1 configured a different method: the configurations differ.
+    method = "batch" if rank == 1 else "epp"
+    other_config = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=20,
+                                      plan=infinipipe.PlanConfig(method=method))
+    results["different_config"] = _outcome(lambda: other_config.step(good))
+    return results
+
+
+class _DiesMidStep(llama.LlamaStage):
+    """A stage that, at its `fail_at_call`-th layer call, kills its own process (os._exit, no
+    cleanup) or hangs (sleeps for `hang_s`, then exits)."""
+
+    fail_at_call = 0
+    hang_s = 0.0
+
+    def layer(self, i, hidden, ctx):
+        cls = type(self)
+        cls.fail_at_call -= 1
+        if cls.fail_at_call == 0:
+            print(f"rank {os.environ['RANK']}: {'hanging' if cls.hang_s else 'dying'} now",
+                  flush=True)
+            time.sleep(cls.hang_s)
+            os._exit(17)
+        return super().layer(i, hidden, ctx)
+
+
+def peer_dies(victim: int, timeout_s: float, lengths: list[int], hang_s: float = 0.0) -> float:
+    """Rank `victim` dies (or hangs for hang_s) during its second layer call of the step; every
+    other rank must fail with an error naming a lost peer. Prints the seconds from the step's
+    start to the error."""
+    rank = int(os.environ["RANK"])
+    config = model_config("float32")
+
+    def factory(stage, split):
+        ranges = llama._layer_ranges(config, split)
+        r = ranges[stage]
+        module = _DiesMidStep(config, r.start, r.stop, has_embedding=stage == 0,
+                              has_head=stage == len(split) - 1)
+        if stage == victim:
+            _DiesMidStep.fail_at_call = 2
+            _DiesMidStep.hang_s = hang_s
+        return module
+
+    trainer = infinipipe.Trainer(factory, frozen_optimizer, model_config=config,
+                                 timeout_s=timeout_s)
+    batch = make_batch(lengths, seed=3)
+    plan = trainer.plan(batch)
+    started = time.monotonic()
+    try:
+        trainer.step(batch, plan=plan)
+    except Exception as e:
+        print(f"rank {rank}: step failed after {time.monotonic() - started:.2f} s: "
+              f"{type(e).__name__}: {e}", flush=True)
+        raise
+    return time.monotonic() - started

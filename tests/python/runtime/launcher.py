@@ -1,0 +1,114 @@
+"""Runs a test body in N real processes (one per pipeline rank) and collects what each returns.
+
+    results = run_ranks("bodies:parity", world_size=2, args={...}, timeout_s=120)
+
+Each rank is a fresh `python _worker.py` subprocess with torchrun's environment (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port) and one
+intra-op thread. The body, `function(**args)` in a module of this directory, runs there; its
+return value comes back through a file (torch.save), its exception as (type, message), along
+with the exit code, stdout, stderr and wall time of the process. A rank that outlives
+`timeout_s` is killed and reported with returncode None.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int | None  # None: killed after the timeout
+    elapsed_s: float
+    stdout: str
+    stderr: str
+    value: Any = None        # what the body returned
+    error: tuple[str, str] | None = None  # (exception type, message) when the body raised
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: returncode {self.returncode} after {self.elapsed_s:.1f} s, "
+                f"error {self.error}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n"
+                f"{self.stderr[-3000:]}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(target: str, world_size: int, args: dict | None = None, timeout_s: float = 120.0,
+              extra_env: dict | None = None) -> list[RankResult]:
+    """Runs `module:function` of this directory on `world_size` ranks; returns per-rank results."""
+    with tempfile.TemporaryDirectory(prefix="infinipipe-ranks-") as tmp:
+        tmp_path = Path(tmp)
+        with open(tmp_path / "args.pkl", "wb") as f:
+            pickle.dump(args or {}, f)
+        port = free_port()
+        procs, logs = [], []
+        pythonpath = os.pathsep.join([str(REPO / "python"), str(HERE),
+                                      os.environ.get("PYTHONPATH", "")])
+        for rank in range(world_size):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
+                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONPATH=pythonpath,
+                       OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            env.update(extra_env or {})
+            out = open(tmp_path / f"out{rank}.txt", "w+")
+            err = open(tmp_path / f"err{rank}.txt", "w+")
+            logs.append((out, err))
+            procs.append(subprocess.Popen(
+                [sys.executable, str(HERE / "_worker.py"), target, str(tmp_path)],
+                env=env, stdout=out, stderr=err, cwd=str(HERE)))
+        started = time.monotonic()
+        ended: list[float | None] = [None] * world_size
+        while any(e is None for e in ended):
+            now = time.monotonic()
+            for rank, p in enumerate(procs):
+                if ended[rank] is None and p.poll() is not None:
+                    ended[rank] = now - started
+            if now - started > timeout_s:
+                break
+            time.sleep(0.05)
+        results = []
+        for rank, p in enumerate(procs):
+            returncode = p.poll()
+            if returncode is None:
+                p.kill()
+                p.wait()
+            out, err = logs[rank]
+            out.seek(0)
+            err.seek(0)
+            result = RankResult(rank, returncode,
+                                ended[rank] if ended[rank] is not None else timeout_s,
+                                out.read(), err.read())
+            out.close()
+            err.close()
+            value_file = tmp_path / f"rank{rank}.pt"
+            if value_file.exists():
+                payload = torch.load(value_file, weights_only=False)
+                result.value, result.error = payload["value"], payload["error"]
+            results.append(result)
+        return results
+
+
+def check_all_ok(results: list[RankResult]) -> list[Any]:
+    """The values of every rank; fails the test with every rank's log when any rank failed."""
+    bad = [r for r in results if r.returncode != 0 or r.error is not None]
+    if bad:
+        raise AssertionError("ranks failed:\n" + "\n".join(r.describe() for r in bad))
+    return [r.value for r in results]
