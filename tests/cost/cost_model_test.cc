@@ -194,7 +194,7 @@ TEST(CostModel, ConstructorRejectsInconsistentStages) {
 
 class CostModelFile : public ::testing::Test {
  protected:
-  std::string path_ = ::testing::TempDir() + "cost_model_test.json";
+  std::string path_ = ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name() + std::string("_") + "cost_model_test.json";
   void TearDown() override { std::remove(path_.c_str()); }
   void write(const std::string& text) { std::ofstream(path_) << text; }
 };
