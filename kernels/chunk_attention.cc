@@ -21,21 +21,28 @@ std::shared_ptr<SequenceKV> SequenceKV::create(int64_t seq_length, int64_t kv_he
               ", ", kv_heads, ", ", head_dim);
   auto opts = at::TensorOptions().dtype(dtype).device(device);
   auto kv = std::make_shared<SequenceKV>();
-  // K/V are written before they are read; only the accumulators need zeros.
+  // K/V are written before they are read. The accumulators wait for the first backward.
   kv->k = at::empty({seq_length, kv_heads, head_dim}, opts);
   kv->v = at::empty({seq_length, kv_heads, head_dim}, opts);
-  kv->dk = at::zeros({seq_length, kv_heads, head_dim}, opts);
-  kv->dv = at::zeros({seq_length, kv_heads, head_dim}, opts);
   return kv;
 }
 
+void SequenceKV::allocate_grad() {
+  if (dk.defined()) return;
+  dk = at::zeros_like(k);
+  dv = at::zeros_like(v);
+}
+
 void SequenceKV::zero_grad() {
+  if (!dk.defined()) return;
   dk.zero_();
   dv.zero_();
 }
 
 int64_t SequenceKV::nbytes() const {
-  return static_cast<int64_t>(k.nbytes() + v.nbytes() + dk.nbytes() + dv.nbytes());
+  int64_t bytes = static_cast<int64_t>(k.nbytes() + v.nbytes());
+  if (dk.defined()) bytes += static_cast<int64_t>(dk.nbytes() + dv.nbytes());
+  return bytes;
 }
 
 namespace {
@@ -260,6 +267,7 @@ class ChunkAttentionFunction : public torch::autograd::Function<ChunkAttentionFu
       dks.copy_(b.dk_own);
       dvs.copy_(b.dv_own);
       if (seg.kv) {
+        seg.kv->allocate_grad();
         // hand over what later slices accumulated for this one, and clear it
         Tensor acc_k = seg.kv->dk.narrow(0, seg.start, seg.length);
         Tensor acc_v = seg.kv->dv.narrow(0, seg.start, seg.length);
@@ -307,16 +315,18 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
     } else {
       const SequenceKV& kv = *s.kv;
       TORCH_CHECK(kv.k.defined() && kv.k.dim() == 3 && kv.v.sizes() == kv.k.sizes() &&
-                      kv.dk.sizes() == kv.k.sizes() && kv.dv.sizes() == kv.k.sizes(),
+                      kv.dk.defined() == kv.dv.defined() &&
+                      (!kv.dk.defined() ||
+                       (kv.dk.sizes() == kv.k.sizes() && kv.dv.sizes() == kv.k.sizes() &&
+                        kv.dk.scalar_type() == kv.k.scalar_type() &&
+                        kv.dk.device() == kv.k.device())),
                   "chunk_attention: segment ", i, ": malformed K/V buffer");
       TORCH_CHECK(s.end() <= kv.seq_length(), "chunk_attention: segment ", i, " ends at ",
                   s.end(), " beyond its K/V buffer of ", kv.seq_length(), " tokens");
       TORCH_CHECK(kv.kv_heads() == k.size(1) && kv.head_dim() == k.size(2),
                   "chunk_attention: segment ", i, ": K/V buffer [", kv.seq_length(), ", ",
                   kv.kv_heads(), ", ", kv.head_dim(), "] does not match k ", k.sizes());
-      TORCH_CHECK(kv.k.scalar_type() == k.scalar_type() &&
-                      kv.dk.scalar_type() == k.scalar_type() && kv.k.device() == k.device() &&
-                      kv.dk.device() == k.device(),
+      TORCH_CHECK(kv.k.scalar_type() == k.scalar_type() && kv.k.device() == k.device(),
                   "chunk_attention: segment ", i, ": K/V buffer dtype/device (",
                   kv.k.scalar_type(), ", ", kv.k.device(), ") differ from k (", k.scalar_type(),
                   ", ", k.device(), ")");

@@ -32,10 +32,14 @@
 namespace infinipipe::kernels {
 
 // Per (split sequence, layer) K/V buffer and its gradient accumulators, all
-// [seq_length, kv_heads, head_dim], never requiring grad.
+// [seq_length, kv_heads, head_dim], never requiring grad. K/V are allocated at creation (the
+// sequence's first forward), the accumulators at the sequence's first backward on this layer:
+// forwards never touch them, so a sequence whose backwards have not started holds only K/V, as
+// the cost model's memory timeline counts it (src/sim/memory_timeline.cc).
 struct SequenceKV {
   at::Tensor k, v;    // written by forwards at [start, end) of each slice
-  at::Tensor dk, dv;  // gradient contributions of later slices to earlier ones
+  at::Tensor dk, dv;  // gradient contributions of later slices to earlier ones; undefined until
+                      // the first backward
 
   static std::shared_ptr<SequenceKV> create(int64_t seq_length, int64_t kv_heads,
                                             int64_t head_dim, at::ScalarType dtype,
@@ -43,9 +47,11 @@ struct SequenceKV {
   int64_t seq_length() const { return k.size(0); }
   int64_t kv_heads() const { return k.size(1); }
   int64_t head_dim() const { return k.size(2); }
-  // Zeroes the accumulators (they are zero after a complete backward anyway).
+  // Allocates the accumulators (zeros) unless they exist; called by the backward.
+  void allocate_grad();
+  // Zeroes the accumulators if allocated (they are zero after a complete backward anyway).
   void zero_grad();
-  // Bytes held: K, V and the two accumulators.
+  // Bytes held: K, V and the two accumulators once allocated.
   int64_t nbytes() const;
 };
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up (setup.sh) and runs every test: the C++ suites through ctest, the Python
-# suites through pytest (multi-process runs on CPU with Gloo included), then the benchmarks'
-# smoke modes.
+# suites through pytest (multi-process runs on CPU with Gloo included); the benchmarks' smoke
+# modes run in between.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./setup.sh
 (cd build && ctest --output-on-failure -j2)
+.venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 PYTHONPATH=python .venv/bin/python -m pytest -q tests/kernels tests/python
-.venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke

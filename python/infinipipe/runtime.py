@@ -67,7 +67,8 @@ class PlanConfig:
     chunk_tokens: int = 0
     uniform_recompute: int = -1
     max_k: int = 32
-    checkpoint_time_limit_s: float = 0.2
+    # 0: no CBC, so every rank's independent plan is the same whatever its load (see planner.h)
+    checkpoint_time_limit_s: float = 0.0
     hardware: str = "cpu"
     cost_model: str | None = None
 
@@ -142,6 +143,8 @@ class LlamaStageAdapter:
 
 
 def _protocol_module(module: Any) -> Any:
+    if isinstance(module, _C.runtime.StageModule):
+        return module  # a C++ stage module (e.g. _C.models.LlamaStage): the executor runs it as is
     if all(hasattr(module, a) for a in ("first_layer", "last_layer", "layer", "embed", "head")):
         return LlamaStageAdapter(module)
     return module  # assumed to implement the protocol itself (num_layers, layer(local, ...), ...)
@@ -198,8 +201,17 @@ class _Saved:
 class MemoryMeter:
     """Activation bytes a stage holds during a step: tensors autograd saves (seen through
     saved-tensor hooks, each storage counted once, parameters excluded) plus what the executor
-    holds outside autograd (K/V buffers, checkpointed layers' inputs). Sampled at every saved
-    tensor and after every action; `peak_bytes` is the largest sum."""
+    holds outside autograd (K/V buffers with their dK/dV accumulators once a backward allocated
+    them, checkpointed layers' inputs). Sampled at every saved tensor and after every action;
+    `peak_bytes` is the largest sum.
+
+    It is compared with `predicted(plan, cost, stage)`: the plan's predicted peak for the stage
+    without what the meter cannot see (model state; gradients in the backward workspace). See
+    docs/runtime.md, "Memory"."""
+
+    @staticmethod
+    def predicted(plan: Any, cost: Any, stage: int) -> float:
+        return float(plan.predicted_activation_peaks(cost)[stage])
 
     def __init__(self, executor: Any, parameters: Iterable[torch.Tensor]) -> None:
         self.executor = executor
@@ -240,6 +252,8 @@ class MemoryMeter:
     def sample(self, _action: str | None = None) -> None:
         held, seen = 0, set()
         for t in self.executor.held_tensors():
+            if t is None:  # a dK/dV accumulator not allocated yet
+                continue
             storage = t.untyped_storage()
             key = storage.data_ptr()
             if key in seen or key in self.saved:
@@ -291,8 +305,9 @@ class Trainer:
     model: a llama.LlamaConfig (the trainer builds this rank's stage with the seeded
         initialisation, so every split holds the same weights), or a factory
         `factory(stage, layers_per_stage) -> module` returning this rank's stage (a LlamaStage,
-        or any object implementing the executor's stage protocol); then give `model_config`
-        for the cost model.
+        a C++ stage module such as infinipipe.models.cpp.build_stage's, or any object
+        implementing the executor's stage protocol); then give `model_config` for the cost
+        model.
     optimizer_factory: `factory(parameters) -> torch.optim.Optimizer` (default AdamW, lr 1e-3).
     layer_split: layers per stage (a list), or a stage count split evenly; default: one stage
         per process, split evenly.
@@ -475,8 +490,7 @@ class Trainer:
         self.optimizer.step()
 
         if meter is not None:
-            predicted = (plan.predicted_peaks(self.cost)[self.stage_index]
-                         - self.cost.model_state_bytes(self.stage_index))
+            predicted = MemoryMeter.predicted(plan, self.cost, self.stage_index)
             stats.update(measured_activation_bytes=meter.peak_bytes,
                          measured_saved_bytes=meter.peak_saved_bytes,
                          measured_held_bytes=meter.peak_held_bytes,

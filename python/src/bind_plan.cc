@@ -19,6 +19,7 @@
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/schedule/validator.h"
+#include "infinipipe/sim/memory_timeline.h"
 #include "infinipipe/sim/simulator.h"
 
 namespace py = pybind11;
@@ -187,6 +188,14 @@ std::vector<double> predicted_peaks(const Plan& plan, const CostModel& cost) {
   return simulate(plan.schedule, plan.chunks, cost, plan.recompute, sim_options).peak_memory_bytes;
 }
 
+// Per stage, the part of that peak a run's MemoryMeter can observe (sim/memory_timeline.h).
+std::vector<double> predicted_activation_peaks(const Plan& plan, const CostModel& cost) {
+  std::vector<double> peaks;
+  for (int p = 0; p < plan.schedule.num_stages(); ++p)
+    peaks.push_back(observable_activation_peak(plan.schedule, p, plan.chunks, cost, plan.recompute));
+  return peaks;
+}
+
 }  // namespace
 
 void bind_plan(py::module_& root) {
@@ -262,6 +271,10 @@ void bind_plan(py::module_& root) {
       .def_property_readonly("step_time_s", [](const Plan& p) { return p.step_time_s; })
       .def("predicted_peaks", &predicted_peaks, py::arg("cost"),
            "Per stage, the peak memory the simulator predicts with the plan's current recompute.")
+      .def("predicted_activation_peaks", &predicted_activation_peaks, py::arg("cost"),
+           "Per stage, the part of the predicted peak that saved-tensor hooks and the "
+           "executor's held buffers can observe: no model state, no backward workspace beyond "
+           "its saved tensors (docs/runtime.md, 'Memory').")
       .def("__repr__", [](const Plan& p) {
         return "<Plan " + std::string(to_string(p.method)) + " " + describe(p.method, p.setting) +
                ", " + std::to_string(p.chunks.size()) + " chunks, " +
@@ -270,8 +283,8 @@ void bind_plan(py::module_& root) {
 
   m.def("plan_step", &plan_step, py::arg("lengths"), py::arg("cost"),
         py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1, py::arg("token_cap") = 0,
-        py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = 32,
-        py::arg("checkpoint_time_limit_s") = 0.2,
+        py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = PlannerOptions{}.max_k,
+        py::arg("checkpoint_time_limit_s") = PlannerOptions{}.checkpoint_time_limit_s,
         "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k); the "
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
         "(chunk_tokens) use the setting given. Error when nothing fits the budget.",

@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 
 #include "bindings.h"
 #include "infinipipe/common/error.h"
@@ -148,6 +150,31 @@ void bind_runtime(py::module_& root) {
   py::class_<ChunkContext, std::shared_ptr<ChunkContext>>(
       m, "ChunkContext",
       "One chunk as a stage sees it: its segments, positions and per-layer chunk attention.")
+      .def(py::init([](int chunk, const std::vector<std::tuple<int64_t, int64_t, int64_t, int>>&
+                                      segments,
+                       int num_layers,
+                       std::optional<std::vector<std::vector<std::shared_ptr<kernels::SequenceKV>>>>
+                           kv,
+                       at::Device device, double scale, const std::string& backend) {
+             std::vector<runtime::SliceRows> slices;
+             for (const auto& [row, start, length, seq] : segments)
+               slices.push_back(runtime::SliceRows{seq, row, start, length});
+             if (!kv)
+               kv.emplace(num_layers, std::vector<std::shared_ptr<kernels::SequenceKV>>(
+                                          slices.size()));
+             check(static_cast<int>(kv->size()) == num_layers,
+                   "ChunkContext: kv needs one list per layer (" + std::to_string(num_layers) +
+                       "), got " + std::to_string(kv->size()));
+             return std::make_shared<ChunkContext>(chunk, std::move(slices), std::move(*kv),
+                                                   device, scale, parse_backend(backend));
+           }),
+           py::arg("chunk"), py::arg("segments"), py::arg("num_layers"), py::arg("kv") = py::none(),
+           py::arg("device") = at::Device(at::kCPU), py::arg("scale") = 0.0,
+           py::arg("backend") = "auto",
+           "A chunk's context outside the executor (tests, C++ stage modules driven from "
+           "Python): segments as (row, start, length, seq_id) tiling the rows; kv[layer][i] the "
+           "SequenceKV of segment i on that layer, None for a whole sequence (kv=None: all "
+           "whole).")
       .def_property_readonly("chunk", &ChunkContext::chunk)
       .def_property_readonly("num_tokens", &ChunkContext::num_tokens)
       .def_property_readonly("num_layers", &ChunkContext::num_layers)
@@ -175,6 +202,21 @@ void bind_runtime(py::module_& root) {
                " slices>";
       });
 
+  py::class_<StageModule, std::shared_ptr<StageModule>>(
+      m, "StageModule",
+      "A stage module implemented in C++ (for example models.LlamaStage). The executor runs it "
+      "directly; its methods take the C++ ChunkContext and local layer indices.")
+      .def_property_readonly("num_layers", &StageModule::num_layers)
+      .def_property_readonly("has_embedding", &StageModule::has_embedding)
+      .def_property_readonly("has_head", &StageModule::has_head)
+      .def("embed", &StageModule::embed, py::arg("tokens"), py::arg("ctx"),
+           "tokens [T] -> hidden [T, hidden] (first stage only).")
+      .def("layer", &StageModule::layer, py::arg("local_index"), py::arg("hidden"),
+           py::arg("ctx"), "hidden [T, hidden] -> hidden [T, hidden] through local layer i.")
+      .def("head", &StageModule::head, py::arg("hidden"), py::arg("ctx"),
+           "hidden [T, hidden] -> logits [T, vocab] (last stage only).")
+      .def("parameters", &StageModule::parameters);
+
   py::class_<Executor>(m, "Executor",
                        "Runs one stage's actions of a plan over a torch.distributed group.")
       .def(py::init([](py::object module, py::object group, int stage, int num_stages,
@@ -193,9 +235,14 @@ void bind_runtime(py::module_& root) {
              o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
              o.stage_ranks = std::move(stage_ranks);
              o.attention_backend = parse_backend(attention_backend);
-             return std::make_unique<Executor>(
-                 std::make_shared<PythonStageModule>(std::move(module)),
-                 process_group_from(group), std::move(o));
+             // A C++ stage module (a subclass of StageModule) runs as it is, without the GIL;
+             // any other object is driven through the Python protocol.
+             std::shared_ptr<StageModule> stage_module =
+                 py::isinstance<StageModule>(module)
+                     ? module.cast<std::shared_ptr<StageModule>>()
+                     : std::make_shared<PythonStageModule>(std::move(module));
+             return std::make_unique<Executor>(std::move(stage_module), process_group_from(group),
+                                               std::move(o));
            }),
            py::arg("module"), py::arg("group"), py::arg("stage"), py::arg("num_stages"),
            py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),

@@ -9,5 +9,7 @@ namespace infinipipe::python {
 void bind_plan(pybind11::module_& m);
 // infinipipe._C.runtime: chunk contexts, Python stage modules and the executor.
 void bind_runtime(pybind11::module_& m);
+// infinipipe._C.models: C++ stage modules (after bind_runtime, which registers their base).
+void bind_models(pybind11::module_& m);
 
 }  // namespace infinipipe::python

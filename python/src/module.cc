@@ -102,4 +102,5 @@ PYBIND11_MODULE(_C, m) {
   m.attr("chunk_attention") = kernels.attr("chunk_attention");
   infinipipe::python::bind_plan(m);
   infinipipe::python::bind_runtime(m);
+  infinipipe::python::bind_models(m);
 }

@@ -104,6 +104,9 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChun
   check_lengths(lengths);
   check(options.max_chunk_tokens >= 0, "the chunk token cap " + std::to_string(options.max_chunk_tokens) +
                                            " is invalid: use 0 for none or a positive token count");
+  check(options.drain_chunks >= 0 && options.drain_split >= 1,
+        "the drain taper needs drain_chunks >= 0 and drain_split >= 1, got " +
+            std::to_string(options.drain_chunks) + " and " + std::to_string(options.drain_split));
   const int k = options.k;
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
@@ -163,6 +166,36 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChun
       buckets.emplace_back();
     }
     add_slice(buckets[target], Slice{q, 0, n, n}, cost);
+  }
+
+  if (options.packed_light_first)
+    std::stable_sort(buckets.begin() + long_seqs.size(), buckets.end(),
+                     [](const Bucket& a, const Bucket& b) { return a.tokens < b.tokens; });
+  // Drain taper: the short sequences of the last drain_chunks packed buckets go into
+  // drain_split times as many buckets (longest processing time first, within the token cap),
+  // heaviest bucket first.
+  if (options.drain_chunks > 0 && options.drain_split > 1) {
+    const size_t first_packed = long_seqs.size();
+    const size_t pooled = std::min<size_t>(options.drain_chunks, buckets.size() - first_packed);
+    std::vector<Slice> pool;
+    for (size_t i = buckets.size() - pooled; i < buckets.size(); ++i)
+      pool.insert(pool.end(), buckets[i].slices.begin(), buckets[i].slices.end());
+    buckets.resize(buckets.size() - pooled);
+    std::stable_sort(pool.begin(), pool.end(), [&](const Slice& a, const Slice& b) {
+      return seq_time[a.seq] > seq_time[b.seq];
+    });
+    std::vector<Bucket> finer(pooled * options.drain_split);
+    for (const Slice& slice : pool) {
+      Bucket* lightest = nullptr;
+      for (Bucket& b : finer)
+        if (b.tokens + slice.length() <= token_cap && (lightest == nullptr || b.time < lightest->time))
+          lightest = &b;
+      if (lightest == nullptr) lightest = &finer.emplace_back();
+      add_slice(*lightest, slice, cost);
+    }
+    std::stable_sort(finer.begin(), finer.end(), [](const Bucket& a, const Bucket& b) { return a.time > b.time; });
+    for (Bucket& b : finer)
+      if (!b.slices.empty()) buckets.push_back(std::move(b));
   }
 
   // Step 5: each long sequence's split chunks then its tail's chunk (hybrid, or split if nothing

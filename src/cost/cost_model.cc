@@ -1,5 +1,6 @@
 #include "infinipipe/cost/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -11,6 +12,14 @@
 #include "json_fields.h"
 
 namespace infinipipe {
+
+namespace {
+// Token ids and targets are int64 tensors (torch's embedding and cross-entropy indices).
+constexpr double kTokenIdBytes = 8;
+// The cross-entropy's total weight, a 0-d tensor in the loss dtype (at most float64), kept per
+// chunk for the backward.
+constexpr double kLossTotalWeightBytes = 8;
+}  // namespace
 
 CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardware& hw) {
   shape.validate();
@@ -41,20 +50,46 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
   // LM head GEMM (h x vocab); the final norm and the loss are element-wise, left out as above.
   c.head_s_per_token = 2 * h * vocab / matmul_rate;
 
-  // Per token per layer, what autograd keeps for the backward, counted as in Korthikanti et al.
-  // 2022 ("Reducing Activation Recomputation in Large Transformer Models", Sec. 4.1) for a LLaMA
-  // layer (RMSNorm, GQA, SwiGLU, no dropout) with flash attention (no s^2 scores kept):
-  //   h   norm1 input (RMSNorm backward)     h   norm1 output (q/k/v weight gradients)
-  //   h + 2 kv_dim  q, k, v after rotary     h   attention output (flash backward, o-proj input)
-  //   h   norm2 input (the residual sum)     h   norm2 output (gate/up weight gradients)
-  //   4 ffn  gate, up, SiLU(gate), product (SiLU and product backward, down-proj input)
-  // plus fp32 per-token statistics: the softmax log-sum-exp per head and the two norms' rstd.
-  c.activation_bytes = bytes * (6 * h + 2 * kv_dim + 4 * f) + 4.0 * (shape.heads + 2);
+  // Per token per layer, what autograd keeps for the backward. The terms follow Korthikanti et
+  // al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", Sec. 4.1), redone
+  // for a LLaMA layer (RMSNorm, rotary GQA, SwiGLU, no dropout) with flash attention (no s^2
+  // scores kept), and counted from what this project's layer (python/infinipipe/models/llama.py
+  // with kernels/chunk_attention.cc) actually saves, measured with saved-tensor hooks: every
+  // tensor below is a storage that autograd holds from the forward to the backward.
+  //   b = bytes per element; cb = max(b, 4): the norms and the attention statistics run in at
+  //   least fp32 (transformers' LlamaRMSNorm upcasts; flash attention keeps an fp32 or fp64
+  //   log-sum-exp).
+  //   Each RMSNorm (two per layer), 2h*b + h*cb + cb:
+  //     h*cb  its input in the compute dtype: x.pow(2) and x * rstd need it. In fp32/fp64 this is
+  //           the residual stream itself (the layer input, the post-attention residual sum); in
+  //           bf16 it is the fp32 copy, and the bf16 residual is not kept.
+  //     cb    rstd, one per token: (x * rstd) and rsqrt need it.
+  //     h*b   the normalised value before the gain: the gain's weight gradient needs it.
+  //     h*b   the gain's output: the input of the q/k/v (or gate/up) projections, whose weight
+  //           gradients need it.
+  //     A fused RMSNorm kernel (apex, Megatron) keeps input and rstd and recomputes the
+  //     normalised value in its backward; ours is eager and keeps it, so its h*b is counted.
+  //   Attention, (2h + 2kv)*b + heads*cb:
+  //     h*b   q after rotary, kv*b k after rotary, kv*b v: saved by the chunk attention for the
+  //           flash backward. For slices of split sequences k and v are saved as well, although
+  //           the sequence's K/V buffer holds a copy (kv_bytes, counted by kv_buffer_bytes).
+  //     h*b   the attention output: flash backward needs it, and it is the o-projection's input
+  //           (one storage, counted once).
+  //     heads*cb  the softmax log-sum-exp per head.
+  //     The rotary products keep cos/sin rather than q/k, and those tables are shared by all
+  //     layers of a chunk: counted once per chunk in CostModel::activation_bytes.
+  //   SwiGLU MLP, 4f*b: gate output (SiLU's backward), SiLU output and up output (the product's
+  //     backward), the product (the down projection's input).
+  //   The residual adds keep nothing.
+  // Sum: b*(6h + 2kv + 4f) + cb*(2h + 2 + heads); with fused norms it would be 2h*b less.
+  const double cb = std::max(bytes, 4.0);
+  c.activation_bytes = bytes * (6 * h + 2 * kv_dim + 4 * f) + cb * (2 * h + 2 + shape.heads);
   c.checkpoint_bytes = bytes * h;  // the layer input, from which the layer is recomputed
   c.kv_bytes = bytes * 2 * kv_dim;
-  // fp32 softmax over the vocabulary kept by the cross-entropy for its backward, plus the final
-  // norm's input and output (norm and LM-head backward).
-  c.logits_bytes = 4 * vocab + 2 * bytes * h;
+  // Last stage, per token: the final RMSNorm (as above, 2h*b + h*cb + cb), the cross-entropy's
+  // log-softmax output over the vocabulary in the loss dtype (at least fp32: the executor casts
+  // bf16 logits up; the logits themselves are not kept) and its int64 targets.
+  c.logits_bytes = cb * vocab + 2 * bytes * h + cb * (h + 1) + kTokenIdBytes;
   // bf16 mixed precision with Adam: 2 weight + 2 gradient + 4 fp32 master weight + 4 + 4 Adam
   // moments = 16 bytes/param (Rajbhandari et al. 2020, ZeRO, Sec. 3.1). Full precision (fp32
   // or fp64, the CPU models) has no master copy: weight + gradient + two moments = 4 * bytes.
@@ -218,14 +253,11 @@ double CostModel::model_state_bytes(int stage) const {
 }
 
 namespace {
-// Bytes one full (not checkpointed) layer keeps for the chunk: the K/V of split-sequence slices
-// live in that sequence's K/V buffer instead.
+// Bytes one full (not checkpointed) layer keeps for the chunk. Slices of split sequences keep
+// their own K/V too (the chunk attention saves its k and v inputs), on top of the sequence's
+// K/V buffer, so every token counts the same.
 double full_layer_bytes(const CostCoefficients& c, const Chunk& chunk) {
-  double bytes = 0;
-  for (const Slice& s : chunk.slices) {
-    bytes += double(s.length()) * (c.activation_bytes - (s.whole() ? 0 : c.kv_bytes));
-  }
-  return bytes;
+  return double(chunk.tokens()) * c.activation_bytes;
 }
 }  // namespace
 
@@ -235,11 +267,18 @@ double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpoint
     throw Error("cost model: " + std::to_string(checkpointed_layers) + " checkpointed layers on stage " +
             std::to_string(stage) + ", which has " + std::to_string(layers(stage)));
   const double tokens = double(chunk.tokens());
-  // The embedding's output is layer 0's input, already counted there; its backward needs only
-  // the token ids.
   double bytes = (layers(stage) - checkpointed_layers) * full_layer_bytes(coefficients_, chunk) +
                  checkpointed_layers * tokens * coefficients_.checkpoint_bytes;
-  if (stage == num_stages() - 1) bytes += tokens * coefficients_.logits_bytes;
+  // Per chunk, shared by its layers: the rotary cos and sin tables [tokens, head_dim] that the
+  // rotary products keep. Counted even when every layer is checkpointed (then nothing keeps
+  // them until the recompute), so that activation bytes stay linear in the checkpointed layers
+  // as the checkpoint planner assumes.
+  bytes += tokens * 2.0 * shape_.head_dim() * shape_.bytes_per_element;
+  // The embedding's output is layer 0's input, already counted there; its backward keeps the
+  // token ids.
+  if (stage == 0) bytes += tokens * kTokenIdBytes;
+  if (stage == num_stages() - 1)
+    bytes += tokens * coefficients_.logits_bytes + kLossTotalWeightBytes;
   return bytes;
 }
 

@@ -127,6 +127,8 @@ std::string describe(Method method, const Setting& s) {
     case Method::kEpp:
       out << "K=" << s.k;
       if (s.token_cap > 0) out << " cap=" << s.token_cap;
+      if (s.strict_packing) out << " strict";
+      if (s.drain_chunks > 0) out << " drain=" << s.drain_chunks << "/" << s.drain_split;
       break;
     case Method::kBatch: out << "cap=" << s.token_cap; break;
     case Method::kSeq1F1B: out << "cap=" << s.token_cap << " k=" << s.k; break;
@@ -156,7 +158,10 @@ void to_json(nlohmann::json& j, const Setting& s) {
   j = nlohmann::json{{"k", s.k},
                      {"token_cap", s.token_cap},
                      {"chunk_tokens", s.chunk_tokens},
-                     {"uniform_recompute", s.uniform_recompute}};
+                     {"uniform_recompute", s.uniform_recompute},
+                     {"strict_packing", s.strict_packing},
+                     {"drain_chunks", s.drain_chunks},
+                     {"drain_split", s.drain_split}};
 }
 
 void from_json(const nlohmann::json& j, Setting& s) {
@@ -165,6 +170,9 @@ void from_json(const nlohmann::json& j, Setting& s) {
   read_optional(j, "token_cap", s.token_cap);
   read_optional(j, "chunk_tokens", s.chunk_tokens);
   read_optional(j, "uniform_recompute", s.uniform_recompute);
+  read_optional(j, "strict_packing", s.strict_packing);
+  read_optional(j, "drain_chunks", s.drain_chunks);
+  read_optional(j, "drain_split", s.drain_split);
 }
 
 void to_json(nlohmann::json& j, const Plan& plan) {

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <map>
+#include <queue>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/chunking/sequence_processor.h"
@@ -77,8 +79,7 @@ SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks,
   return simulate(schedule, chunks, cost, recompute, sim_options);
 }
 
-// Shortest slice of a K-way split of the longest sequence; short slices under-use the device,
-// so the sweep stops before them.
+// Shortest slice of a mesh; short slices under-use the device, so the search stops before them.
 int64_t shortest_slice(const SplitMesh& mesh) {
   int64_t shortest = mesh.boundaries.back();
   for (size_t i = 1; i < mesh.boundaries.size(); ++i)
@@ -86,18 +87,12 @@ int64_t shortest_slice(const SplitMesh& mesh) {
   return shortest;
 }
 
-struct Candidate {
-  EppChunkingOptions chunking;
-  std::vector<Chunk> chunks;
-  std::vector<Wave> waves;
-  Schedule schedule;
-  CheckpointResult checkpoint;
-  SimResult sim;
-};
-
 std::string label(const EppChunkingOptions& chunking) {
   std::string out = "K=" + std::to_string(chunking.k);
   if (chunking.max_chunk_tokens > 0) out += " cap=" + std::to_string(chunking.max_chunk_tokens);
+  if (!chunking.relax_time_target) out += " strict";
+  if (chunking.drain_chunks > 0)
+    out += " drain=" + std::to_string(chunking.drain_chunks) + "/" + std::to_string(chunking.drain_split);
   return out;
 }
 
@@ -107,9 +102,164 @@ Wave all_chunks(size_t count) {
   return everything;
 }
 
-// The candidate's chunks in one wave, no recompute: its exact plan when the simulator finds it
-// within the budget, else (recompute and extra waves only add work and fill/drain) the
-// optimistic time the sweep ranks candidates by.
+bool same_chunks(const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t c = 0; c < a.size(); ++c) {
+    if (a[c].slices.size() != b[c].slices.size()) return false;
+    for (size_t i = 0; i < a[c].slices.size(); ++i) {
+      const Slice& x = a[c].slices[i];
+      const Slice& y = b[c].slices[i];
+      if (x.seq != y.seq || x.start != y.start || x.end != y.end) return false;
+    }
+  }
+  return true;
+}
+
+struct Candidate {
+  EppChunkingOptions chunking;
+  std::vector<Chunk> chunks;
+  // From pipeline_bound, per stage: the stage's compute, the first chunk's forward through the
+  // stages before it, the last chunk's backward through them, and how many bytes one second of
+  // recompute can save there at most.
+  std::vector<double> busy, fill, drain, saving_rate;
+  double bound = 0;       // no one-wave plan of these chunks without recompute is faster
+  double optimistic = 0;  // one wave without recompute, simulated with memory ignored (or the bound)
+  std::vector<double> excess;  // bytes over the budget per stage, at least (0 when it may fit)
+  std::vector<double> recompute_floor;  // seconds of recompute per stage that one wave needs at least
+  double key = 0;         // what the search ranks by: see search_key
+  bool simulated = false;
+  // The plan, once evaluated.
+  std::vector<Wave> waves;
+  Schedule schedule;
+  CheckpointResult checkpoint;
+  SimResult sim;
+};
+
+// The bound of pipeline_bound with `extra` seconds of compute per stage.
+double bound_with(const Candidate& cand, const std::vector<double>& extra) {
+  double bound = 0;
+  for (size_t p = 0; p < cand.busy.size(); ++p)
+    bound = std::max(bound, cand.fill[p] + cand.busy[p] + extra[p] + cand.drain[p]);
+  return bound;
+}
+
+bool over_budget(const Candidate& cand) {
+  return std::any_of(cand.excess.begin(), cand.excess.end(), [](double e) { return e > 0; });
+}
+
+// One wave with recompute: the optimistic time, and the bound with each stage's least recompute.
+double one_wave_key(const Candidate& cand) {
+  return std::max(cand.optimistic, bound_with(cand, cand.recompute_floor));
+}
+
+// Several waves: the optimistic time plus one more fill and drain (a second wave repeats them).
+// An estimate, not a bound.
+double waves_key(const Candidate& cand) {
+  const size_t last = cand.busy.size() - 1;
+  return cand.optimistic + cand.fill[last] + cand.drain[last];
+}
+
+// The time the search expects at best from a candidate. While it may fit: its bound. Once known
+// not to fit: the lesser of one wave with recompute and several waves.
+double search_key(const Candidate& cand) {
+  if (!over_budget(cand)) return std::max(cand.bound, cand.optimistic);
+  return std::min(one_wave_key(cand), waves_key(cand));
+}
+
+// A bound the simulator can only meet, for the chunks in one wave without recompute: stage p
+// computes busy_p in all; it cannot start before the first chunk has gone forward through
+// stages 0..p-1, and after its last backward (the last chunk's) that chunk still goes backward
+// through them. Point-to-point time counts on every hop. Cheap (no simulation), and exact when
+// the pipeline never stalls in its steady state, so it ranks candidates well.
+// Also the memory the simulator must find at least: after each forward, the activations of the
+// chunks in flight under 1F1B (stage p runs w_p = (d-1-p) + (k_max-1) warm-up forwards, k_max
+// the first chain's length, then one forward one backward); K/V buffers and backward
+// workspaces only add to that.
+void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes) {
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = num_stages;
+  const WaveOrder order = order_wave(cand.chunks, all_chunks(cand.chunks.size()), schedule_options);
+  const Chunk& first = cand.chunks[order.forward.front()];
+  const Chunk& last = cand.chunks[order.backward.back()];
+  cand.busy.assign(num_stages, 0);
+  cand.fill.assign(num_stages, 0);
+  cand.drain.assign(num_stages, 0);
+  cand.saving_rate.assign(num_stages, 0);
+  for (int p = 0; p < num_stages; ++p) {
+    for (const Chunk& c : cand.chunks) {
+      cand.busy[p] += cost.forward_time(c, p) + cost.backward_time(c, p, 0);
+      cand.saving_rate[p] = std::max(cand.saving_rate[p],
+                                     cost.checkpoint_saving_bytes(c, p) / cost.layer_forward_time(c));
+    }
+    if (p + 1 < num_stages) {
+      cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first);
+      cand.drain[p + 1] = cand.drain[p] + cost.backward_time(last, p, 0) + cost.p2p_time(last);
+    }
+  }
+  cand.bound = bound_with(cand, std::vector<double>(num_stages, 0));
+  cand.optimistic = cand.bound;
+
+  int split_seq = -1;
+  for (const Slice& s : first.slices)
+    if (!s.whole()) split_seq = s.seq;
+  int k_max = 1;
+  if (split_seq >= 0) {
+    k_max = 0;
+    for (const Chunk& c : cand.chunks)
+      for (const Slice& s : c.slices) k_max += s.seq == split_seq;
+  }
+  const int n = static_cast<int>(cand.chunks.size());
+  cand.excess.assign(num_stages, 0);
+  // Recompute of l layers of chunk c saves l * saving(c) bytes at every moment c is in flight
+  // and costs l * time(c). Moments whose in-flight sets share no chunk each need their excess
+  // saved by different chunks, so the recompute is at least the sum of their excesses over the
+  // best saving rate (a feasible dual of the covering program). The walk picks each moment
+  // over the budget whose set shares nothing with the last one picked.
+  cand.recompute_floor.assign(num_stages, 0);
+  std::vector<double> activation(n);
+  std::vector<char> flying(n, 0), marked(n, 0);
+  for (int p = 0; p < num_stages; ++p) {
+    for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
+    const int warmup = std::min(n, (num_stages - 1 - p) + (k_max - 1));
+    const double fixed = cost.model_state_bytes(p);
+    std::fill(flying.begin(), flying.end(), 0);
+    std::fill(marked.begin(), marked.end(), 0);
+    double in_flight = 0, most = 0, disjoint_excess = 0;
+    int marked_left = 0;
+    for (int i = 0; i < n; ++i) {
+      const int added = order.forward[i];
+      in_flight += activation[added];
+      flying[added] = 1;
+      if (i > warmup) {
+        const int removed = order.backward[i - warmup - 1];
+        in_flight -= activation[removed];
+        flying[removed] = 0;
+        if (marked[removed]) {
+          marked[removed] = 0;
+          --marked_left;
+        }
+      }
+      most = std::max(most, in_flight);
+      const double over = fixed + in_flight - budget_bytes;
+      if (over > 0 && marked_left == 0) {
+        disjoint_excess += over;
+        for (int c = 0; c < n; ++c)
+          if (flying[c]) {
+            marked[c] = 1;
+            ++marked_left;
+          }
+      }
+    }
+    cand.excess[p] = std::max(0.0, fixed + most - budget_bytes);
+    const double rate = cand.saving_rate[p];
+    cand.recompute_floor[p] =
+        rate > 0 ? std::max(disjoint_excess, cand.excess[p]) / rate : (cand.excess[p] > 0 ? kInfinity : 0);
+  }
+  cand.key = search_key(cand);
+}
+
+// The candidate's chunks in one wave without recompute: its exact plan when the simulator finds
+// it within the budget; else the optimistic time, which recompute can only lengthen.
 void one_wave_without_recompute(Candidate& cand, const CostModel& cost, const PlannerOptions& options) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = options.num_stages;
@@ -121,18 +271,136 @@ void one_wave_without_recompute(Candidate& cand, const CostModel& cost, const Pl
   cand.checkpoint.recompute.assign(cost.num_stages(), std::vector<int>(cand.chunks.size(), 0));
   cand.sim = predict(cand.schedule, cand.chunks, cost, cand.checkpoint.recompute,
                      options.memory_budget_bytes);
+  cand.optimistic = cand.sim.step_time_s;
+  cand.simulated = true;
+  // The simulated peaks count buffers and workspaces too.
+  for (size_t p = 0; p < cand.excess.size(); ++p) {
+    cand.excess[p] = std::max(cand.excess[p], cand.sim.peak_memory_bytes[p] - options.memory_budget_bytes);
+    if (cand.excess[p] > 0 && cand.saving_rate[p] > 0)
+      cand.recompute_floor[p] = std::max(cand.recompute_floor[p], cand.excess[p] / cand.saving_rate[p]);
+  }
+  cand.key = search_key(cand);
 }
 
-// Recompute (tied greedy), and waves by the grouping DP when one wave with recompute is not the
-// best: what the sweep does for a candidate that does not fit as it is. False, with the reason,
-// when nothing fits.
-bool plan_with_recompute(Candidate& cand, const CostModel& cost, const PlannerOptions& options,
-                         std::string& reason) {
+CheckpointOptions checkpoint_options(CheckpointMethod method, const PlannerOptions& options) {
+  CheckpointOptions ck;
+  ck.method = method;
+  ck.memory_budget_bytes = options.memory_budget_bytes;
+  ck.time_limit_s = options.checkpoint_time_limit_s;
+  return ck;
+}
+
+// Recompute on `schedule` by each method, kept by simulated step time (ties: the earlier
+// method). The diagonal-tied program charges every recomputed layer as a full delay to the
+// pipeline, but a backward with slack after it absorbs its recompute, so the untied greedy (or
+// the tied greedy instead of the exact tied solve) can give the faster step. False, with the
+// first method's reason, when none fits.
+bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                        const std::vector<CheckpointMethod>& methods, const CostModel& cost,
+                        const PlannerOptions& options, CheckpointResult& checkpoint, SimResult& sim,
+                        std::string& reason) {
+  bool found = false;
+  for (CheckpointMethod method : methods) {
+    CheckpointResult solved = plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
+    if (!solved.feasible) {
+      if (reason.empty()) reason = solved.reason;
+      continue;
+    }
+    SimResult simulated = predict(schedule, chunks, cost, solved.recompute, options.memory_budget_bytes);
+    if (simulated.over_budget) {
+      if (reason.empty()) reason = simulated.over_budget_message;
+      continue;
+    }
+    if (found && simulated.step_time_s >= sim.step_time_s) continue;
+    // Name which program won, tied or not: the solvers' own names do not say.
+    if (method == CheckpointMethod::kStageAware || method == CheckpointMethod::kStageAwareGreedy) {
+      if (solved.solver.rfind("untied", 0) != 0 && solved.solver != "none needed")
+        solved.solver = "tied " + solved.solver;
+    }
+    checkpoint = std::move(solved);
+    sim = std::move(simulated);
+    found = true;
+  }
+  return found;
+}
+
+// Recompute during the search: the tied greedy, and the untied greedy too when the tied answer
+// is within kUntiedWithin of the time to beat (the untied one can be faster by a few percent, see
+// best_checkpointing; far behind, it cannot catch up, and on big steps each solve costs tens of
+// milliseconds). The winner also gets the exact tied program (choose_checkpointing).
+constexpr double kUntiedWithin = 0.03;
+
+bool search_checkpointing(Candidate& cand, double time_to_beat, const CostModel& cost,
+                          const PlannerOptions& options, std::string& why) {
+  if (!best_checkpointing(cand.schedule, cand.chunks, {CheckpointMethod::kStageAwareGreedy}, cost,
+                          options, cand.checkpoint, cand.sim, why))
+    return best_checkpointing(cand.schedule, cand.chunks, {CheckpointMethod::kUntiedGreedy}, cost,
+                              options, cand.checkpoint, cand.sim, why);
+  if (cand.checkpoint.recompute_s > 0 && cand.sim.step_time_s < time_to_beat * (1 + kUntiedWithin)) {
+    CheckpointResult untied;
+    SimResult sim;
+    std::string ignored;
+    if (best_checkpointing(cand.schedule, cand.chunks, {CheckpointMethod::kUntiedGreedy}, cost, options,
+                           untied, sim, ignored) &&
+        sim.step_time_s < cand.sim.step_time_s) {
+      cand.checkpoint = std::move(untied);
+      cand.sim = std::move(sim);
+    }
+  }
+  return true;
+}
+
+// The candidate in one wave with recompute (search_checkpointing). False when it does not fit.
+bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostModel& cost,
+                             const PlannerOptions& options, std::string& reason) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = options.num_stages;
-  CheckpointOptions greedy;
-  greedy.method = CheckpointMethod::kStageAwareGreedy;
-  greedy.memory_budget_bytes = options.memory_budget_bytes;
+  cand.waves = {all_chunks(cand.chunks.size())};
+  cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+  std::string why;
+  if (search_checkpointing(cand, time_to_beat, cost, options, why)) return true;
+  reason = label(cand.chunking) + ": " + why;
+  return false;
+}
+
+// Waves by the grouping DP, then recompute on the whole step (search_checkpointing). False,
+// with the reason, when nothing fits.
+// The DP may cut between any two chain lengths, and every wave it weighs costs a checkpoint
+// solve and a simulation, so with many lengths it dominates planning. With `coarse`, cuts are
+// allowed only at about kCoarseWaveCuts places that split the chunks into near-equal parts
+// (waves of other bounds cost +infinity, which the DP rejects at once).
+constexpr int kCoarseWaveCuts = 6;
+
+bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
+                   const PlannerOptions& options, std::string& reason, bool coarse = true) {
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = options.num_stages;
+  const CheckpointOptions greedy = checkpoint_options(CheckpointMethod::kStageAwareGreedy, options);
+
+  // group_of[c]: rank of chunk c's chain length among the distinct lengths, longest first (the
+  // DP's groups); cut_allowed[g]: a wave may start at group g (and end before it).
+  const int n = static_cast<int>(cand.chunks.size());
+  std::vector<int> chain_length(n, 0);
+  for (const std::vector<int>& chain : chains(cand.chunks))
+    for (int c : chain) chain_length[c] = static_cast<int>(chain.size());
+  std::vector<int> lengths(chain_length.begin(), chain_length.end());
+  std::sort(lengths.begin(), lengths.end(), std::greater<int>());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  const int groups = static_cast<int>(lengths.size());
+  std::vector<int> group_of(n), group_chunks(groups, 0);
+  for (int c = 0; c < n; ++c) {
+    group_of[c] = static_cast<int>(std::find(lengths.begin(), lengths.end(), chain_length[c]) - lengths.begin());
+    ++group_chunks[group_of[c]];
+  }
+  std::vector<char> cut_allowed(groups + 1, 1);
+  if (coarse && groups > kCoarseWaveCuts + 1) {
+    int before = 0, next_cut = 1;
+    for (int g = 1; g < groups; ++g) {
+      before += group_chunks[g - 1];
+      cut_allowed[g] = before * (kCoarseWaveCuts + 1) >= next_cut * n;
+      if (cut_allowed[g]) next_cut = before * (kCoarseWaveCuts + 1) / n + 1;
+    }
+  }
 
   // A wave costs its simulated time alone, with the recompute it needs to fit: the DP's sum then
   // tracks the step time, fill/drain bubbles and recompute delays weighed as the pipeline feels
@@ -141,6 +409,12 @@ bool plan_with_recompute(Candidate& cand, const CostModel& cost, const PlannerOp
   std::string wave_reason;
   size_t wave_reason_size = 0;
   const WaveCost wave_cost = [&](const Wave& wave) {
+    int first_group = groups, last_group = -1;
+    for (int c : wave) {
+      first_group = std::min(first_group, group_of[c]);
+      last_group = std::max(last_group, group_of[c]);
+    }
+    if (!cut_allowed[first_group] || !cut_allowed[last_group + 1]) return kInfinity;
     Wave key = wave;
     std::sort(key.begin(), key.end());
     auto it = memo.find(key);
@@ -151,6 +425,18 @@ bool plan_with_recompute(Candidate& cand, const CostModel& cost, const PlannerOp
     for (int c : key) {
       renumbered.push_back(static_cast<int>(alone.size()));
       alone.push_back(cand.chunks[c]);
+    }
+    // A wave that alone cannot beat the time to beat, even with its least recompute, makes every
+    // grouping with it lose too: its bound is enough for the DP, and far cheaper than a solve.
+    if (time_to_beat < kInfinity) {
+      Candidate wave_only;
+      wave_only.chunks = alone;
+      pipeline_bound(wave_only, cost, options.num_stages, options.memory_budget_bytes);
+      const double least = one_wave_key(wave_only);
+      if (least >= time_to_beat) {
+        memo.emplace(std::move(key), least);
+        return least;
+      }
     }
     const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
     const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
@@ -168,43 +454,53 @@ bool plan_with_recompute(Candidate& cand, const CostModel& cost, const PlannerOp
   try {
     cand.waves = group_into_waves(cand.chunks, wave_cost);
   } catch (const Error& e) {
+    // Finer waves may fit where the coarse ones do not; the full DP also explains a failure.
+    if (coarse && groups > kCoarseWaveCuts + 1)
+      return grouped_waves(cand, time_to_beat, cost, options, reason, false);
     reason = label(cand.chunking) + ": " + (wave_reason.empty() ? e.what() : wave_reason);
     return false;
   }
   cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
-  cand.checkpoint = plan_checkpointing(cand.schedule, cand.chunks, cost, greedy);
-  if (!cand.checkpoint.feasible) {
-    reason = label(cand.chunking) + ": " + cand.checkpoint.reason;
-    return false;
-  }
-  cand.sim = predict(cand.schedule, cand.chunks, cost, cand.checkpoint.recompute,
-                     options.memory_budget_bytes);
+  std::string why;
+  if (search_checkpointing(cand, time_to_beat, cost, options, why)) return true;
+  reason = label(cand.chunking) + ": " + why;
+  return false;
+}
+
+// A candidate that does not fit as it is: one wave with recompute, and waves when those can
+// still win (a second wave adds about one more fill and drain to the optimistic time) or when
+// one wave does not fit at all. Keeps the faster; false when neither fits.
+bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group, const CostModel& cost,
+                         const PlannerOptions& options, std::string& reason, bool& grouped) {
+  Candidate one = cand;
+  const bool one_fits = one_wave_key(cand) < time_to_beat &&
+                        one_wave_with_recompute(one, time_to_beat, cost, options, reason);
+  const double goal = one_fits ? std::min(time_to_beat, one.sim.step_time_s) : time_to_beat;
+  Candidate waves = cand;
+  grouped = may_group && (!one_fits || waves_key(cand) < goal);
+  const bool waves_fit = grouped && grouped_waves(waves, goal, cost, options, reason);
+  if (!one_fits && !waves_fit) return false;
+  cand = (waves_fit && (!one_fits || waves.sim.step_time_s < one.sim.step_time_s)) ? std::move(waves)
+                                                                                   : std::move(one);
   return true;
 }
 
-// The diagonal-tied program charges every recomputed layer as a full delay to the pipeline, but
-// a backward with slack after it absorbs its recompute, so the untied greedy (or the tied greedy
-// instead of the exact tied solve) can give the faster step. Solve all three and keep what the
-// simulator finds fastest; the solver field records which won.
-void choose_checkpointing(Candidate& cand, const CostModel& cost, const PlannerOptions& options) {
+// Other recompute programs for a plan that recomputes (with the tied greedy's so far), kept
+// only if the simulator finds them faster.
+void choose_checkpointing(Candidate& cand, const std::vector<CheckpointMethod>& methods,
+                          const CostModel& cost, const PlannerOptions& options) {
   if (cand.checkpoint.recompute_s == 0) return;  // nothing to recompute, nothing to choose
-  const CheckpointMethod methods[] = {CheckpointMethod::kStageAware,
-                                      CheckpointMethod::kStageAwareGreedy,
-                                      CheckpointMethod::kUntiedGreedy};
-  for (CheckpointMethod method : methods) {
-    CheckpointOptions ck_options;
-    ck_options.method = method;
-    ck_options.memory_budget_bytes = options.memory_budget_bytes;
-    ck_options.time_limit_s = options.checkpoint_time_limit_s;
-    CheckpointResult solved = plan_checkpointing(cand.schedule, cand.chunks, cost, ck_options);
-    if (!solved.feasible) continue;
-    SimResult sim = predict(cand.schedule, cand.chunks, cost, solved.recompute,
-                            options.memory_budget_bytes);
-    if (sim.over_budget || sim.step_time_s >= cand.sim.step_time_s) continue;
-    if (method == CheckpointMethod::kStageAware && solved.solver == "cbc") solved.solver = "tied cbc";
-    if (method == CheckpointMethod::kStageAwareGreedy && solved.solver == "greedy")
-      solved.solver = "tied greedy";
-    cand.checkpoint = std::move(solved);
+  std::vector<CheckpointMethod> allowed;
+  for (CheckpointMethod m : methods)  // CBC's time limit makes its answer load-dependent
+    if (m != CheckpointMethod::kStageAware || options.checkpoint_time_limit_s > 0) allowed.push_back(m);
+  if (allowed.empty()) return;
+  CheckpointResult checkpoint;
+  SimResult sim;
+  std::string reason;
+  if (!best_checkpointing(cand.schedule, cand.chunks, allowed, cost, options, checkpoint, sim, reason))
+    return;
+  if (sim.step_time_s < cand.sim.step_time_s) {
+    cand.checkpoint = std::move(checkpoint);
     cand.sim = std::move(sim);
   }
 }
@@ -214,6 +510,9 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
   Setting setting;
   setting.k = best.chunking.k;
   setting.token_cap = best.chunking.max_chunk_tokens;
+  setting.strict_packing = !best.chunking.relax_time_target;
+  setting.drain_chunks = best.chunking.drain_chunks;
+  setting.drain_split = best.chunking.drain_split;
   PlanResult result;
   result.feasible = true;
   result.plan = make_plan(Method::kEpp, setting, lengths, std::move(best.chunks),
@@ -226,10 +525,22 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
 
 }  // namespace
 
-PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const EppChunkingOptions& chunking,
+EppChunkingOptions epp_chunking(const Setting& setting) {
+  EppChunkingOptions chunking;
+  chunking.k = setting.k;
+  chunking.max_chunk_tokens = setting.token_cap;
+  chunking.relax_time_target = !setting.strict_packing;
+  chunking.packed_light_first = true;
+  chunking.drain_chunks = setting.drain_chunks;
+  chunking.drain_split = setting.drain_split;
+  return chunking;
+}
+
+PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
                        const CostModel& cost, const PlannerOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   check_inputs(lengths, cost, options);
+  const EppChunkingOptions chunking = epp_chunking(setting);
   Candidate cand;
   cand.chunking = chunking;
   try {
@@ -237,11 +548,14 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const EppChunkingOpt
   } catch (const Error& e) {
     return infeasible(label(chunking) + ": " + e.what());
   }
+  pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
   one_wave_without_recompute(cand, cost, options);
   if (cand.sim.over_budget) {
     std::string reason;
-    if (!plan_with_recompute(cand, cost, options, reason)) return infeasible(reason);
-    choose_checkpointing(cand, cost, options);
+    bool grouped = false;
+    if (!plan_with_recompute(cand, kInfinity, true, cost, options, reason, grouped)) return infeasible(reason);
+    choose_checkpointing(cand, {CheckpointMethod::kUntiedGreedy, CheckpointMethod::kStageAware}, cost,
+                         options);
   }
   return finish_epp(std::move(cand), lengths, cost, started);
 }
@@ -250,30 +564,74 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   check_inputs(lengths, cost, options);
+  for (int64_t cap : options.chunk_token_caps)
+    check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
 
-  // Phase 1: every (K, cap) in one wave without recompute. That is exact for the candidates that
-  // fit as they are, and a bound (by the simulator's monotonicity: recompute only lengthens
-  // actions) on what the others can reach in one wave.
-  bool have_best = false;
-  Candidate best;
+  // Every knob setting: slice count K, chunk token cap, and packing that relaxes T_t (the
+  // paper's) or not; packed chunks always lightest first. Settings that give the same chunks are
+  // tried once.
+  std::vector<Candidate> candidates;
   std::string reason;  // of the last candidate that failed
-  std::vector<Candidate> need_recompute;
   for (int k = 1; k <= options.max_k && k <= longest; ++k) {
+    // Neighbouring large K differ by a few percent of slice length: every other K above 16,
+    // every fourth above 32.
+    if ((k > 16 && k % 2 != 0) || (k > 32 && k % 4 != 0)) continue;
     const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
     if (k > 1 && shortest_slice(mesh) < kMinSliceTokens) break;
+    std::vector<int64_t> caps;
     for (int64_t cap : options.chunk_token_caps) {
-      check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
-      if (cap >= mesh.token_cap) continue;  // TODO dedupe
-      Candidate cand;
-      cand.chunking.k = k;
-      cand.chunking.max_chunk_tokens = cap;
-      try {
-        cand.chunks = epp_chunks(lengths, cand.chunking, cost);
-      } catch (const Error& e) {
-        reason = label(cand.chunking) + ": " + e.what();
-        continue;
+      // A cap the mesh already respects changes nothing. Where it binds, K only moves the cuts
+      // of the long sequences' late (short, uncapped) slices, so coarser steps of K do.
+      const int64_t effective = cap >= mesh.token_cap ? 0 : cap;
+      if (effective > 0 && !(k <= 6 || (k <= 16 && k % 2 == 0) || k % 4 == 0)) continue;
+      if (std::find(caps.begin(), caps.end(), effective) == caps.end()) caps.push_back(effective);
+    }
+    for (int64_t cap : caps) {
+      for (bool relax : {true, false}) {
+        Setting setting;
+        setting.k = k;
+        setting.token_cap = cap;
+        setting.strict_packing = !relax;
+        Candidate cand;
+        cand.chunking = epp_chunking(setting);
+        try {
+          cand.chunks = epp_chunks(lengths, cand.chunking, cost);
+        } catch (const Error& e) {
+          reason = label(cand.chunking) + ": " + e.what();
+          continue;
+        }
+        // Strict packing only differs when relaxing T_t would have helped some sequence.
+        if (!relax && !candidates.empty() && candidates.back().chunking.k == k &&
+            candidates.back().chunking.max_chunk_tokens == cap &&
+            same_chunks(candidates.back().chunks, cand.chunks))
+          continue;
+        pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
+        candidates.push_back(std::move(cand));
       }
+    }
+  }
+
+  // Best first by search_key, which only grows as a candidate is looked at more closely: first
+  // one wave without recompute is simulated (exact if it fits; otherwise the simulated peaks add
+  // to the excess bytes), then recompute, and waves if they can win. The search ends when no
+  // candidate's key is below the best time found. Recompute and grouping are the expensive
+  // steps; they are limited to max_recompute_candidates and max_wave_groupings candidates
+  // (without limit while nothing fits).
+  auto later = [&](int a, int b) {
+    return candidates[a].key > candidates[b].key || (candidates[a].key == candidates[b].key && a > b);
+  };
+  std::priority_queue<int, std::vector<int>, decltype(later)> queue(later);
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
+  bool have_best = false;
+  Candidate best;
+  int evaluated = 0, groupings = 0;
+  while (!queue.empty()) {
+    Candidate& cand = candidates[queue.top()];
+    const int index = queue.top();
+    queue.pop();
+    if (have_best && cand.key >= best.sim.step_time_s) break;
+    if (!cand.simulated) {
       one_wave_without_recompute(cand, cost, options);
       if (!cand.sim.over_budget) {
         if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
@@ -281,20 +639,46 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
           have_best = true;
         }
       } else {
-        need_recompute.push_back(std::move(cand));
+        queue.push(index);
       }
+      continue;
     }
-  }
-  for (Candidate& cand : need_recompute) {
-    if (!plan_with_recompute(cand, cost, options, reason)) continue;
+    if (have_best && evaluated >= options.max_recompute_candidates) continue;
+    ++evaluated;
+    const bool may_group = !have_best || groupings < options.max_wave_groupings;
+    bool grouped = false;
+    const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity, may_group,
+                                          cost, options, reason, grouped);
+    groupings += grouped;
+    if (!fits) continue;
     if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
       best = std::move(cand);
       have_best = true;
     }
   }
+  candidates.clear();
   if (!have_best)
     return infeasible(reason.empty() ? "no slice count K fits the memory budget" : reason);
-  choose_checkpointing(best, cost, options);
+
+  // Drain tapers of the winner when it runs as one wave without recompute; a tapered plan is
+  // kept if it still does and is faster.
+  if (best.waves.size() == 1 && best.checkpoint.recompute_s == 0) {
+    const EppChunkingOptions untapered = best.chunking;
+    for (int drain : options.drain_taper_chunks)
+    for (int split : options.drain_taper_splits) {
+      Candidate tapered;
+      tapered.chunking = untapered;
+      tapered.chunking.drain_chunks = drain;
+      tapered.chunking.drain_split = split;
+      tapered.chunks = epp_chunks(lengths, tapered.chunking, cost);
+      if (same_chunks(tapered.chunks, best.chunks)) continue;
+      pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
+      if (tapered.bound >= best.sim.step_time_s) continue;
+      one_wave_without_recompute(tapered, cost, options);
+      if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s) best = std::move(tapered);
+    }
+  }
+  choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
   return finish_epp(std::move(best), lengths, cost, started);
 }
 

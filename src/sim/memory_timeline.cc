@@ -116,4 +116,30 @@ double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chu
   return bytes;
 }
 
+double observable_activation_peak(const Schedule& schedule, int stage,
+                                  const std::vector<Chunk>& chunks, const CostModel& cost,
+                                  const Recompute& recompute) {
+  const double model_state = cost.model_state_bytes(stage);
+  double peak = 0;
+  for_each_memory_moment(
+      schedule, stage, chunks, cost,
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+        double bytes = fixed_bytes - model_state;
+        for (int c : in_flight)
+          bytes += cost.activation_bytes(chunks[c], stage, recompute_layers(recompute, stage, c));
+        const Action& action = schedule.stages[stage][action_index];
+        if (action.type == ActionType::kBackward) {
+          const Chunk& chunk = chunks[action.chunk];
+          bytes -= cost.backward_workspace_bytes(chunk, stage);
+          // Recomputing layer l keeps inputs 0..l and the layer's saved tensors, its input among
+          // them: at most checkpoint_saving_bytes more than the chunk's in-flight count when all
+          // layers are checkpointed, and never more than that count when a full layer was held.
+          if (recompute_layers(recompute, stage, action.chunk) == cost.layers(stage))
+            bytes += cost.checkpoint_saving_bytes(chunk, stage);
+        }
+        peak = std::max(peak, bytes);
+      });
+  return peak;
+}
+
 }  // namespace infinipipe

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/common/error.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/cost/hardware.h"
@@ -40,6 +41,7 @@ struct Args {
   double memory_gib = 0;  // 0: the hardware's device memory
   std::vector<int> layers_per_stage;
   std::string method = "all";
+  int max_k = ip::PlannerOptions{}.max_k;
   bool json = false;
   std::string plan_out;
   std::string trace_out;
@@ -166,6 +168,37 @@ std::vector<double> to_gib(const std::vector<double>& bytes) {
   return out;
 }
 
+// For an EPP plan that recomputes: each checkpointing program solved again on the plan's own
+// schedule and simulated, to show what the choice by simulation is worth.
+nlohmann::json checkpoint_comparison(const ip::Plan& plan, const ip::CostModel& cost, double budget,
+                                     double time_limit_s) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::pair<ip::CheckpointMethod, const char*> methods[] = {
+      {ip::CheckpointMethod::kStageAware, "tied cbc"},
+      {ip::CheckpointMethod::kStageAwareGreedy, "tied greedy"},
+      {ip::CheckpointMethod::kUntiedGreedy, "untied greedy"},
+      {ip::CheckpointMethod::kUniform, "uniform"}};
+  for (const auto& [method, name] : methods) {
+    ip::CheckpointOptions o;
+    o.method = method;
+    o.memory_budget_bytes = budget;
+    o.time_limit_s = time_limit_s;
+    const ip::CheckpointResult ck = ip::plan_checkpointing(plan.schedule, plan.chunks, cost, o);
+    nlohmann::json entry = {{"method", name}, {"feasible", ck.feasible}};
+    if (ck.feasible) {
+      ip::SimOptions sim_options;
+      sim_options.memory_budget_bytes = budget;
+      sim_options.record_events = false;
+      const ip::SimResult sim = ip::simulate(plan.schedule, plan.chunks, cost, ck.recompute, sim_options);
+      entry["solver"] = ck.solver;
+      entry["recompute_s"] = ck.recompute_s;
+      entry["step_time_s"] = sim.step_time_s;
+    }
+    out.push_back(entry);
+  }
+  return out;
+}
+
 nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, double budget) {
   nlohmann::json j;
   j["step"] = row.step;
@@ -258,6 +291,7 @@ int run(int argc, char** argv) {
   app.add_option("--memory-gib", args.memory_gib, "memory budget per stage in GiB, model state included (default: the device memory)");
   app.add_option("--layers-per-stage", args.layers_per_stage, "layers of each stage, comma separated (default: as even as possible)")->delimiter(',');
   app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")->capture_default_str();
+  app.add_option("--max-k", args.max_k, "EPP: largest slice count K tried")->capture_default_str();
   app.add_flag("--json", args.json, "one JSON object per line per method (and step) instead of the table");
   app.add_option("--plan", args.plan_out, "write the EPP plan (or the single --method's plan) of the first step to this JSON file");
   app.add_option("--trace", args.trace_out, "write that plan's simulated timeline as a Chrome trace (chrome://tracing, Perfetto)");
@@ -285,6 +319,8 @@ int run(int argc, char** argv) {
   ip::PlannerOptions options;
   options.num_stages = args.stages;
   options.memory_budget_bytes = memory_gib * kGiB;
+  ip::check(args.max_k >= 1, "--max-k must be at least 1");
+  options.max_k = args.max_k;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());
 
@@ -315,7 +351,13 @@ int run(int argc, char** argv) {
   }
 
   if (args.json) {
-    for (const Row& row : rows) std::cout << row_json(row, steps[row.step], options.memory_budget_bytes).dump() << "\n";
+    for (const Row& row : rows) {
+      nlohmann::json j = row_json(row, steps[row.step], options.memory_budget_bytes);
+      if (row.method == ip::Method::kEpp && row.result->feasible && row.result->plan.recompute_s > 0)
+        j["checkpoint_compare"] = checkpoint_comparison(row.result->plan, cost, options.memory_budget_bytes,
+                                                        options.checkpoint_time_limit_s);
+      std::cout << j.dump() << "\n";
+    }
   } else {
     std::cout << cost.shape().name << ", " << args.stages << " stages (layers";
     for (int l : cost.layers_per_stage()) std::cout << " " << l;

@@ -54,9 +54,13 @@ TEST(CostCoefficients, Llama7bFlopsMatchHandCount) {
   EXPECT_NEAR(c.a1 * attention_rate, 8192.0, 1e-9);
   EXPECT_NEAR(c.head_s_per_token * matmul_rate, 2.0 * 4096 * 32000, 1e-3);
   EXPECT_EQ(c.backward_ratio, 2);
-  // bf16: 2 * (6*4096 [norm in/out x2, attn out, q] + 2*4096 [k, v] + 4*11008 [SwiGLU]) plus
-  // fp32 log-sum-exp for 32 heads and two RMSNorm rstd: 153,600 + 136 bytes.
-  EXPECT_EQ(c.activation_bytes, 153736.0);
+  // bf16: 2 * (4*4096 [two norms' normalised values and outputs] + 2*4096 [q, attention out]
+  // + 2*4096 [k, v] + 4*11008 [SwiGLU]) = 153,600, plus fp32: the two norms' inputs 2*4096,
+  // their rstd 2 and the log-sum-exp of 32 heads: 4 * 8226 = 32,904.
+  EXPECT_EQ(c.activation_bytes, 186504.0);
+  // fp32 log-softmax over 32000 + final norm (fp32 input and rstd, bf16 value and output) +
+  // int64 target.
+  EXPECT_EQ(c.logits_bytes, 4 * 32000 + 4 * 4097 + 2 * 2 * 4096 + 8.0);
   EXPECT_EQ(c.checkpoint_bytes, 2 * 4096.0);
   EXPECT_EQ(c.kv_bytes, 2 * 2 * 4096.0);
   EXPECT_EQ(c.p2p_bytes_per_token, 2 * 4096.0);
@@ -131,16 +135,51 @@ TEST(CostModel, CheckpointingTradesMemoryForTimeMonotonically) {
   }
 }
 
-TEST(CostModel, SplitSlicesKeepTheirKvInTheBufferNotInActivations) {
+TEST(CostModel, SplitSlicesKeepTheirOwnKvBesidesTheBuffer) {
+  // The chunk attention saves a slice's k and v for its backward although the sequence's K/V
+  // buffer holds them too: a slice keeps as much as a whole sequence of its length.
   const CostModel m = llama7b(4);
   const Chunk whole{{{0, 0, 1000, 1000}}};
   const Chunk split{{{0, 2000, 3000, 5000}}};
-  const double kv = m.coefficients().kv_bytes;
-  EXPECT_NEAR(m.activation_bytes(whole, 1, 0) - m.activation_bytes(split, 1, 0),
-              m.layers(1) * 1000 * kv, 1e-3);
-  // Fully checkpointed, both keep only their layer inputs.
-  EXPECT_EQ(m.activation_bytes(whole, 1, m.layers(1)), m.activation_bytes(split, 1, m.layers(1)));
-  EXPECT_EQ(m.kv_buffer_bytes(5000, 1), m.layers(1) * 5000 * kv);
+  for (int ckpt = 0; ckpt <= m.layers(1); ++ckpt)
+    EXPECT_EQ(m.activation_bytes(whole, 1, ckpt), m.activation_bytes(split, 1, ckpt));
+  EXPECT_EQ(m.kv_buffer_bytes(5000, 1), m.layers(1) * 5000 * m.coefficients().kv_bytes);
+}
+
+TEST(CostCoefficients, TinyFloat64LayerCountsWhatTheEagerLayerSaves) {
+  // The tests' model (hidden 32, 4 heads, 2 KV heads of 8, SwiGLU 64) in float64: per token the
+  // eager layer saves, one storage each (python/infinipipe/models/llama.py with the chunk
+  // attention): two norms x (input 32, rstd 1, normalised 32, output 32), q 32, k 16, v 16,
+  // attention output 32, log-sum-exp 4, gate, up, SiLU, product 4 x 64 = 550 values.
+  ModelShape shape = ModelShape::builtin("tiny");
+  shape.hidden = 32, shape.heads = 4, shape.kv_heads = 2, shape.ffn = 64, shape.vocab = 97;
+  shape.bytes_per_element = 8;
+  const CostCoefficients c = CostCoefficients::analytic(shape, Hardware::builtin("cpu"));
+  EXPECT_EQ(c.activation_bytes, 550 * 8.0);
+  // final norm 97 values, log-softmax 97, target 8 bytes
+  EXPECT_EQ(c.logits_bytes, (97 + 97) * 8.0 + 8);
+  // fp32: the same values at 4 bytes (the compute dtype is the input's).
+  shape.bytes_per_element = 4;
+  EXPECT_EQ(CostCoefficients::analytic(shape, Hardware::builtin("cpu")).activation_bytes,
+            550 * 4.0);
+}
+
+TEST(CostModel, PerChunkTermsAreRotaryTablesTokenIdsAndTheLoss) {
+  // Fully checkpointed, a chunk keeps its layers' inputs plus what is shared by its layers:
+  // rotary cos/sin (2 * head_dim), the token ids on the first stage, the loss on the last (per
+  // token, and its 0-d total weight per chunk).
+  const CostModel m = llama7b(4);  // bf16, head_dim 128
+  std::mt19937_64 rng(13);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Chunk chunk = random_chunk(rng, 1 + rng() % 4);
+    const double tokens = chunk.tokens();
+    for (int p = 0; p < m.num_stages(); ++p) {
+      double expected = tokens * (m.layers(p) * m.coefficients().checkpoint_bytes + 2 * 128 * 2);
+      if (p == 0) expected += tokens * 8;
+      if (p == m.num_stages() - 1) expected += tokens * m.coefficients().logits_bytes + 8;
+      EXPECT_NEAR(m.activation_bytes(chunk, p, m.layers(p)), expected, 1e-9 * expected);
+    }
+  }
 }
 
 TEST(CostModel, FirstAndLastStageExtras) {
@@ -151,7 +190,7 @@ TEST(CostModel, FirstAndLastStageExtras) {
   EXPECT_NEAR(m.forward_time(chunk, 3) - m.forward_time(chunk, 1),
               tokens * m.coefficients().head_s_per_token, 1e-12);
   EXPECT_NEAR(m.activation_bytes(chunk, 3, 2) - m.activation_bytes(chunk, 1, 2),
-              tokens * m.coefficients().logits_bytes, 1e-3);
+              tokens * m.coefficients().logits_bytes + 8, 1e-3);
   EXPECT_NEAR(m.backward_time(chunk, 2, 0), 2 * m.forward_time(chunk, 2), 1e-12);
   EXPECT_NEAR(m.p2p_time(chunk) - m.p2p_time(Chunk{}), tokens * 2 * 4096 / 200e9, 1e-12);
   EXPECT_THROW(m.forward_time(chunk, 4), Error);

@@ -325,12 +325,36 @@ def test_errors():
 def test_sequence_kv_binding():
     kv = SequenceKV(16, 2, 8, torch.float64)
     assert (kv.seq_length, kv.kv_heads, kv.head_dim) == (16, 2, 8)
-    assert kv.k.shape == (16, 2, 8) and kv.dk.dtype == torch.float64
-    assert not kv.k.requires_grad and not kv.dk.any()
-    assert kv.nbytes == 4 * 16 * 2 * 8 * 8
-    kv.dk.fill_(1.0)
+    assert kv.k.shape == (16, 2, 8) and kv.k.dtype == torch.float64
+    assert not kv.k.requires_grad
+    # the accumulators wait for the first backward
+    assert kv.dk is None and kv.dv is None
+    assert kv.nbytes == 2 * 16 * 2 * 8 * 8
     kv.zero_grad()
-    assert not kv.dk.any()
+    assert kv.dk is None
     s = Segment(3, 4, 5, kv)
     assert s.end == 9 and s.kv is kv
     assert Segment(0, 0, 2).kv is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_accumulators_appear_at_the_first_backward_only(backend):
+    """Forwards of every slice leave the buffer at K/V only (what the cost model's memory
+    timeline counts before a sequence's first backward); the first backward allocates dK/dV,
+    which hold the earlier slices' contributions until their own backwards clear them."""
+    gen = torch.Generator().manual_seed(5)
+    n, cuts = 40, [(0, 15), (15, 28), (28, 40)]
+    q, k, v = make_seq(n, 4, 2, 8, torch.float64, gen)
+    kv = SequenceKV(n, 2, 8, torch.float64)
+    outs = []
+    for a, b in cuts:
+        outs.append(chunk_attention(q[a:b], k[a:b], v[a:b], [Segment(0, a, b - a, kv)], 0.3,
+                                    backend))
+        assert kv.dk is None and kv.nbytes == 2 * n * 2 * 8 * 8
+    outs[2].backward(torch.randn(12, 4, 8, dtype=torch.float64, generator=gen))
+    assert kv.dk.shape == kv.k.shape and kv.nbytes == 4 * n * 2 * 8 * 8
+    assert kv.dk[:28].abs().sum() > 0 and not kv.dk[28:].any()
+    for i in (1, 0):
+        a, b = cuts[i]
+        outs[i].backward(torch.randn(b - a, 4, 8, dtype=torch.float64, generator=gen))
+    assert not kv.dk.any() and not kv.dv.any()

@@ -78,6 +78,26 @@ TEST(Plan, JsonRoundTripKeepsEverything) {
   EXPECT_EQ(back.hash(), plan.hash());
 }
 
+TEST(Setting, JsonRoundTripKeepsEveryKnob) {
+  Setting s;
+  s.k = 24;
+  s.token_cap = 1024;
+  s.chunk_tokens = 4096;
+  s.uniform_recompute = 3;
+  s.strict_packing = true;
+  s.drain_chunks = 32;
+  s.drain_split = 4;
+  const nlohmann::json j = s;
+  EXPECT_EQ(nlohmann::json::parse(j.dump()).get<Setting>(), s);
+  EXPECT_EQ(describe(Method::kEpp, s), "K=24 cap=1024 strict drain=32/4");
+  // Plans written before these knobs existed still load, with their defaults.
+  const Setting old = nlohmann::json{{"k", 3}}.get<Setting>();
+  EXPECT_EQ(old.k, 3);
+  EXPECT_FALSE(old.strict_packing);
+  EXPECT_EQ(old.drain_chunks, 0);
+  EXPECT_EQ(describe(Method::kEpp, old), "K=3");
+}
+
 TEST(Plan, SaveAndLoadFile) {
   const Plan plan = small_plan();
   const std::string path = ::testing::TempDir() + "plan_roundtrip.json";

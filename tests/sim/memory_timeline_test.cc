@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "infinipipe/common/error.h"
 #include "sim/sim_fixtures.h"
 
@@ -85,6 +88,54 @@ TEST(MemoryTimeline, MomentBytesAddTheActivationsWithTheirRecompute) {
   EXPECT_DOUBLE_EQ(moment_bytes(moment, 0, chunks, cost, recompute), expected);
   // Recomputing can only lower a moment (checkpointed layers keep their input only).
   EXPECT_LT(moment_bytes(moment, 0, chunks, cost, recompute), moment_bytes(moment, 0, chunks, cost, {}));
+}
+
+TEST(MemoryTimeline, ObservablePeakLeavesOutModelStateAndWorkspaceGradients) {
+  CostModel cost = test::simple_cost({2});
+  std::vector<Chunk> chunks = split_and_packed();
+  Schedule s;
+  s.stages = {{F(3), F(0), F(1), F(2), B(3), B(2), B(1), B(0), F(4), B(4)}};
+  const double kv = cost.kv_buffer_bytes(300, 0);
+  auto act = [&](int c, int ckpt) { return cost.activation_bytes(chunks[c], 0, ckpt); };
+  // No recompute: the peak is after the last forward (K/V and all four chunks) or at the
+  // split sequence's first backward (K/V and dK/dV, chunk 3 gone); no workspace.
+  const double all_held = act(0, 0) + act(1, 0) + act(2, 0);
+  EXPECT_DOUBLE_EQ(observable_activation_peak(s, 0, chunks, cost, {}),
+                   std::max(kv + act(3, 0) + all_held, 2 * kv + all_held));
+  // Chunk 2 checkpoints both layers: its backward recomputes one layer at a time, which holds
+  // that layer's activations again besides the kept inputs. Chunk 1 checkpoints one of two
+  // layers: its held full layer already bounds the recompute.
+  const Recompute recompute = {{0, 1, 2, 0, 0}};
+  const double held = act(0, 0) + act(1, 1) + act(2, 2);
+  EXPECT_DOUBLE_EQ(observable_activation_peak(s, 0, chunks, cost, recompute),
+                   std::max(kv + act(3, 0) + held,
+                            2 * kv + held + cost.checkpoint_saving_bytes(chunks[2], 0)));
+}
+
+TEST(MemoryTimeline, ObservablePeakIsBelowThePeakAndAboveEveryForwardMoment) {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int layers = 1 + rng() % 3;
+    CostModel cost = test::simple_cost({layers, layers});
+    std::vector<Chunk> chunks = test::equal_chunks(4, 5 + rng() % 50);
+    Schedule s = test::one_f_one_b(2, 4);
+    Recompute recompute(2, std::vector<int>(4));
+    for (auto& row : recompute)
+      for (int& r : row) r = rng() % (layers + 1);
+    for (int p = 0; p < 2; ++p) {
+      const double model_state = cost.model_state_bytes(p);
+      const double observable = observable_activation_peak(s, p, chunks, cost, recompute);
+      double peak = 0, forward_peak = 0;
+      for (const MemoryMoment& m : memory_moments(s, p, chunks, cost)) {
+        const double bytes = moment_bytes(m, p, chunks, cost, recompute) - model_state;
+        peak = std::max(peak, bytes);
+        if (s.stages[p][m.action_index].type == ActionType::kForward)
+          forward_peak = std::max(forward_peak, bytes);
+      }
+      EXPECT_LE(observable, peak * (1 + 1e-12));
+      EXPECT_GE(observable, forward_peak * (1 - 1e-12));
+    }
+  }
 }
 
 TEST(MemoryTimeline, RejectsAStageOutsideTheSchedule) {

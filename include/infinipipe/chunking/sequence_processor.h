@@ -40,6 +40,15 @@ struct EppChunkingOptions {
   // bucket instead, so no chunk runs over T_t; more chunks, but balanced ones (a chunk over T_t
   // in a long chain stalls the 1F1B pipeline on every backward of that chain).
   bool relax_time_target = true;
+  // Packed chunks (whole short sequences) in increasing token order instead of the packing's.
+  // The first of them are in flight together with the long sequences' slices, where memory peaks.
+  bool packed_light_first = false;
+  // Drain taper (0: none): the short sequences of the last drain_chunks packed chunks are packed
+  // again into drain_split times as many chunks, heaviest first, and placed last. The pipeline's
+  // drain after the last stage finishes runs the last few chunks' backwards through every other
+  // stage, so finer chunks there shorten it; the rest of the step keeps its fewer, fuller chunks.
+  int drain_chunks = 0;
+  int drain_split = 1;
 };
 std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChunkingOptions& options,
                               const CostModel& cost);

@@ -30,8 +30,8 @@ struct CostCoefficients {
   // Memory, per token per layer unless said otherwise.
   double activation_bytes = 0;    // what one layer keeps for its backward (K/V included)
   double checkpoint_bytes = 0;    // what a checkpointed layer keeps: its input
-  double kv_bytes = 0;            // keys and values of one layer (held in the K/V buffer for split sequences)
-  double logits_bytes = 0;        // per token, last stage: logits kept for the loss backward
+  double kv_bytes = 0;            // keys and values of one layer: a split sequence's K/V buffer (and dK/dV) per token
+  double logits_bytes = 0;        // per token, last stage: final norm and loss, kept for the backward
   double model_state_bytes_per_param = 16;  // weights, gradients, optimizer state
   // Point to point.
   double p2p_bytes_per_token = 0;  // one activation (or its gradient) per token
@@ -76,9 +76,11 @@ class CostModel {
 
   // --- memory (bytes) ---
   double model_state_bytes(int stage) const;
-  // Kept from the chunk's forward to its backward with `checkpointed_layers` recomputed. For
-  // slices of split sequences the K/V live in the sequence's K/V buffer, so they are not counted
-  // here; logits are included on the last stage.
+  // Kept from the chunk's forward to its backward with `checkpointed_layers` recomputed: full
+  // layers' saved tensors (slices of split sequences included: the chunk attention saves their
+  // k and v besides the sequence's K/V buffer), checkpointed layers' inputs, the chunk's rotary
+  // tables, token ids on the first stage and the loss's on the last. Linear in the checkpointed
+  // layers. The derivation of every term is in CostCoefficients::analytic (cost_model.cc).
   double activation_bytes(const Chunk& chunk, int stage, int checkpointed_layers) const;
   // What checkpointing one more layer of this chunk saves: activation_bytes(c) - activation_bytes(c+1).
   double checkpoint_saving_bytes(const Chunk& chunk, int stage) const;

@@ -16,7 +16,7 @@
 namespace infinipipe {
 
 enum class Method {
-  kEpp,        // elastic: K sweep, grouping into waves, stage-aware checkpointing
+  kEpp,        // elastic: per-step search of K, cap and packing; waves; stage-aware checkpointing
   kBatch,      // whole sequences packed into micro-batches of a token cap
   kSeq1F1B,    // packed micro-batches cut into k slices of equal forward cost
   kChunkFlow,  // fixed-size chunks
@@ -26,21 +26,25 @@ const char* to_string(Method method);                 // "epp", "batch", "seq1f1
 Method parse_method(const std::string& name);         // Error listing the valid names
 std::vector<Method> all_methods();                    // in the order above
 
-// The knobs of a method. EPP sets k and token_cap (its chunk token cap, 0 for none); each
-// baseline reads its own.
+// The knobs of a method. EPP sets k, token_cap (its chunk token cap, 0 for none),
+// strict_packing and the drain taper; each baseline reads its own.
 struct Setting {
   int k = 1;                   // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
   int64_t token_cap = 0;       // batch, Seq1F1B: tokens per micro-batch; EPP: max chunk tokens (0: T_m)
   int64_t chunk_tokens = 0;    // ChunkFlow: tokens per chunk
   int uniform_recompute = -1;  // baselines: layers recomputed everywhere; -1 = smallest that fits
+  bool strict_packing = false;  // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
+  int drain_chunks = 0;         // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
+  int drain_split = 1;
 
   bool operator==(const Setting& o) const {
     return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&
-           uniform_recompute == o.uniform_recompute;
+           uniform_recompute == o.uniform_recompute && strict_packing == o.strict_packing &&
+           drain_chunks == o.drain_chunks && drain_split == o.drain_split;
   }
 };
 
-// "k=4", "cap=98304 k=2 recompute=3", ...: the knobs that matter for `method`.
+// "K=4", "K=24 cap=1024 strict drain=32/4", "cap=98304 k=2 recompute=3", ...: the knobs that matter for `method`.
 std::string describe(Method method, const Setting& setting);
 
 struct Plan {

@@ -1,9 +1,19 @@
 #pragma once
-// Plans one step: EPP (sweep the slice count K, group chains into waves, stage-aware
+// Plans one step: EPP (search the chunking knobs per step, group chains into waves, stage-aware
 // checkpointing, keep what the simulator predicts fastest) and the baselines at a given setting.
 // A method that cannot fit memory is reported infeasible with the reason, never thrown, so a
 // comparison of several methods always completes; malformed input (empty batch, bad lengths,
 // options that contradict the cost model) throws Error.
+//
+// EPP's search. Knobs: the slice count K of the cost-balanced mesh (every K to 16, every other
+// to 32, every fourth beyond), a chunk token cap (chunk_token_caps), and packing that relaxes
+// T_t (the paper's) or never does. Every setting gets a cheap bound (no plan of its chunks in
+// one wave is faster: busiest stage plus the first chunk's fill and the last chunk's drain) and
+// the activation bytes 1F1B keeps in flight; settings are then looked at best first, the
+// simulator on one wave without recompute, then recompute (the tied greedy program; the untied
+// one too when close to the best) and the grouping into waves for those that do not fit, until
+// no setting can beat the best found. The winner gets drain tapers (finer last chunks) and the
+// exact tied program (CBC), each kept only if the simulator finds it faster.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,11 +27,23 @@ namespace infinipipe {
 struct PlannerOptions {
   int num_stages = 1;                 // must equal the cost model's
   double memory_budget_bytes = 0;     // per stage, model state included
-  int max_k = 32;                     // EPP: largest slice count tried
-  double checkpoint_time_limit_s = 0.2;  // EPP: CBC time limit for the winner's checkpointing
+  int max_k = 64;                     // EPP: largest slice count tried
+  // EPP: CBC time limit for the winner's checkpointing (CBC can overrun it by tens of ms).
+  // Zero or less skips CBC: what CBC finds within a time limit depends on the machine's load, so
+  // ranks that plan independently and must agree (the trainer) plan with the greedy solvers only.
+  double checkpoint_time_limit_s = 0.05;
   // EPP: chunk token caps swept jointly with K (0 = only the mesh's own cap T_m); see
   // EppChunkingOptions::max_chunk_tokens. Caps at or above a K's T_m are that K's plan again.
   std::vector<int64_t> chunk_token_caps = {0, 16384, 8192, 4096, 2048, 1024};
+  // EPP: at most this many settings that do not fit one wave without recompute get recompute
+  // (more while no setting fits at all), and at most max_wave_groupings of them the grouping
+  // into waves: these are the expensive part of planning.
+  int max_recompute_candidates = 6;
+  int max_wave_groupings = 2;
+  // EPP: drain tapers tried on the winner (EppChunkingOptions::drain_chunks x drain_split),
+  // kept when the simulator finds them faster.
+  std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
+  std::vector<int> drain_taper_splits = {2, 4};
 };
 
 struct PlanResult {
@@ -35,9 +57,15 @@ constexpr int64_t kMinSliceTokens = 128;
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options);
 
-// EPP at one chunking setting, without the sweep: the same waves, scheduling and checkpoint
-// choice as plan_epp gives its winner. For tests and benchmarks that compare settings.
-PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const EppChunkingOptions& chunking,
+// The chunking options an EPP plan's setting stands for (plan_epp always orders packed chunks
+// lightest first), so that epp_chunks(lengths, epp_chunking(plan.setting), cost) gives
+// plan.chunks again.
+EppChunkingOptions epp_chunking(const Setting& setting);
+
+// EPP at one setting (k, token_cap, strict_packing, drain taper), without the search: the
+// same waves, scheduling and checkpoint choice as plan_epp gives its winner. For tests and
+// benchmarks that compare settings.
+PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
                        const CostModel& cost, const PlannerOptions& options);
 
 // A baseline (kBatch, kSeq1F1B, kChunkFlow) at one setting: its chunking, one wave, 1F1B,

@@ -5,7 +5,8 @@
 // Walking a stage's actions: a chunk is in flight from the end of its forward to the end of its
 // backward. A split sequence's K/V buffer exists from the first forward of any of its slices to
 // the end of the backward of its first slice (backwards run slices in reverse); its dK/dV
-// buffer from the start of its first backward to the same end. Moments:
+// buffer from the start of its first backward to the same end (the chunk attention allocates
+// it lazily at that backward: kernels/chunk_attention.h). Moments:
 //   - after every forward: model state + buffers + activations of the chunks in flight;
 //   - during every backward: the same plus the chunk's backward workspace.
 #include <vector>
@@ -28,5 +29,15 @@ std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
 
 double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chunk>& chunks,
                     const CostModel& cost, const Recompute& recompute);
+
+// The part of the stage's predicted peak that a run can observe through saved-tensor hooks plus
+// the executor's held buffers (the runtime's MemoryMeter; docs/runtime.md, "Memory"): the
+// largest moment without the model state and, at a backward, without the backward workspace
+// except its saved tensors. Those are the recomputed layer's activations beyond its kept input
+// when every layer of the chunk is checkpointed (otherwise the chunk's still-held full layers
+// already bound them); the workspace's gradients are never saved tensors.
+double observable_activation_peak(const Schedule& schedule, int stage,
+                                  const std::vector<Chunk>& chunks, const CostModel& cost,
+                                  const Recompute& recompute);
 
 }  // namespace infinipipe

@@ -193,14 +193,27 @@ def memory_table(per_case: list[list[dict]]) -> list[tuple[str, int, dict]]:
     return rows
 
 
+# The prediction must bound the measurement (up to rounding of what the meter samples: 2%) and
+# stay close to it. The floor is set by what the model counts conservatively: a split sequence's
+# dK/dV for all of the stage's layers from its first backward (the kernel allocates them layer by
+# layer while that backward frees the chunk's activations), and a fully checkpointed chunk's
+# recompute as one full layer on top of all kept inputs.
+# Observed over 150 (case, stage) runs: min 0.80, median 0.98, max 1.000; the floor leaves room
+# for plans that checkpoint more (each plan change moves these cases).
+UPPER, FLOOR, MEDIAN_FLOOR = 1.02, 0.70, 0.90
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_measured_activation_memory_against_prediction(runs, world, capsys):
     """Peak bytes a stage holds for activations during the step (autograd's saved tensors, each
-    storage once, parameters excluded, plus K/V buffers and checkpointed layers' inputs) over
-    the plan's predicted peak minus the stage's model state. Printed for every case and stage.
-    See docs/runtime.md ("Memory") for why the ratio exceeds 1 with the analytic cost model."""
+    storage once, parameters excluded, plus K/V buffers with their dK/dV accumulators and
+    checkpointed layers' inputs) over the plan's prediction of the same quantity: the stage's
+    predicted peak without its model state and without the backward workspace's gradients,
+    which saved-tensor hooks cannot see (docs/runtime.md, "Memory"). Printed for every case and
+    stage."""
     rows = memory_table(runs(world))
     ratios = [stats["activation_ratio"] for _, _, stats in rows]
+    median = sorted(ratios)[len(ratios) // 2]
     with capsys.disabled():
         print(f"\n{world} stages: measured / predicted activation memory per (case, stage)")
         for name, stage, stats in rows:
@@ -208,9 +221,12 @@ def test_measured_activation_memory_against_prediction(runs, world, capsys):
                   f"(saved {stats['measured_saved_bytes']}, held {stats['measured_held_bytes']})"
                   f" / {stats['predicted_activation_bytes']:>12.0f} B = "
                   f"{stats['activation_ratio']:.3f}")
-        print(f"  min {min(ratios):.3f}, median {sorted(ratios)[len(ratios) // 2]:.3f}, "
-              f"max {max(ratios):.3f}")
+        print(f"  min {min(ratios):.3f}, median {median:.3f}, max {max(ratios):.3f}")
     assert all(math.isfinite(r) and r > 0 for r in ratios)
-    # The analytic model undercounts what the eager Python layer saves (docs/runtime.md); this
-    # bound only guards against the prediction losing touch with the run.
-    assert max(ratios) < 1.5
+    over = [(name, stage, round(s["activation_ratio"], 4)) for name, stage, s in rows
+            if s["activation_ratio"] > UPPER]
+    assert not over, f"measured above the prediction: {over}"
+    under = [(name, stage, round(s["activation_ratio"], 4)) for name, stage, s in rows
+             if s["activation_ratio"] < FLOOR]
+    assert not under, f"prediction not tight (below {FLOOR}): {under}"
+    assert median >= MEDIAN_FLOOR, median
