@@ -25,6 +25,14 @@ void check_inputs(const Schedule& schedule, const std::vector<Chunk>& chunks, co
                     std::to_string(chunks.size()) + " chunks given");
 }
 
+void check_inputs(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
+                  const std::vector<std::vector<MemoryMoment>>& moments) {
+  check_inputs(schedule, chunks, cost);
+  check(static_cast<int>(moments.size()) == schedule.num_stages(),
+        "checkpoint planning: memory moments for " + std::to_string(moments.size()) + " stages, schedule has " +
+            std::to_string(schedule.num_stages()));
+}
+
 std::vector<int> backward_order(const std::vector<Action>& actions) {
   std::vector<int> order;
   for (const Action& a : actions)
@@ -116,10 +124,7 @@ TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk
 TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk>& chunks,
                                const CostModel& cost, double memory_budget_bytes,
                                const std::vector<std::vector<MemoryMoment>>& moments) {
-  check_inputs(schedule, chunks, cost);
-  check(static_cast<int>(moments.size()) == schedule.num_stages(),
-        "checkpoint planning: memory moments for " + std::to_string(moments.size()) + " stages, schedule has " +
-            std::to_string(schedule.num_stages()));
+  check_inputs(schedule, chunks, cost, moments);
   const int d = schedule.num_stages();
   const int n = static_cast<int>(chunks.size());
   const std::vector<int> position = backward_positions(schedule, n);
@@ -151,10 +156,7 @@ TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk
 TiedProblem build_untied_problem(const Schedule& schedule, const std::vector<Chunk>& chunks,
                                  const CostModel& cost, double memory_budget_bytes,
                                  const std::vector<std::vector<MemoryMoment>>& moments) {
-  check_inputs(schedule, chunks, cost);
-  check(static_cast<int>(moments.size()) == schedule.num_stages(),
-        "checkpoint planning: memory moments for " + std::to_string(moments.size()) + " stages, schedule has " +
-            std::to_string(schedule.num_stages()));
+  check_inputs(schedule, chunks, cost, moments);
   const int d = schedule.num_stages();
   const int n = static_cast<int>(chunks.size());
   TiedProblem problem;

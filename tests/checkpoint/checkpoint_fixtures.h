@@ -9,24 +9,14 @@
 #include "infinipipe/checkpoint/recompute.h"
 #include "infinipipe/chunking/chunk.h"
 #include "infinipipe/cost/cost_model.h"
+#include "support/small_shape.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/sim/memory_timeline.h"
 
 namespace infinipipe::checkpoint_test {
 
 // Small decoder: only its parameter count (model state, negligible here) reaches the planner.
-inline ModelShape tiny_shape(int layers) {
-  ModelShape shape;
-  shape.name = "checkpoint-test";
-  shape.layers = layers;
-  shape.hidden = 8;
-  shape.heads = 2;
-  shape.kv_heads = 2;
-  shape.ffn = 16;
-  shape.vocab = 32;
-  shape.bytes_per_element = 2;
-  return shape;
-}
+inline ModelShape tiny_shape(int layers) { return test_support::small_shape("checkpoint-test", layers); }
 
 // Test inputs with round numbers, not a model of any hardware: per layer a token costs 10 us
 // plus a quadratic attention term, a chunk 100 us; a layer keeps 4 KiB per token, a

@@ -5,23 +5,13 @@
 
 #include "infinipipe/chunking/chunk.h"
 #include "infinipipe/cost/cost_model.h"
+#include "support/small_shape.h"
 #include "infinipipe/schedule/action.h"
 
 namespace infinipipe::test {
 
 // A small decoder; only its parameter count (model state) matters to the simulator.
-inline ModelShape small_shape(int layers) {
-  ModelShape shape;
-  shape.name = "sim-test";
-  shape.layers = layers;
-  shape.hidden = 8;
-  shape.heads = 2;
-  shape.kv_heads = 2;
-  shape.ffn = 16;
-  shape.vocab = 32;
-  shape.bytes_per_element = 2;
-  return shape;
-}
+inline ModelShape small_shape(int layers) { return test_support::small_shape("sim-test", layers); }
 
 // Forward of a chunk on a stage = layers * tokens * 1 ms (linear only, no overhead, no
 // embedding or head time), backward = 2 x forward, so stage times are uniform when layers are.
