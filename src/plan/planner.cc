@@ -1,6 +1,7 @@
 #include "infinipipe/plan/planner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -567,6 +568,25 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   for (int64_t cap : options.chunk_token_caps)
     check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  // However finely it is sliced and checkpointed, a split sequence keeps its whole K/V buffer and,
+  // during its backward, their gradients on every stage: fail at once (the sweep would grow with
+  // the sequence for nothing).
+  auto gib = [](double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    return std::string(text);
+  };
+  const int64_t longest_index = std::max_element(lengths.begin(), lengths.end()) - lengths.begin();
+  for (int p = 0; p < cost.num_stages(); ++p) {
+    const double floor = cost.model_state_bytes(p) + 2 * cost.kv_buffer_bytes(longest, p);
+    if (floor > options.memory_budget_bytes)
+      return infeasible("sequence " + std::to_string(longest_index) + " (" + std::to_string(longest) +
+                        " tokens) cannot fit on stage " + std::to_string(p) + " however it is sliced: its K/V "
+                        "buffers and their gradients take " + gib(2 * cost.kv_buffer_bytes(longest, p)) +
+                        " on top of " + gib(cost.model_state_bytes(p)) + " of model state, against a budget of " +
+                        gib(options.memory_budget_bytes) + ". Use more pipeline stages (fewer layers per "
+                        "stage), a larger memory budget, or a shorter context.");
+  }
 
   // Every knob setting: slice count K, chunk token cap, and packing that relaxes T_t (the
   // paper's) or not; packed chunks always lightest first. Settings that give the same chunks are

@@ -234,6 +234,18 @@ TEST(Planner, SequenceThatCannotFitIsInfeasibleWithItsNameStageAndBytes) {
   EXPECT_NE(base.reason.find("stage"), std::string::npos) << base.reason;
 }
 
+TEST(Planner, SequenceWhoseKVBuffersCannotFitFailsAtOnceNamingIt) {
+  // 2M tokens on 8 stages of llama-13b: K/V buffers and their gradients alone exceed 80 GiB, so
+  // no slicing helps; the planner must say so rather than sweep (which grows with the length).
+  const CostModel cost = CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  const PlannerOptions options = options_for(cost, 80.0 * 1024 * 1024 * 1024);
+  const PlanResult r = plan_epp({3000, 2000000, 500}, cost, options);
+  ASSERT_FALSE(r.feasible);
+  EXPECT_NE(r.reason.find("sequence 1 (2000000 tokens)"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("K/V buffers"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("80.00 GiB"), std::string::npos) << r.reason;
+}
+
 TEST(Planner, SequenceLongerThanTheCapMakesTheBaselineInfeasible) {
   const CostModel cost = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
   const PlanResult r = plan_with_setting(Method::kBatch, {100, 5000}, Setting{1, 4096, 0, -1},
