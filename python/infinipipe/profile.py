@@ -1,12 +1,20 @@
-"""Profile one decoder layer and fit the cost model's per-layer coefficients (issue 4, item 1).
+"""Profile one decoder layer on this machine and calibrate the cost model.
 
-    PYTHONPATH=python python -m infinipipe.profile --grid quick --output cost.json
+    PYTHONPATH=python python -m infinipipe profile --grid full --output cost.json
 
-Times the forward and backward of one real LlamaStage decoder layer on a (tokens, context) grid,
-measures the bytes it saves for its backward per token, fits a1, a2, b and the backward ratio g
-by least squares, reports the relative error on held-out grid points, and writes a cost JSON
-that _C.plan.CostModel.load and PlanConfig(cost_model=...) accept. Coefficients not measured
-here (embedding, head, p2p, memory terms other than activation_bytes) keep their analytic values.
+Times the forward and backward of one layer of the model with the runtime's profiler
+(_C.runtime.profile_layer: at every (tokens, context) of the grid, a chunk holding one slice,
+run through the executor's chunk attention and K/V buffers), and the embedding and the head with
+its loss per token; fits a1, a2, b, the backward ratio and the per-token times with the C++ fit
+(_C.plan.calibrate) and reports its error on grid points held out of the fit; measures the bytes
+a layer keeps for its backward per token with saved-tensor hooks on the same path. Writes the
+cost JSON that PlanConfig(cost_model=...) and infinipipe-plan --model load, and next to it a
+.meta.json with the raw runs, the errors and where they were measured. The other coefficients
+(p2p, memory terms other than activation_bytes) keep their analytic values.
+
+--stage python (default) profiles the Python LlamaStage the Python trainer runs, through the
+same adapter the executor drives; --stage cpp the C++ LlamaStage (build/infinipipe-profile does
+the same without Python).
 """
 from __future__ import annotations
 
@@ -14,203 +22,218 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from infinipipe import _C
-from infinipipe.models import llama
-from infinipipe.runtime import model_shape_json
+from infinipipe.models import cpp, llama
+from infinipipe.runtime import LlamaStageAdapter, model_shape_json
 
-GRIDS = {
-    "quick": dict(tokens=[32, 64, 128], contexts=[0, 64, 192], repeats=3),
-    "full": dict(tokens=[64, 128, 256, 512, 1024], contexts=[0, 256, 512, 1024, 2048], repeats=7),
-}
-
-
-def attention_work(tokens: int, context: int) -> int:
-    """The a1 regressor: (c + s)^2 - c^2."""
-    return (context + tokens) ** 2 - context ** 2
+STAGES = ("python", "cpp")
+STATISTICS = ("min", "median", "trimmed_mean")
+DTYPES = ("float32", "bfloat16", "float64")
 
 
-def fit_forward(points: Sequence[tuple[int, int]], times: Sequence[float]) -> tuple[float, float, float]:
-    """Least squares a1, a2, b of t = a1 * ((c+s)^2 - c^2) + a2 * s + b.
-
-    Relative least squares (rows scaled by 1/t) so that small chunks count as much as big ones:
-    the planner cares about relative error across the whole range."""
-    x = np.array([[attention_work(s, c), s, 1.0] for s, c in points], dtype=float)
-    t = np.asarray(times, dtype=float)
-    w = 1.0 / t
-    coef, *_ = np.linalg.lstsq(x * w[:, None], t * w, rcond=None)
-    a1, a2, b = (max(float(v), 0.0) for v in coef)  # the loader rejects negative coefficients
-    return a1, a2, b
+def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
+    """The grid's (tokens, context) points and its repeats (cost/calibration.h)."""
+    tokens, contexts, repeats = _C.plan.profile_grid(grid)
+    return [(s, c) for s in tokens for c in contexts], repeats
 
 
-def fit_backward_ratio(forward: Sequence[float], backward: Sequence[float]) -> float:
-    """g minimizing sum ((bwd - g * fwd) / bwd)^2."""
-    f, bw = np.asarray(forward, float), np.asarray(backward, float)
-    r = f / bw
-    return float(np.sum(r) / np.sum(r * r))
+def profiled_module(config: llama.LlamaConfig, stage: str) -> Any:
+    """Two layers (the second gives the per-layer activation bytes) with the embedding and the
+    head, as the executor takes it: the Python stage through its adapter, or the C++ stage."""
+    layers = min(2, config.layers)
+    if stage == "python":
+        return LlamaStageAdapter(llama.LlamaStage(config, 0, layers, True, True, seed=0))
+    if stage == "cpp":
+        return cpp.stage(config, 0, layers, True, True, seed=0)
+    raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
 
 
-def predict(a1: float, a2: float, b: float, points: Sequence[tuple[int, int]]) -> np.ndarray:
-    return np.array([a1 * attention_work(s, c) + a2 * s + b for s, c in points])
+def time_runs(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int, int]],
+              repeats: int, *, seed: int = 0, cpu_time: bool = False,
+              progress: bool = True) -> dict:
+    """The raw runs of _C.runtime.profile_layer, with a progress bar."""
+    with tqdm(desc="profile", unit="run", disable=not progress) as bar:
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        return _C.runtime.profile_layer(
+            module, [tuple(p) for p in points], repeats, warmup=1, dtype=config.dtype,
+            device=torch.device("cpu"), hidden=config.hidden, kv_heads=config.kv_heads,
+            head_dim=config.head_dim, vocab=config.vocab, seed=seed, thread_cpu_time=cpu_time,
+            progress=update if progress else None)
 
 
-def relative_errors(pred: np.ndarray, measured: Sequence[float]) -> np.ndarray:
-    m = np.asarray(measured, float)
-    return np.abs(pred - m) / m
+def fit(runs: dict, statistic: str = "min", holdout: float = 0.25, seed: int = 0) -> Any:
+    """_C.plan.Calibration of the runs, each point's repeats reduced by `statistic`."""
+    def t(x):
+        return _C.plan.robust_time(x, statistic)
+
+    layer = [(r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"]))
+             for r in runs["layer"]]
+    embedding = [(r["tokens"], t(r["seconds"])) for r in runs["embedding"]]
+    head = [(r["tokens"], t(r["seconds"])) for r in runs["head"]]
+    return _C.plan.calibrate(layer, embedding, head, holdout_fraction=holdout, seed=seed)
 
 
-class LayerBench:
-    """One decoder layer of the real model, run on a chunk holding one slice of a sequence."""
+def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, context: int) -> int:
+    """Bytes of the distinct storages autograd keeps for the backward of one layer on a chunk of
+    one slice (tokens at context), on the executor's path: a C++ ChunkContext with K/V buffers for
+    a split slice, and the module's own per-chunk context. With two layers it is the second
+    layer's share, which leaves out the per-chunk rotary tables (the cost model counts them once
+    per chunk) and includes the layer's input (its RMSNorm keeps it). Parameters excluded."""
+    n = min(2, int(module.num_layers))
+    kv = None
+    if context:
+        kv = [[_C.kernels.SequenceKV(context + tokens, config.kv_heads, config.head_dim,
+                                     config.dtype)] if i < n else [None]
+              for i in range(int(module.num_layers))]
+    ctx = _C.runtime.ChunkContext(0, [(0, context, tokens, 0)], int(module.num_layers), kv)
+    run_ctx = module.make_context(ctx) if hasattr(module, "make_context") else ctx
+    exclude = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    first_layer: dict[int, tuple[int, int]] = {}  # storage -> (layer that saved it first, bytes)
+    current = 0
 
-    def __init__(self, config: llama.LlamaConfig, device: str = "cpu") -> None:
-        torch.manual_seed(0)
-        self.config, self.device = config, device
-        self.layer = llama.DecoderLayer(config, device).train()
-        self.inv_freq = llama.rotary_inv_freq(config.head_dim, config.rope_theta, config.dtype)
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in exclude and key not in first_layer and storage.nbytes():
+            first_layer[key] = (current, storage.nbytes())
+        return t
 
-    def _inputs(self, tokens: int, context: int):
-        cfg = self.config
-        ctx = llama.ChunkContext.from_slices([(0, context, tokens)])
-        if context:
-            # Earlier slices' K/V, as the chunk attention would hold them (no grad to them).
-            k = torch.randn(context, cfg.kv_heads, cfg.head_dim, dtype=cfg.dtype)
-            v = torch.randn(context, cfg.kv_heads, cfg.head_dim, dtype=cfg.dtype)
-            ctx.state[("kv", 0, 0)] = {0: (k, v)}
-        pos = torch.arange(context, context + tokens)
-        cos, sin = llama.rotary_cos_sin(pos, self.inv_freq, cfg.dtype)
-        x = torch.randn(tokens, cfg.hidden, dtype=cfg.dtype, requires_grad=True)
-        attn = llama.varlen_causal_attention if context == 0 else llama.reference_chunk_attention
-        return x, cos, sin, ctx, attn
-
-    def run(self, tokens: int, context: int) -> tuple[float, float]:
-        """(forward seconds, backward seconds) of one run."""
-        x, cos, sin, ctx, attn = self._inputs(tokens, context)
-        t0 = time.perf_counter()
-        out = self.layer(x, cos, sin, ctx, attn, 0)
-        t1 = time.perf_counter()
-        grad = torch.ones_like(out)
-        t2 = time.perf_counter()
-        out.backward(grad)
-        t3 = time.perf_counter()
-        self.layer.zero_grad(set_to_none=True)
-        return t1 - t0, t3 - t2
-
-    def saved_bytes(self, tokens: int, context: int) -> int:
-        """Bytes of the distinct storages autograd keeps for the backward (the input excluded)."""
-        x, cos, sin, ctx, attn = self._inputs(tokens, context)
-        storages: dict[int, int] = {}
-        skip = {x.untyped_storage().data_ptr()}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            st = t.untyped_storage()
-            if st.data_ptr() not in skip:
-                storages[st.data_ptr()] = st.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = self.layer(x, cos, sin, ctx, attn, 0)
-        del out
-        return sum(storages.values())
+    hidden = torch.randn(tokens, config.hidden, dtype=config.dtype, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for current in range(n):
+            hidden = module.layer(current, hidden, run_ctx)
+    return sum(b for layer, b in first_layer.values() if layer == n - 1)
 
 
-def profile(config: llama.LlamaConfig, grid: str, holdout: float = 0.25, seed: int = 0,
-            progress: bool = True) -> dict:
-    spec = GRIDS[grid]
-    points = [(s, c) for s in spec["tokens"] for c in spec["contexts"]]
-    bench = LayerBench(config)
-    for s, c in points[:2]:  # warm up allocator and kernels
-        bench.run(s, c)
-    fwd, bwd = [], []
-    with tqdm(total=len(points) * spec["repeats"], desc="profile", disable=not progress) as bar:
-        for s, c in points:
-            runs = []
-            for _ in range(spec["repeats"]):
-                runs.append(bench.run(s, c))
-                bar.update()
-            fwd.append(statistics.median(r[0] for r in runs))
-            bwd.append(statistics.median(r[1] for r in runs))
-    rng = np.random.default_rng(seed)
-    n_hold = max(1, round(holdout * len(points)))
-    held = set(rng.choice(len(points), size=n_hold, replace=False).tolist())
-    fit_idx = [i for i in range(len(points)) if i not in held]
-    hold_idx = sorted(held)
-    a1, a2, b = fit_forward([points[i] for i in fit_idx], [fwd[i] for i in fit_idx])
-    g = fit_backward_ratio([fwd[i] for i in fit_idx], [bwd[i] for i in fit_idx])
-    hp = [points[i] for i in hold_idx]
-    fwd_err = relative_errors(predict(a1, a2, b, hp), [fwd[i] for i in hold_idx])
-    bwd_err = relative_errors(g * predict(a1, a2, b, hp), [bwd[i] for i in hold_idx])
-    # Activation bytes per token: the linear term of saved bytes over token counts at context 0
-    # (the constant, the weights, cancels). The CPU SDPA kernel also saves an s^2 attention
-    # matrix, which the cost model has no term for: fitted apart and recorded in the metadata.
-    ts = spec["tokens"]
-    saved = [bench.saved_bytes(s, 0) for s in ts]
-    quad, act_per_token, _ = (float(v) for v in np.polyfit(np.asarray(ts, float),
-                                                          np.asarray(saved, float), 2))
-    return dict(points=points, forward_s=fwd, backward_s=bwd, held_out=[points[i] for i in hold_idx],
-                a1=a1, a2=a2, b=b, backward_ratio=g, activation_bytes=max(act_per_token, 0.0),
-                attention_bytes_per_token_squared=quad,
-                forward_heldout_median=float(np.median(fwd_err)),
-                forward_heldout_max=float(np.max(fwd_err)),
-                backward_heldout_median=float(np.median(bwd_err)),
-                backward_heldout_max=float(np.max(bwd_err)))
+def activation_bytes(module: Any, config: llama.LlamaConfig, tokens: Sequence[int],
+                     context: int) -> tuple[float, float]:
+    """(bytes per token, bytes per slice): a line through layer_saved_bytes over token counts."""
+    saved = [layer_saved_bytes(module, config, s, context) for s in tokens]
+    slope, intercept = np.polyfit(np.asarray(tokens, float), np.asarray(saved, float), 1)
+    return float(slope), float(intercept)
 
 
-def cost_json(config: llama.LlamaConfig, dtype: torch.dtype, layers_per_stage: Sequence[int],
-              result: dict, hardware: str = "cpu") -> dict:
-    """The analytic cost model's JSON for the shape and split, with the measured coefficients."""
-    base = json.loads(_C.plan.CostModel.analytic(model_shape_json(config, dtype), hardware,
-                                                 list(layers_per_stage)).to_json())
-    for key in ("a1", "a2", "b", "backward_ratio", "activation_bytes"):
-        base["coefficients"][key] = result[key]
-    return base
+def cost_json(config: llama.LlamaConfig, layers_per_stage: Sequence[int], calibration: Any,
+              activation_bytes_per_token: float | None = None, hardware: str = "cpu") -> dict:
+    """The analytic cost model of the shape and split with the calibrated coefficients."""
+    base = _C.plan.CostModel.analytic(model_shape_json(config, config.dtype), hardware,
+                                      list(layers_per_stage))
+    cost = json.loads(_C.plan.apply_calibration(base, calibration).to_json())
+    if activation_bytes_per_token is not None:
+        cost["coefficients"]["activation_bytes"] = activation_bytes_per_token
+    return cost
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def profile(config: llama.LlamaConfig, grid: str = "full", stage: str = "python", *,
+            repeats: int | None = None, statistic: str = "min", holdout: float = 0.25,
+            seed: int = 0, cpu_time: bool = False, progress: bool = True) -> dict:
+    """Times, fits and measures; returns everything the CLI writes (see main)."""
+    points, grid_repeats = grid_points(grid)
+    module = profiled_module(config, stage)
+    runs = time_runs(module, config, points, repeats or grid_repeats, seed=seed,
+                     cpu_time=cpu_time, progress=progress)
+    fits = {s: fit(runs, s, holdout, seed) for s in STATISTICS}
+    tokens = sorted({s for s, _ in points})
+    whole, whole_fixed = activation_bytes(module, config, tokens, 0)
+    split, split_fixed = activation_bytes(module, config, tokens, max(c for _, c in points))
+    return dict(
+        calibration=fits[statistic],
+        # A slice of a split sequence saves what a whole sequence does (its own k, v; the K/V
+        # buffer is counted apart): the larger of the two, should they differ.
+        activation_bytes=max(whole, split),
+        activation_bytes_detail=dict(whole_per_token=whole, whole_per_slice=whole_fixed,
+                                     split_per_token=split, split_per_slice=split_fixed),
+        statistics={s: {k: v for k, v in json.loads(c.to_json()).items()
+                        if k.endswith(("_median", "_max"))} for s, c in fits.items()},
+        runs=runs, repeats=repeats or grid_repeats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m infinipipe.profile", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m infinipipe profile",
+                                description=__doc__.split("\n\n")[0])
     tiny = llama.LlamaConfig.tiny()
     for name in ("vocab", "hidden", "layers", "heads", "kv_heads", "ffn"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(tiny, name))
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(tiny, name),
+                       help=f"model shape (default: the tiny model's {getattr(tiny, name)})")
     p.add_argument("--layers-per-stage", type=str, default=None,
                    help="comma-separated layers per stage (default: two even stages)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float64"], default="float32")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--grid", choices=list(GRIDS), default="quick")
+    p.add_argument("--stage", choices=STAGES, default="python",
+                   help="the Python LlamaStage (what the Python trainer runs) or the C++ one")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads (default 1: the trainer runs one per stage process)")
+    p.add_argument("--grid", choices=("quick", "full"), default="full")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
+    p.add_argument("--statistic", choices=STATISTICS, default="min",
+                   help="one time per point from its runs (min: the least disturbed; see "
+                        "runtime/layer_profiler.h)")
+    p.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
+                   help="cpu: the thread's CPU time, which leaves out time other processes take "
+                        "the core (one thread only); auto: cpu with one thread, else wall")
+    p.add_argument("--holdout", type=float, default=0.25, help="fraction of points held out")
+    p.add_argument("--seed", type=int, default=0, help="order of the runs, held-out points")
     p.add_argument("--output", type=Path, default=Path("cost.json"))
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
+
+    torch.set_num_threads(args.threads)
+    cpu_time = args.clock == "cpu" or (args.clock == "auto" and args.threads == 1)
     config = llama.LlamaConfig(vocab=args.vocab, hidden=args.hidden, layers=args.layers,
-                               heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn, dtype=dtype)
+                               heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn,
+                               dtype=getattr(torch, args.dtype))
     if args.layers_per_stage:
         split = [int(x) for x in args.layers_per_stage.split(",")]
     else:
-        half = config.layers // 2
-        split = [half, config.layers - half] if half else [config.layers]
-    result = profile(config, args.grid, progress=not args.no_progress)
-    cost = cost_json(config, dtype, split, result)
-    args.output.write_text(json.dumps(cost, indent=2))
+        split = llama.even_layer_split(config.layers, 2 if config.layers > 1 else 1)
+    result = profile(config, args.grid, args.stage, repeats=args.repeats,
+                     statistic=args.statistic, holdout=args.holdout, seed=args.seed,
+                     cpu_time=cpu_time, progress=not args.no_progress)
+    cal = result["calibration"]
+    args.output.write_text(json.dumps(cost_json(config, split, cal, result["activation_bytes"]),
+                                      indent=2))
     _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
+
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                device=f"cpu ({platform.processor() or platform.machine()}), "
-                       f"{torch.get_num_threads()} threads",
-                torch=torch.__version__, grid=args.grid, dtype=args.dtype, **result)
+                cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
+                stage=args.stage, grid=args.grid, repeats=result["repeats"], dtype=args.dtype,
+                statistic=args.statistic, clock="thread_cpu" if cpu_time else "wall",
+                **json.loads(cal.to_json()), activation_bytes=result["activation_bytes"],
+                activation_bytes_detail=result["activation_bytes_detail"],
+                heldout_errors_by_statistic=result["statistics"], runs=result["runs"])
     meta_path = args.output.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta, indent=2))
-    print(f"a1={result['a1']:.4g} a2={result['a2']:.4g} b={result['b']:.4g} "
-          f"g={result['backward_ratio']:.3f} activation_bytes/token/layer={result['activation_bytes']:.0f}")
-    print(f"held-out forward error: median {result['forward_heldout_median']:.1%}, "
-          f"max {result['forward_heldout_max']:.1%}; backward: median "
-          f"{result['backward_heldout_median']:.1%}, max {result['backward_heldout_max']:.1%}")
+
+    def pct(v: float) -> str:
+        return "n/a" if v != v else f"{v:.1%}"
+
+    print(f"forward a1={cal.a1:.4g} a2={cal.a2:.4g} b={cal.b:.4g}; backward a1={cal.backward_a1:.4g} "
+          f"a2={cal.backward_a2:.4g} b={cal.backward_b:.4g}; g={cal.backward_ratio:.3f} "
+          f"embedding={cal.embedding_s_per_token:.3g} s/token head={cal.head_s_per_token:.3g} "
+          f"s/token activation_bytes/token/layer={result['activation_bytes']:.0f}")
+    print(f"held-out forward error: median {pct(cal.forward_median_error)}, max "
+          f"{pct(cal.forward_max_error)}; backward: median {pct(cal.backward_median_error)}, "
+          f"max {pct(cal.backward_max_error)} ({len(cal.held_out)} of "
+          f"{len(cal.held_out) + len(cal.fit)} points)")
     print(f"wrote {args.output} and {meta_path}")
     return 0
 

@@ -13,6 +13,7 @@
 #include "infinipipe/chunking/chunk.h"
 #include "infinipipe/chunking/sequence_processor.h"
 #include "infinipipe/common/error.h"
+#include "infinipipe/cost/calibration.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/plan/plan.h"
@@ -105,6 +106,7 @@ py::dict summary(const Plan& plan) {
   d["predicted_step_s"] = plan.step_time_s;
   d["predicted_recompute_s"] = plan.recompute_s;
   d["predicted_bubble_fraction"] = plan.bubble_fraction;
+  d["predicted_busy_s"] = plan.busy_s;  // per stage, recompute included
   d["predicted_peak_memory_bytes"] = plan.peak_memory_bytes;
   d["checkpoint_solver"] = plan.checkpoint_solver;
   d["plan_ms"] = plan.plan_ms;
@@ -312,6 +314,63 @@ void bind_plan(py::module_& root) {
         "Sequence lengths of one step from a built-in sampler (distribution_names()), each in "
         "[1, context].");
   m.def("distribution_names", &distribution_names);
+
+  // Calibration (cost/calibration.h): the fit behind infinipipe.profile and infinipipe-profile.
+  py::class_<Calibration>(m, "Calibration",
+                          "Fitted time coefficients and their held-out errors.")
+      .def_readonly("a1", &Calibration::a1)
+      .def_readonly("a2", &Calibration::a2)
+      .def_readonly("b", &Calibration::b)
+      .def_readonly("backward_ratio", &Calibration::backward_ratio)
+      .def_readonly("backward_a1", &Calibration::backward_a1)
+      .def_readonly("backward_a2", &Calibration::backward_a2)
+      .def_readonly("backward_b", &Calibration::backward_b)
+      .def_readonly("embedding_s_per_token", &Calibration::embedding_s_per_token)
+      .def_readonly("head_s_per_token", &Calibration::head_s_per_token)
+      .def_readonly("fit", &Calibration::fit, "Indices of the layer samples fitted.")
+      .def_readonly("held_out", &Calibration::held_out, "Indices of the layer samples held out.")
+      .def_readonly("forward_median_error", &Calibration::forward_median_error)
+      .def_readonly("forward_max_error", &Calibration::forward_max_error)
+      .def_readonly("backward_median_error", &Calibration::backward_median_error)
+      .def_readonly("backward_max_error", &Calibration::backward_max_error)
+      .def("forward_s", &Calibration::forward_s, py::arg("tokens"), py::arg("context"))
+      .def("backward_s", &Calibration::backward_s, py::arg("tokens"), py::arg("context"))
+      .def("to_json", [](const Calibration& c) { return nlohmann::json(c).dump(); });
+  m.def(
+      "calibrate",
+      [](const std::vector<std::tuple<int64_t, int64_t, double, double>>& layer,
+         const std::vector<std::pair<int64_t, double>>& embedding,
+         const std::vector<std::pair<int64_t, double>>& head, double holdout_fraction,
+         uint64_t seed) {
+        CalibrationSamples samples;
+        for (const auto& [s, c, f, b] : layer) samples.layer.push_back({s, c, f, b});
+        for (const auto& [s, t] : embedding) samples.embedding.push_back({s, t});
+        for (const auto& [s, t] : head) samples.head.push_back({s, t});
+        return calibrate(samples, {holdout_fraction, seed});
+      },
+      py::arg("layer"), py::arg("embedding") = std::vector<std::pair<int64_t, double>>{},
+      py::arg("head") = std::vector<std::pair<int64_t, double>>{},
+      py::arg("holdout_fraction") = CalibrationOptions{}.holdout_fraction,
+      py::arg("seed") = CalibrationOptions{}.seed,
+      "Fits a1, a2, b and the backward's a1', a2', b' (non-negative), the backward ratio to layer samples (tokens, context, "
+      "forward_s, backward_s), and per-token times to embedding and head samples (tokens, "
+      "seconds), holding out a seeded fraction of the layer samples.");
+  m.def("apply_calibration", &apply_calibration, py::arg("cost"), py::arg("calibration"),
+        "The cost model with the calibrated time coefficients; everything else kept.");
+  m.def(
+      "robust_time",
+      [](const std::vector<double>& runs, const std::string& statistic) {
+        return robust_time(runs, parse_statistic(statistic));
+      },
+      py::arg("runs"), py::arg("statistic") = "median",
+      "One time from repeated runs: 'min', 'median' or 'trimmed_mean'.");
+  m.def(
+      "profile_grid",
+      [](const std::string& name) {
+        const ProfileGrid g = profile_grid(name);
+        return py::make_tuple(g.tokens, g.contexts, g.repeats);
+      },
+      py::arg("name"), "(tokens, contexts, repeats) of the grid 'quick' or 'full'.");
   m.def("methods", [] {
     std::vector<std::string> names;
     for (Method method : all_methods()) names.push_back(to_string(method));

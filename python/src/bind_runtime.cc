@@ -21,6 +21,7 @@
 #include "bindings.h"
 #include "infinipipe/common/error.h"
 #include "infinipipe/runtime/executor.h"
+#include "infinipipe/runtime/layer_profiler.h"
 
 namespace py = pybind11;
 
@@ -140,6 +141,26 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group_from(const py::object& grou
                 "torch.distributed.group.WORLD after init_process_group), got " +
                 std::string(py::str(py::type::of(group))));
   }
+}
+
+// A C++ stage module (a subclass of StageModule) as it is; any other object through the Python
+// protocol (PythonStageModule), as the Executor takes its module.
+std::shared_ptr<StageModule> stage_module_from(py::object module) {
+  return py::isinstance<StageModule>(module) ? module.cast<std::shared_ptr<StageModule>>()
+                                             : std::make_shared<PythonStageModule>(std::move(module));
+}
+
+py::dict profile_dict(const runtime::LayerProfile& profile) {
+  py::list layer, embedding, head;
+  for (const auto& r : profile.layer)
+    layer.append(py::dict(py::arg("tokens") = r.point.tokens, py::arg("context") = r.point.context,
+                          py::arg("forward_s") = r.forward_s, py::arg("backward_s") = r.backward_s));
+  for (const auto& r : profile.embedding)
+    embedding.append(py::dict(py::arg("tokens") = r.tokens, py::arg("seconds") = r.seconds));
+  for (const auto& r : profile.head)
+    head.append(py::dict(py::arg("tokens") = r.tokens, py::arg("seconds") = r.seconds));
+  return py::dict(py::arg("layer") = layer, py::arg("embedding") = embedding,
+                  py::arg("head") = head);
 }
 
 }  // namespace
@@ -269,6 +290,47 @@ void bind_runtime(py::module_& root) {
       .def_property_readonly("timeout_s", [](const Executor& ex) {
         return ex.options().timeout.count() / 1000.0;
       });
+
+  m.def(
+      "profile_layer",
+      [](py::object module, const std::vector<std::pair<int64_t, int64_t>>& points, int repeats,
+         int warmup, at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
+         int64_t head_dim, int64_t vocab, uint64_t seed, bool thread_cpu_time,
+         const std::string& attention_backend, std::function<void(int, int)> progress) {
+        runtime::LayerProfilerOptions o;
+        for (const auto& [tokens, context] : points) o.points.push_back({tokens, context});
+        o.repeats = repeats;
+        o.warmup = warmup;
+        o.dtype = dtype;
+        o.device = device;
+        o.hidden = hidden;
+        o.kv_heads = kv_heads;
+        o.head_dim = head_dim;
+        o.vocab = vocab;
+        o.seed = seed;
+        o.thread_cpu_time = thread_cpu_time;
+        o.attention_backend = parse_backend(attention_backend);
+        o.progress = std::move(progress);
+        std::shared_ptr<StageModule> stage = stage_module_from(std::move(module));
+        runtime::LayerProfile profile;
+        {
+          // As Executor.run: a Python stage module and the progress callback take the GIL back
+          // for each call (PythonStageModule; pybind11's std::function wrapper).
+          py::gil_scoped_release release;
+          profile = runtime::profile_layer(*stage, o);
+        }
+        return profile_dict(profile);
+      },
+      py::arg("module"), py::arg("points"), py::arg("repeats"), py::arg("warmup"),
+      py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
+      py::arg("head_dim"), py::arg("vocab"), py::arg("seed") = 0,
+      py::arg("thread_cpu_time") = false, py::arg("attention_backend") = "auto",
+      py::arg("progress") = nullptr,
+      "Times local layer 0 of a stage module (C++ or Python protocol, as Executor takes it) on "
+      "chunks of one slice (tokens, context) as the executor runs them, and its embedding and "
+      "head + loss per token count when it has them (runtime/layer_profiler.h). Returns the raw "
+      "runs: {'layer': [{tokens, context, forward_s: [...], backward_s: [...]}], 'embedding': "
+      "[{tokens, seconds: [...]}], 'head': [...]}. progress(done, total) after every run.");
 }
 
 }  // namespace infinipipe::python

@@ -115,6 +115,9 @@ void CostCoefficients::validate() const {
   at_least_zero(a2, "a2");
   at_least_zero(b, "b");
   positive(backward_ratio, "backward_ratio");
+  at_least_zero(backward_a1, "backward_a1");
+  at_least_zero(backward_a2, "backward_a2");
+  at_least_zero(backward_b, "backward_b");
   at_least_zero(embedding_s_per_token, "embedding_s_per_token");
   at_least_zero(head_s_per_token, "head_s_per_token");
   at_least_zero(activation_bytes, "activation_bytes");
@@ -140,6 +143,9 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
                      {"a2", c.a2},
                      {"b", c.b},
                      {"backward_ratio", c.backward_ratio},
+                     {"backward_a1", c.backward_a1},
+                     {"backward_a2", c.backward_a2},
+                     {"backward_b", c.backward_b},
                      {"embedding_s_per_token", c.embedding_s_per_token},
                      {"head_s_per_token", c.head_s_per_token},
                      {"activation_bytes", c.activation_bytes},
@@ -158,6 +164,9 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get("a2", c.a2);
   f.get("b", c.b);
   f.get("backward_ratio", c.backward_ratio);
+  f.get_optional("backward_a1", c.backward_a1);  // absent in files written before they existed
+  f.get_optional("backward_a2", c.backward_a2);
+  f.get_optional("backward_b", c.backward_b);
   f.get("embedding_s_per_token", c.embedding_s_per_token);
   f.get("head_s_per_token", c.head_s_per_token);
   f.get("activation_bytes", c.activation_bytes);
@@ -220,6 +229,17 @@ double CostModel::layer_forward_time(const Chunk& chunk) const {
   return t;
 }
 
+double CostModel::layer_backward_time(const Chunk& chunk) const {
+  const CostCoefficients& k = coefficients_;
+  if (!k.has_layer_backward()) return k.backward_ratio * layer_forward_time(chunk);
+  double t = k.backward_b;
+  for (const Slice& s : chunk.slices) {
+    const double c = double(s.context()), n = double(s.length());
+    t += k.backward_a1 * n * (2 * c + n) + k.backward_a2 * n;
+  }
+  return t;
+}
+
 double CostModel::forward_time(const Chunk& chunk, int stage) const {
   check_stage(*this, stage);
   double t = layers(stage) * layer_forward_time(chunk);
@@ -234,8 +254,13 @@ double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_
   if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
     throw Error("cost model: " + std::to_string(checkpointed_layers) + " checkpointed layers on stage " +
             std::to_string(stage) + ", which has " + std::to_string(layers(stage)));
-  return coefficients_.backward_ratio * forward_time(chunk, stage) +
-         checkpointed_layers * layer_forward_time(chunk);
+  const double layer_forward = layer_forward_time(chunk);
+  const double recompute = checkpointed_layers * layer_forward;
+  const double g = coefficients_.backward_ratio;
+  if (!coefficients_.has_layer_backward()) return g * forward_time(chunk, stage) + recompute;
+  // The embedding's and the head's backward stay g times their forward.
+  const double extras = forward_time(chunk, stage) - layers(stage) * layer_forward;
+  return layers(stage) * layer_backward_time(chunk) + g * extras + recompute;
 }
 
 double CostModel::p2p_time(const Chunk& chunk) const {

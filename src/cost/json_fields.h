@@ -37,6 +37,13 @@ class JsonFields {
     }
   }
 
+  // A field that older files may lack: left as it is when absent.
+  template <typename T>
+  void get_optional(const std::string& key, T& value) {
+    if (j_.contains(key)) get(key, value);
+    else known_.insert(key);
+  }
+
   // Rejects fields nobody asked for: a misspelt optional field would otherwise be ignored.
   void finish() const {
     for (auto it = j_.begin(); it != j_.end(); ++it) {

@@ -198,6 +198,25 @@ TEST(CostModel, FirstAndLastStageExtras) {
   EXPECT_THROW(m.activation_bytes(chunk, 0, -1), Error);
 }
 
+TEST(CostModel, MeasuredLayerBackwardReplacesTheRatioForLayersOnly) {
+  const CostModel analytic = llama7b(4);
+  CostCoefficients c = analytic.coefficients();
+  EXPECT_FALSE(c.has_layer_backward());
+  c.backward_a1 = 3 * c.a1, c.backward_a2 = 1.5 * c.a2, c.backward_b = 0;
+  const CostModel m(analytic.shape(), analytic.layers_per_stage(), c);
+  const Chunk chunk{{{0, 1000, 3000, 5000}, {1, 0, 700, 700}}};
+  const double layer = 3 * c.a1 * (2000.0 * (2 * 1000 + 2000) + 700.0 * 700) +
+                       1.5 * c.a2 * (2000 + 700);
+  EXPECT_NEAR(m.layer_backward_time(chunk), layer, 1e-12 * layer);
+  EXPECT_NEAR(analytic.layer_backward_time(chunk), 2 * analytic.layer_forward_time(chunk), 1e-15);
+  // Middle stages: layers only. The last stage adds g times the head's forward; recompute
+  // adds forwards.
+  EXPECT_NEAR(m.backward_time(chunk, 1, 0), 8 * layer, 1e-12);
+  EXPECT_NEAR(m.backward_time(chunk, 3, 2) - m.backward_time(chunk, 1, 0),
+              2 * (m.forward_time(chunk, 3) - m.forward_time(chunk, 1)) +
+                  2 * m.layer_forward_time(chunk), 1e-12);
+}
+
 TEST(CostModel, Llama13bModelStateSplitsOverStages) {
   const CostModel m =
       CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
@@ -266,6 +285,15 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   const std::string missing = error_of([&] { load_cost_model(path_); });
   EXPECT_NE(missing.find(path_), std::string::npos);
   EXPECT_NE(missing.find("missing field 'a1'"), std::string::npos) << missing;
+
+  // Files written before the layer backward was measured apart still load: g alone.
+  j = llama7b(2);
+  for (const char* key : {"backward_a1", "backward_a2", "backward_b"}) j["coefficients"].erase(key);
+  write(j.dump(2));
+  EXPECT_FALSE(load_cost_model(path_).coefficients().has_layer_backward());
+  j["coefficients"]["backward_b"] = -1;
+  write(j.dump(2));
+  EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("backward_b"), std::string::npos);
 
   j = llama7b(2);
   j["layers_per_stage"] = {16, 15};

@@ -1,77 +1,151 @@
-"""Profiler: the fit recovers known coefficients; the quick CLI writes a loadable cost JSON."""
+"""Profiler: the C++ fit recovers known coefficients; the quick CLI (Python and C++ stage) and the
+C++ tool write loadable cost JSON. No timing asserts: the machine may be busy."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from infinipipe import _C
 from infinipipe import profile
+from infinipipe.models import llama
 
 ROOT = Path(__file__).resolve().parents[2]
+TOOL = Path(os.environ.get("INFINIPIPE_BUILD", ROOT / "build")) / "infinipipe-profile"
 POINTS = [(s, c) for s in (64, 128, 256, 512, 1024) for c in (0, 256, 512, 1024, 2048)]
 TRUE = (3e-9, 2e-6, 4e-4)  # a1, a2, b: magnitudes like the tiny model on a CPU
 
 
-def synthetic(noise: float, seed: int):
+def forward(a1, a2, b, points=POINTS):
+    return np.array([a1 * ((c + s) ** 2 - c ** 2) + a2 * s + b for s, c in points])
+
+
+def samples(noise: float, seed: int, g: float = 2.3):
     rng = np.random.default_rng(seed)
-    t = profile.predict(*TRUE, POINTS)
-    return t * (1 + noise * rng.uniform(-1, 1, size=len(t)))
+    t = forward(*TRUE)
+    fwd = t * (1 + noise * rng.uniform(-1, 1, len(t)))
+    bwd = g * t * (1 + noise * rng.uniform(-1, 1, len(t)))
+    return [(s, c, f, b) for (s, c), f, b in zip(POINTS, fwd, bwd)]
 
 
 def test_fit_recovers_exact_coefficients():
-    got = profile.fit_forward(POINTS, synthetic(0.0, 0))
-    np.testing.assert_allclose(got, TRUE, rtol=1e-6)
+    cal = _C.plan.calibrate(samples(0.0, 0))
+    np.testing.assert_allclose([cal.a1, cal.a2, cal.b], TRUE, rtol=1e-6)
+    assert cal.backward_ratio == pytest.approx(2.3)
+    assert cal.forward_max_error < 1e-6 and cal.backward_max_error < 1e-6
+    assert len(cal.held_out) == 6 and len(cal.fit) == 19  # a quarter of 25 held out
+    assert cal.embedding_s_per_token is None and cal.head_s_per_token is None
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_fit_with_noise_predicts_within_noise(seed):
-    times = synthetic(0.05, seed)
-    a1, a2, b = profile.fit_forward(POINTS, times)
-    # Coefficients near the truth, and predictions of the noise-free times within the noise.
-    np.testing.assert_allclose([a1, a2], TRUE[:2], rtol=0.15)
-    err = profile.relative_errors(profile.predict(a1, a2, b, POINTS), synthetic(0.0, 0))
-    assert err.max() < 0.05
+    cal = _C.plan.calibrate(samples(0.05, seed), seed=seed)
+    np.testing.assert_allclose([cal.a1, cal.a2], TRUE[:2], rtol=0.15)
+    assert cal.backward_ratio == pytest.approx(2.3, rel=0.05)
+    # Predictions of the noise-free times within the noise, everywhere.
+    pred = np.array([cal.forward_s(s, c) for s, c in POINTS])
+    assert np.max(np.abs(pred / forward(*TRUE) - 1)) < 0.05
+    assert 0 <= cal.forward_median_error <= cal.forward_max_error < 0.1
 
 
-def test_backward_ratio_recovered():
-    fwd = synthetic(0.0, 0)
-    assert profile.fit_backward_ratio(fwd, 2.3 * fwd) == pytest.approx(2.3)
-    rng = np.random.default_rng(1)
-    noisy = 2.3 * fwd * (1 + 0.05 * rng.uniform(-1, 1, len(fwd)))
-    assert profile.fit_backward_ratio(fwd, noisy) == pytest.approx(2.3, rel=0.05)
+def test_fit_is_non_negative_and_checks_input():
+    # A negative intercept in the data: b is held at zero, not fitted negative.
+    bad = [(s, c, f - TRUE[2] - 5e-5, 2 * f) for s, c, f, _ in samples(0.0, 0)]
+    cal = _C.plan.calibrate(bad)
+    assert cal.b == 0 and cal.a1 > 0 and cal.a2 > 0
+    with pytest.raises(_C.Error, match="fewer than the 3 unknowns"):
+        _C.plan.calibrate(samples(0.0, 0)[:2])
+    with pytest.raises(_C.Error, match="positive time"):
+        _C.plan.calibrate([(64, 0, 0.0, 1.0)] + samples(0.0, 0))
 
 
-def test_cli_quick_writes_loadable_cost_json(tmp_path):
+def test_per_token_parts_and_statistics():
+    cal = _C.plan.calibrate(samples(0.0, 0), embedding=[(64, 6.4e-6), (128, 12.8e-6)],
+                            head=[(64, 3.2e-4)])
+    assert cal.embedding_s_per_token == pytest.approx(1e-7)
+    assert cal.head_s_per_token == pytest.approx(5e-6)
+    runs = [5.0, 1.0, 2.0, 100.0, 3.0, 4.0, 2.0, 3.0]
+    assert _C.plan.robust_time(runs, "min") == 1.0
+    assert _C.plan.robust_time(runs, "median") == 3.0
+    assert _C.plan.robust_time(runs, "trimmed_mean") == 3.0  # 2, 3, 3, 4
+
+
+def test_saved_bytes_match_the_analytic_model():
+    # The runtime path saves what CostCoefficients::analytic derives, per token, for whole
+    # sequences and for slices of split sequences alike, in both stage implementations.
+    config = llama.LlamaConfig.tiny()
+    analytic = json.loads(_C.plan.CostModel.analytic(
+        profile.model_shape_json(config, torch.float32), "cpu", [4, 4]).to_json())
+    for stage in profile.STAGES:
+        module = profile.profiled_module(config, stage)
+        for context in (0, 96):
+            per_token, per_slice = profile.activation_bytes(module, config, [16, 48], context)
+            assert per_token == pytest.approx(analytic["coefficients"]["activation_bytes"])
+            assert per_slice == pytest.approx(0, abs=1e-3)
+
+
+@pytest.mark.parametrize("stage", profile.STAGES)
+def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
     out = tmp_path / "cost.json"
-    env = {"PYTHONPATH": str(ROOT / "python")}
-    proc = subprocess.run([sys.executable, "-m", "infinipipe.profile", "--grid", "quick",
-                           "--output", str(out), "--no-progress", "--threads", "1",
-                           "--layers-per-stage", "3,5"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    proc = subprocess.run([sys.executable, "-m", "infinipipe", "profile", "--grid", "quick",
+                           "--stage", stage, "--output", str(out), "--no-progress",
+                           "--threads", "1", "--layers-per-stage", "3,5"],
+                          capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "held-out forward error" in proc.stdout
     cost = _C.plan.CostModel.load(str(out))
     assert list(cost.layers_per_stage) == [3, 5]
     coef = json.loads(out.read_text())["coefficients"]
     meta = json.loads(out.with_suffix(".meta.json").read_text())
-    for key in ("a1", "a2", "b", "backward_ratio", "activation_bytes"):
+    for key in ("a1", "a2", "b", "backward_ratio", "embedding_s_per_token", "head_s_per_token",
+                "activation_bytes"):
         assert coef[key] == pytest.approx(meta[key])
-    assert coef["a2"] > 0 and coef["activation_bytes"] > 0
+    assert coef["a2"] > 0 and coef["activation_bytes"] > 0 and coef["head_s_per_token"] > 0
     assert 0 <= meta["forward_heldout_median"] <= meta["forward_heldout_max"]
-    assert len(meta["held_out"]) >= 1
+    assert meta["stage"] == stage and meta["threads"] == 1 and meta["torch"] == torch.__version__
+    assert len(meta["held_out"]) >= 1 and len(meta["runs"]["layer"]) == 9
+    assert set(meta["heldout_errors_by_statistic"]) == set(profile.STATISTICS)
+
+
+def test_main_lists_commands():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    run = [sys.executable, "-m", "infinipipe"]
+    usage = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+    assert usage.returncode == 0 and "profile" in usage.stdout
+    bad = subprocess.run(run + ["nonsense"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "unknown command" in bad.stderr
+
+
+def test_cpp_tool_quick_writes_loadable_cost_json(tmp_path):
+    if not TOOL.exists():
+        pytest.skip(f"{TOOL} is not built (cmake --build build --target infinipipe-profile)")
+    out = tmp_path / "cost.json"
+    proc = subprocess.run([str(TOOL), "--grid", "quick", "--output", str(out), "--no-progress",
+                           "--layers-per-stage", "2,6"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "held-out forward error" in proc.stdout
+    cost = _C.plan.CostModel.load(str(out))
+    assert list(cost.layers_per_stage) == [2, 6]
+    meta = json.loads((tmp_path / "cost.meta.json").read_text())
+    coef = json.loads(out.read_text())["coefficients"]
+    assert coef["a1"] == pytest.approx(meta["calibration"]["a1"])
+    assert coef["head_s_per_token"] == pytest.approx(meta["calibration"]["head_s_per_token"])
+    assert len(meta["layer_runs"]) == 9 and meta["stage"] == "cpp"
 
 
 def test_plan_config_uses_profiled_json(tmp_path):
-    import torch
     from infinipipe import runtime
-    from infinipipe.models import llama
     out = tmp_path / "cost.json"
     config = llama.LlamaConfig.tiny()
-    result = dict(a1=1e-9, a2=1e-6, b=1e-4, backward_ratio=2.0, activation_bytes=1000.0)
-    out.write_text(json.dumps(profile.cost_json(config, torch.float32, [4, 4], result)))
+    cal = _C.plan.calibrate(samples(0.0, 0))
+    out.write_text(json.dumps(profile.cost_json(config, [4, 4], cal, 1000.0)))
     cost = runtime.cost_model_for(config, [4, 4], torch.float32,
                                   runtime.PlanConfig(cost_model=str(out)))
     assert list(cost.layers_per_stage) == [4, 4]
+    assert json.loads(cost.to_json())["coefficients"]["a1"] == pytest.approx(TRUE[0])

@@ -6,6 +6,9 @@
 // Per stage with l layers, a chunk whose slices have lengths s_i and contexts c_i costs
 //   T_fwd = l * (sum_i [a1 * ((c_i + s_i)^2 - c_i^2) + a2 * s_i] + b) + extras(first/last stage)
 //   T_bwd = g * T_fwd + ckpt_layers * (per-layer forward time)
+// or, when the layer's backward was measured apart (the profiler fits it like the forward),
+//   T_bwd = l * (sum_i [a1' * ((c_i + s_i)^2 - c_i^2) + a2' * s_i] + b') + g * extras
+//           + ckpt_layers * (per-layer forward time)
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +27,13 @@ struct CostCoefficients {
   double a2 = 0;  // s per token: the layer's GEMMs and element-wise work
   double b = 0;   // s per chunk: fixed overhead of running a layer on one chunk
   double backward_ratio = 2;  // g: backward time over forward time
+  // The layer's backward on its own (a1', a2', b' above), when measured. All zero (the analytic
+  // model) means g times the layer's forward. They exist because a measured backward does not
+  // scale with the forward: an eager Python layer pays its interpreter overhead (b) in the
+  // forward only, and attention's backward is relatively dearer than the GEMMs'.
+  double backward_a1 = 0;
+  double backward_a2 = 0;
+  double backward_b = 0;
   // Time of the parts outside the layers, per token.
   double embedding_s_per_token = 0;  // first stage
   double head_s_per_token = 0;       // last stage: final norm, LM head, loss (forward only)
@@ -40,6 +50,8 @@ struct CostCoefficients {
 
   // Analytic coefficients: FLOPs over achieved FLOP/s, bytes from the shape.
   static CostCoefficients analytic(const ModelShape& shape, const Hardware& hw);
+
+  bool has_layer_backward() const { return backward_a1 > 0 || backward_a2 > 0 || backward_b > 0; }
 
   // Throws Error naming the field when a value is negative, not finite, or (bandwidth, state
   // bytes, backward ratio) zero.
@@ -69,6 +81,8 @@ class CostModel {
   // One layer, one chunk: sum of its slices plus b.
   double layer_forward_time(const Chunk& chunk) const;
   double forward_time(const Chunk& chunk, int stage) const;
+  // One layer's backward, without recompute.
+  double layer_backward_time(const Chunk& chunk) const;
   // Backward of the chunk on the stage, recomputing `checkpointed_layers` of its layers.
   double backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
   // Sending the chunk's activation (or gradient) to the neighbouring stage.

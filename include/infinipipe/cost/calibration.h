@@ -1,0 +1,112 @@
+#pragma once
+// Calibration of the cost model's time coefficients from measured layer times: the fit shared by
+// the C++ tool `infinipipe-profile` and `python -m infinipipe profile` (the timing itself is
+// runtime/layer_profiler.h; this part has no LibTorch).
+//
+// From samples {tokens s, context c, forward, backward} of one layer it fits
+//   T_fwd = a1  * ((c+s)^2 - c^2) + a2  * s + b     (non-negative least squares)
+//   T_bwd = a1' * ((c+s)^2 - c^2) + a2' * s + b'    (the same, on the backward times)
+// and g, the backward over the fitted forward (for the embedding's and the head's backward),
+// all by relative least squares (each residual divided by its measured time), because the
+// planner needs the same relative accuracy for a 64-token chunk as for a 4096-token one. A seeded
+// fraction of the points is held out of the fit (never the grid's extreme corners, so the fit
+// does not extrapolate) and the prediction error on them is reported.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "infinipipe/cost/cost_model.h"
+
+namespace infinipipe {
+
+struct GridPoint {
+  int64_t tokens = 0;   // s: the slice's tokens (the chunk holds this one slice)
+  int64_t context = 0;  // c: tokens of the same sequence before the slice
+};
+
+// A profiling grid: every (tokens, context) pair, each timed `repeats` times.
+struct ProfileGrid {
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> contexts;
+  int repeats = 1;
+  std::vector<GridPoint> points() const;  // tokens-major
+};
+// "quick" (seconds; tests) or "full" (the calibration). Error on another name.
+ProfileGrid profile_grid(const std::string& name);
+
+// How a point's repeated runs become one time.
+enum class Statistic { Min, Median, TrimmedMean };
+Statistic parse_statistic(const std::string& name);  // "min", "median", "trimmed_mean"
+std::string to_string(Statistic statistic);
+// TrimmedMean: the mean of the runs left after dropping a quarter at each end. Error when empty.
+double robust_time(std::vector<double> runs, Statistic statistic);
+
+struct LayerSample {
+  int64_t tokens = 0;
+  int64_t context = 0;
+  double forward_s = 0;
+  double backward_s = 0;
+};
+
+// Seconds of a part that is linear in tokens (embedding; head with the loss).
+struct TokenSample {
+  int64_t tokens = 0;
+  double seconds = 0;
+};
+
+struct CalibrationSamples {
+  std::vector<LayerSample> layer;      // one per grid point
+  std::vector<TokenSample> embedding;  // empty: not measured (keeps the base model's value)
+  std::vector<TokenSample> head;       // empty: not measured
+};
+
+struct CalibrationOptions {
+  double holdout_fraction = 0.25;  // of the layer samples, in [0, 1)
+  uint64_t seed = 0;               // chooses the held-out points
+};
+
+struct Calibration {
+  double a1 = 0, a2 = 0, b = 0;
+  double backward_ratio = 0;
+  double backward_a1 = 0, backward_a2 = 0, backward_b = 0;
+  std::optional<double> embedding_s_per_token;
+  std::optional<double> head_s_per_token;
+  std::vector<int> fit;       // indices into samples.layer used by the fit
+  std::vector<int> held_out;  // the others
+  // |predicted - measured| / measured over the held-out points; NaN when none is held out.
+  double forward_median_error = 0, forward_max_error = 0;
+  double backward_median_error = 0, backward_max_error = 0;
+
+  double forward_s(int64_t tokens, int64_t context) const;
+  double backward_s(int64_t tokens, int64_t context) const;
+};
+
+// The parts of calibrate(), exposed for tests.
+// Non-negative relative least squares for {a1, a2, b} over all `samples`' forward (backward)
+// times. Error when the samples do not determine three coefficients (fewer than 3 points, or too
+// few distinct token counts).
+std::vector<double> fit_forward(const std::vector<LayerSample>& samples);
+std::vector<double> fit_backward(const std::vector<LayerSample>& samples);
+// r minimising sum_i ((y_i - r * x_i) / y_i)^2; x_i, y_i > 0.
+double fit_ratio(const std::vector<double>& x, const std::vector<double>& y);
+// The held-out indices (sorted): round(fraction * n) points drawn with the seed among the
+// points that are not corners of the grid (min/max tokens x min/max context), leaving at least 3
+// points to fit.
+std::vector<int> held_out_indices(const std::vector<LayerSample>& samples,
+                                  const CalibrationOptions& options);
+
+// Validates the samples (Error naming the bad one), splits, fits and measures held-out errors.
+Calibration calibrate(const CalibrationSamples& samples, const CalibrationOptions& options = {});
+
+// `base` with the calibrated time coefficients (a1, a2, b, the backward's a1', a2', b', the
+// backward ratio, and the embedding and head per-token times when measured); everything else is
+// kept.
+CostModel apply_calibration(const CostModel& base, const Calibration& calibration);
+
+// All fields; NaN errors and unmeasured parts are null.
+void to_json(nlohmann::json& j, const Calibration& c);
+
+}  // namespace infinipipe

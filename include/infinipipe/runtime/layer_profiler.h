@@ -1,0 +1,74 @@
+#pragma once
+// Times a stage module's layer as the executor runs it, for calibrating the cost model
+// (cost/calibration.h fits the times; `infinipipe-profile` and `python -m infinipipe profile`
+// drive both).
+//
+// Each grid point (tokens s, context c) is one chunk holding one slice of one sequence: a
+// ChunkContext with the slice at rows [0, s) starting at position c, and for c > 0 a SequenceKV
+// whose first c rows hold (random) K/V of the earlier slices, its dK/dV accumulators allocated,
+// as for every slice but the last of a split sequence. Local layer 0 runs forward with grad on a
+// random input that requires grad, then backward from a gradient of ones, each timed alone;
+// parameter gradients accumulate across runs as across a step's chunks. The embedding (forward)
+// and the head with the cross-entropy loss (forward) are timed per token count when the module
+// has them, since the cost model charges them per token on the first and last stage.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "infinipipe/cost/calibration.h"
+#include "infinipipe/runtime/stage_module.h"
+
+namespace infinipipe::runtime {
+
+struct LayerProfilerOptions {
+  std::vector<GridPoint> points;
+  int repeats = 5;  // timed runs per point
+  int warmup = 1;   // untimed rounds over every point first (allocator, kernel selection)
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+  int64_t hidden = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;  // token ids and targets for the embedding and the head
+  kernels::Backend attention_backend = kernels::Backend::Auto;
+  uint64_t seed = 0;  // the order of the runs
+  // Time with the calling thread's CPU clock instead of the wall clock. On a CPU with one
+  // intra-op thread all of a run's work (backward included) is on the calling thread, so this
+  // leaves out the time other processes take the core: calibration on a shared machine.
+  bool thread_cpu_time = false;
+  // Called after every run (warm-up included) with (runs done, total runs).
+  std::function<void(int done, int total)> progress;
+
+  void validate() const;  // Error naming the field
+};
+
+struct PointRuns {
+  GridPoint point;
+  std::vector<double> forward_s, backward_s;  // one per repeat, in the order they ran
+};
+
+struct PartRuns {
+  int64_t tokens = 0;
+  std::vector<double> seconds;
+};
+
+struct LayerProfile {
+  std::vector<PointRuns> layer;     // in the options' point order
+  std::vector<PartRuns> embedding;  // per distinct token count; empty without an embedding
+  std::vector<PartRuns> head;       // head + loss; empty without a head
+
+  // Every point's runs reduced by `statistic`. The minimum is the default: other processes and
+  // cache misses only ever add time, so the fastest run is the least disturbed one. Measured on
+  // the shared 2-core dev machine (one thread, 7 repeats, full grid, held-out medians averaged
+  // over 20 splits of the same runs): forward 3-5% with min against 3-7% with the median or
+  // trimmed mean on the thread CPU clock, and 3-14% against 11-24% on the wall clock. The
+  // .meta.json of python -m infinipipe profile records all three for every run.
+  CalibrationSamples samples(Statistic statistic = Statistic::Min) const;
+};
+
+LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& options);
+
+}  // namespace infinipipe::runtime

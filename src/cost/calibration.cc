@@ -1,0 +1,328 @@
+#include "infinipipe/cost/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The regressors of a1, a2 and b: (c+s)^2 - c^2 (as s(2c+s), as the cost model), s, 1.
+std::vector<double> regressors(int64_t tokens, int64_t context) {
+  const double s = double(tokens), c = double(context);
+  return {s * (2 * c + s), s, 1.0};
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// min |A x - y| with A given by its columns, by modified Gram-Schmidt (the columns differ by
+// orders of magnitude, which normal equations would square). nullopt when a column is
+// (numerically) a combination of the earlier ones.
+std::optional<std::vector<double>> least_squares(std::vector<std::vector<double>> cols,
+                                                 std::vector<double> y) {
+  const size_t k = cols.size();
+  std::vector<std::vector<double>> r(k, std::vector<double>(k, 0.0));
+  std::vector<double> z(k);
+  for (size_t j = 0; j < k; ++j) {
+    const double original = std::sqrt(dot(cols[j], cols[j]));
+    for (size_t i = 0; i < j; ++i) {
+      r[i][j] = dot(cols[i], cols[j]);
+      for (size_t n = 0; n < y.size(); ++n) cols[j][n] -= r[i][j] * cols[i][n];
+    }
+    r[j][j] = std::sqrt(dot(cols[j], cols[j]));
+    if (!(r[j][j] > 1e-9 * original)) return std::nullopt;
+    for (double& v : cols[j]) v /= r[j][j];
+    z[j] = dot(cols[j], y);
+    for (size_t n = 0; n < y.size(); ++n) y[n] -= z[j] * cols[j][n];
+  }
+  std::vector<double> x(k);
+  for (size_t j = k; j-- > 0;) {
+    double v = z[j];
+    for (size_t i = j + 1; i < k; ++i) v -= r[j][i] * x[i];
+    x[j] = v / r[j][j];
+  }
+  return x;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void check_positive_time(double seconds, const std::string& what) {
+  check(std::isfinite(seconds) && seconds > 0,
+        "calibration: " + what + " must be a positive time, got " + std::to_string(seconds));
+}
+
+// Per-token time through the origin, as the cost model charges the embedding and the head.
+std::optional<double> fit_per_token(const std::vector<TokenSample>& samples, const char* part) {
+  if (samples.empty()) return std::nullopt;
+  std::vector<double> tokens, seconds;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::string what = std::string(part) + " sample " + std::to_string(i);
+    check(samples[i].tokens >= 1, "calibration: " + what + " has " +
+                                      std::to_string(samples[i].tokens) + " tokens");
+    check_positive_time(samples[i].seconds, what);
+    tokens.push_back(double(samples[i].tokens));
+    seconds.push_back(samples[i].seconds);
+  }
+  return fit_ratio(tokens, seconds);
+}
+
+}  // namespace
+
+std::vector<GridPoint> ProfileGrid::points() const {
+  std::vector<GridPoint> out;
+  for (int64_t s : tokens)
+    for (int64_t c : contexts) out.push_back({s, c});
+  return out;
+}
+
+ProfileGrid profile_grid(const std::string& name) {
+  if (name == "quick") return {{32, 64, 128}, {0, 64, 192}, 3};
+  if (name == "full") return {{64, 128, 256, 512, 1024}, {0, 256, 512, 1024, 2048}, 7};
+  throw Error("profile grid must be 'quick' or 'full', got '" + name + "'");
+}
+
+Statistic parse_statistic(const std::string& name) {
+  if (name == "min") return Statistic::Min;
+  if (name == "median") return Statistic::Median;
+  if (name == "trimmed_mean") return Statistic::TrimmedMean;
+  throw Error("statistic must be 'min', 'median' or 'trimmed_mean', got '" + name + "'");
+}
+
+std::string to_string(Statistic statistic) {
+  switch (statistic) {
+    case Statistic::Min: return "min";
+    case Statistic::Median: return "median";
+    case Statistic::TrimmedMean: return "trimmed_mean";
+  }
+  return "?";
+}
+
+double robust_time(std::vector<double> runs, Statistic statistic) {
+  check(!runs.empty(), "robust_time: no runs");
+  std::sort(runs.begin(), runs.end());
+  switch (statistic) {
+    case Statistic::Min: return runs.front();
+    case Statistic::Median: return median(runs);
+    case Statistic::TrimmedMean: {
+      const size_t cut = runs.size() / 4;
+      double sum = 0;
+      for (size_t i = cut; i < runs.size() - cut; ++i) sum += runs[i];
+      return sum / double(runs.size() - 2 * cut);
+    }
+  }
+  return kNaN;
+}
+
+double Calibration::forward_s(int64_t tokens, int64_t context) const {
+  const std::vector<double> x = regressors(tokens, context);
+  return a1 * x[0] + a2 * x[1] + b * x[2];
+}
+
+double Calibration::backward_s(int64_t tokens, int64_t context) const {
+  const std::vector<double> x = regressors(tokens, context);
+  return backward_a1 * x[0] + backward_a2 * x[1] + backward_b * x[2];
+}
+
+namespace {
+
+// Non-negative relative least squares of a1, a2, b against the times `time_of(sample)`.
+template <typename TimeOf>
+std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, TimeOf time_of) {
+  check(samples.size() >= 3, "calibration: " + std::to_string(samples.size()) +
+                                 " samples are fewer than the 3 unknowns a1, a2, b");
+  // Relative least squares: row i is divided by its measured time, so the target is all ones.
+  std::vector<std::vector<double>> cols(3);
+  const std::vector<double> ones(samples.size(), 1.0);
+  for (const LayerSample& s : samples) {
+    const std::vector<double> x = regressors(s.tokens, s.context);
+    for (int j = 0; j < 3; ++j) cols[j].push_back(x[j] / time_of(s));
+  }
+  check(least_squares(cols, ones).has_value(),
+        "calibration: the samples do not determine a1, a2 and b: profile at least three "
+        "different token counts, or two with more than one context");
+  // Non-negative least squares over 3 unknowns: the optimum is the unconstrained optimum on
+  // its support, so try every support and keep the best feasible one (clamping a negative
+  // coefficient to zero afterwards would not be optimal for the others).
+  std::vector<double> best;
+  double best_residual = std::numeric_limits<double>::infinity();
+  for (int mask = 1; mask < 8; ++mask) {
+    std::vector<std::vector<double>> sub;
+    for (int j = 0; j < 3; ++j)
+      if (mask & (1 << j)) sub.push_back(cols[j]);
+    const auto solution = least_squares(sub, ones);
+    if (!solution || *std::min_element(solution->begin(), solution->end()) < 0) continue;
+    std::vector<double> coef(3, 0.0);
+    for (int j = 0, k = 0; j < 3; ++j)
+      if (mask & (1 << j)) coef[j] = (*solution)[k++];
+    double residual = 0;
+    for (size_t n = 0; n < ones.size(); ++n) {
+      const double r = cols[0][n] * coef[0] + cols[1][n] * coef[1] + cols[2][n] * coef[2] - 1;
+      residual += r * r;
+    }
+    if (residual < best_residual) best_residual = residual, best = coef;
+  }
+  return best;  // never empty: one positive column alone has a positive solution
+}
+
+}  // namespace
+
+std::vector<double> fit_forward(const std::vector<LayerSample>& samples) {
+  return fit_layer_time(samples, [](const LayerSample& s) { return s.forward_s; });
+}
+
+std::vector<double> fit_backward(const std::vector<LayerSample>& samples) {
+  return fit_layer_time(samples, [](const LayerSample& s) { return s.backward_s; });
+}
+
+double fit_ratio(const std::vector<double>& x, const std::vector<double>& y) {
+  check(!x.empty() && x.size() == y.size(), "fit_ratio: x and y must be non-empty, equal sizes");
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    check(x[i] > 0 && y[i] > 0, "fit_ratio: values must be positive");
+    const double q = x[i] / y[i];
+    num += q;
+    den += q * q;
+  }
+  return num / den;
+}
+
+std::vector<int> held_out_indices(const std::vector<LayerSample>& samples,
+                                  const CalibrationOptions& options) {
+  check(options.holdout_fraction >= 0 && options.holdout_fraction < 1,
+        "calibration: holdout_fraction must be in [0, 1), got " +
+            std::to_string(options.holdout_fraction));
+  if (samples.empty()) return {};
+  auto [s_lo, s_hi] = std::minmax_element(samples.begin(), samples.end(), [](auto& a, auto& b) {
+    return a.tokens < b.tokens;
+  });
+  auto [c_lo, c_hi] = std::minmax_element(samples.begin(), samples.end(), [](auto& a, auto& b) {
+    return a.context < b.context;
+  });
+  std::vector<int> candidates;
+  for (int i = 0; i < int(samples.size()); ++i) {
+    const bool corner = (samples[i].tokens == s_lo->tokens || samples[i].tokens == s_hi->tokens) &&
+                        (samples[i].context == c_lo->context || samples[i].context == c_hi->context);
+    if (!corner) candidates.push_back(i);
+  }
+  const int n = int(samples.size());
+  int count = int(std::lround(options.holdout_fraction * n));
+  count = std::max(0, std::min({count, int(candidates.size()), n - 3}));
+  // Fisher-Yates with mt19937_64 (whose output the standard fixes; std::shuffle's use of it is
+  // not), so a seed holds out the same points everywhere.
+  std::mt19937_64 rng(options.seed);
+  for (int i = int(candidates.size()) - 1; i > 0; --i)
+    std::swap(candidates[i], candidates[rng() % uint64_t(i + 1)]);
+  std::vector<int> held(candidates.begin(), candidates.begin() + count);
+  std::sort(held.begin(), held.end());
+  return held;
+}
+
+Calibration calibrate(const CalibrationSamples& samples, const CalibrationOptions& options) {
+  const auto& layer = samples.layer;
+  for (size_t i = 0; i < layer.size(); ++i) {
+    const LayerSample& s = layer[i];
+    const std::string what = "layer sample " + std::to_string(i) + " (tokens " +
+                             std::to_string(s.tokens) + ", context " + std::to_string(s.context) +
+                             ")";
+    check(s.tokens >= 1 && s.context >= 0,
+          "calibration: " + what + ": tokens must be at least 1 and context at least 0");
+    check_positive_time(s.forward_s, what + " forward");
+    check_positive_time(s.backward_s, what + " backward");
+  }
+  check(layer.size() >= 3, "calibration: " + std::to_string(layer.size()) +
+                               " layer samples are fewer than the 3 unknowns a1, a2, b; profile "
+                               "at least 3 grid points");
+  Calibration cal;
+  cal.held_out = held_out_indices(layer, options);
+  std::vector<LayerSample> fit;
+  for (int i = 0, h = 0; i < int(layer.size()); ++i) {
+    if (h < int(cal.held_out.size()) && cal.held_out[h] == i) {
+      ++h;
+      continue;
+    }
+    cal.fit.push_back(i);
+    fit.push_back(layer[i]);
+  }
+  const std::vector<double> coef = fit_forward(fit);
+  cal.a1 = coef[0], cal.a2 = coef[1], cal.b = coef[2];
+  const std::vector<double> back = fit_backward(fit);
+  cal.backward_a1 = back[0], cal.backward_a2 = back[1], cal.backward_b = back[2];
+  // g against the fitted forward (not the measured one): the planner predicts the embedding's
+  // and the head's backward as g times their predicted forward.
+  std::vector<double> predicted, backward;
+  for (const LayerSample& s : fit) {
+    predicted.push_back(cal.forward_s(s.tokens, s.context));
+    backward.push_back(s.backward_s);
+  }
+  cal.backward_ratio = fit_ratio(predicted, backward);
+
+  std::vector<double> fwd_err, bwd_err;
+  for (int i : cal.held_out) {
+    const LayerSample& s = layer[i];
+    fwd_err.push_back(std::abs(cal.forward_s(s.tokens, s.context) - s.forward_s) / s.forward_s);
+    bwd_err.push_back(std::abs(cal.backward_s(s.tokens, s.context) - s.backward_s) / s.backward_s);
+  }
+  const bool any = !fwd_err.empty();
+  cal.forward_median_error = any ? median(fwd_err) : kNaN;
+  cal.forward_max_error = any ? *std::max_element(fwd_err.begin(), fwd_err.end()) : kNaN;
+  cal.backward_median_error = any ? median(bwd_err) : kNaN;
+  cal.backward_max_error = any ? *std::max_element(bwd_err.begin(), bwd_err.end()) : kNaN;
+
+  cal.embedding_s_per_token = fit_per_token(samples.embedding, "embedding");
+  cal.head_s_per_token = fit_per_token(samples.head, "head");
+  return cal;
+}
+
+CostModel apply_calibration(const CostModel& base, const Calibration& calibration) {
+  CostCoefficients c = base.coefficients();
+  c.a1 = calibration.a1;
+  c.a2 = calibration.a2;
+  c.b = calibration.b;
+  c.backward_ratio = calibration.backward_ratio;
+  c.backward_a1 = calibration.backward_a1;
+  c.backward_a2 = calibration.backward_a2;
+  c.backward_b = calibration.backward_b;
+  if (calibration.embedding_s_per_token) c.embedding_s_per_token = *calibration.embedding_s_per_token;
+  if (calibration.head_s_per_token) c.head_s_per_token = *calibration.head_s_per_token;
+  return CostModel(base.shape(), base.layers_per_stage(), c);
+}
+
+void to_json(nlohmann::json& j, const Calibration& c) {
+  auto number = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
+  auto optional = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json();
+  };
+  j = nlohmann::json{{"a1", c.a1},
+                     {"a2", c.a2},
+                     {"b", c.b},
+                     {"backward_ratio", c.backward_ratio},
+                     {"backward_a1", c.backward_a1},
+                     {"backward_a2", c.backward_a2},
+                     {"backward_b", c.backward_b},
+                     {"embedding_s_per_token", optional(c.embedding_s_per_token)},
+                     {"head_s_per_token", optional(c.head_s_per_token)},
+                     {"fit", c.fit},
+                     {"held_out", c.held_out},
+                     {"forward_heldout_median", number(c.forward_median_error)},
+                     {"forward_heldout_max", number(c.forward_max_error)},
+                     {"backward_heldout_median", number(c.backward_median_error)},
+                     {"backward_heldout_max", number(c.backward_max_error)}};
+}
+
+}  // namespace infinipipe

@@ -1,0 +1,219 @@
+#include "infinipipe/runtime/layer_profiler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <set>
+
+#include <time.h>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe::runtime {
+
+namespace {
+
+constexpr int64_t kIgnoreIndex = -100;  // as the executor's loss
+
+enum class Kind { Layer, Embedding, Head };
+
+struct Task {
+  Kind kind;
+  int index;  // into the layer points or the part token counts
+};
+
+class Bench {
+ public:
+  Bench(StageModule& module, const LayerProfilerOptions& o)
+      : module_(module), o_(o), float_(at::TensorOptions().dtype(o.dtype).device(o.device)) {}
+
+  // One chunk holding the slice (tokens s at context c) of sequence 0. Only layer 0 runs, so
+  // only it gets a K/V buffer.
+  std::shared_ptr<ChunkContext> context(GridPoint p) const {
+    std::vector<std::vector<std::shared_ptr<kernels::SequenceKV>>> kv(module_.num_layers(),
+                                                                      {nullptr});
+    if (p.context > 0) {
+      auto buffer = kernels::SequenceKV::create(p.context + p.tokens, o_.kv_heads, o_.head_dim,
+                                                o_.dtype, o_.device);
+      buffer->k.normal_();
+      buffer->v.normal_();
+      buffer->allocate_grad();
+      kv[0][0] = buffer;
+    }
+    return std::make_shared<ChunkContext>(0, std::vector<SliceRows>{{0, 0, p.context, p.tokens}},
+                                          std::move(kv), o_.device, 0.0, o_.attention_backend);
+  }
+
+  // (forward, backward) seconds of local layer 0.
+  std::pair<double, double> layer(GridPoint p) {
+    const auto ctx = context(p);
+    at::Tensor x = at::randn({p.tokens, o_.hidden}, float_);
+    {
+      // The executor runs all of a stage's layers on one context: the first builds the chunk's
+      // module state (rotary tables, the Python adapter's context) and the others reuse it.
+      // Build it untimed, so that the time is that of the typical layer.
+      at::NoGradGuard no_grad;
+      module_.layer(0, x, *ctx);
+    }
+    x.requires_grad_(true);
+    at::AutoGradMode grad_mode(true);
+    const double t0 = now();
+    at::Tensor out = module_.layer(0, x, *ctx);
+    const double forward = since(t0);
+    const at::Tensor grad = at::ones_like(out);
+    const double t1 = now();
+    torch::autograd::backward({out}, {grad});
+    return {forward, since(t1)};
+  }
+
+  double embedding(int64_t tokens) {
+    const auto ctx = context({tokens, 0});
+    const at::Tensor ids = at::randint(o_.vocab, {tokens}, at::dtype(at::kLong).device(o_.device));
+    at::AutoGradMode grad_mode(true);
+    const double t0 = now();
+    const at::Tensor out = module_.embed(ids, *ctx);
+    return since(t0);
+  }
+
+  // The head and the executor's loss on it (forward: the cost model charges the backward as
+  // backward_ratio times the forward).
+  double head(int64_t tokens) {
+    const auto ctx = context({tokens, 0});
+    const at::Tensor hidden = at::randn({tokens, o_.hidden}, float_).requires_grad_(true);
+    const at::Tensor targets =
+        at::randint(o_.vocab, {tokens}, at::dtype(at::kLong).device(o_.device));
+    {
+      at::NoGradGuard no_grad;  // the chunk's module state, made by its layers in the executor
+      module_.head(hidden.detach(), *ctx);
+    }
+    at::AutoGradMode grad_mode(true);
+    const double t0 = now();
+    at::Tensor logits = module_.head(hidden, *ctx);
+    if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
+      logits = logits.to(at::kFloat);
+    const at::Tensor loss = at::cross_entropy_loss(logits, targets, {}, at::Reduction::Sum,
+                                                   kIgnoreIndex) /
+                            static_cast<double>(tokens);
+    loss.detach().item<double>();
+    return since(t0);
+  }
+
+ private:
+  // Seconds on the options' clock. Kernels are asynchronous on GPUs: wait for them at both ends
+  // of a timed region.
+  double now() const {
+    if (o_.device.is_cuda()) torch::cuda::synchronize(o_.device.index());
+    if (o_.thread_cpu_time) {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  double since(double t0) const { return now() - t0; }
+
+  StageModule& module_;
+  const LayerProfilerOptions& o_;
+  at::TensorOptions float_;
+};
+
+}  // namespace
+
+void LayerProfilerOptions::validate() const {
+  check(!points.empty(), "layer profiler: no grid points");
+  for (const GridPoint& p : points)
+    check(p.tokens >= 1 && p.context >= 0,
+          "layer profiler: grid point (tokens " + std::to_string(p.tokens) + ", context " +
+              std::to_string(p.context) + ") needs tokens >= 1 and context >= 0");
+  check(repeats >= 1, "layer profiler: repeats must be at least 1");
+  check(warmup >= 0, "layer profiler: warmup must be zero or positive");
+  check(hidden > 0 && kv_heads > 0 && head_dim > 0,
+        "layer profiler: hidden, kv_heads and head_dim must be positive");
+  check(at::isFloatingType(dtype), "layer profiler: dtype must be a floating type");
+  check(!thread_cpu_time || (device.is_cpu() && at::get_num_threads() == 1),
+        "layer profiler: thread CPU time needs the CPU with one intra-op thread (other threads' "
+        "work would not be counted)");
+}
+
+CalibrationSamples LayerProfile::samples(Statistic statistic) const {
+  CalibrationSamples out;
+  for (const PointRuns& r : layer)
+    out.layer.push_back({r.point.tokens, r.point.context, robust_time(r.forward_s, statistic),
+                         robust_time(r.backward_s, statistic)});
+  for (const PartRuns& r : embedding)
+    out.embedding.push_back({r.tokens, robust_time(r.seconds, statistic)});
+  for (const PartRuns& r : head) out.head.push_back({r.tokens, robust_time(r.seconds, statistic)});
+  return out;
+}
+
+LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& options) {
+  options.validate();
+  check(!(module.has_embedding() || module.has_head()) || options.vocab > 0,
+        "layer profiler: the module has an embedding or a head, so vocab must be positive");
+  LayerProfile profile;
+  std::vector<Task> round;
+  for (int i = 0; i < int(options.points.size()); ++i) {
+    profile.layer.push_back({options.points[i], {}, {}});
+    round.push_back({Kind::Layer, i});
+  }
+  std::set<int64_t> token_counts;
+  for (const GridPoint& p : options.points) token_counts.insert(p.tokens);
+  for (int64_t s : token_counts) {
+    if (module.has_embedding()) {
+      round.push_back({Kind::Embedding, int(profile.embedding.size())});
+      profile.embedding.push_back({s, {}});
+    }
+    if (module.has_head()) {
+      round.push_back({Kind::Head, int(profile.head.size())});
+      profile.head.push_back({s, {}});
+    }
+  }
+  // Every (task, repeat) in one shuffled order, so that drift (frequency scaling, other
+  // processes) spreads over all points instead of biasing the ones measured together.
+  std::vector<Task> order;
+  for (int r = 0; r < options.repeats; ++r) order.insert(order.end(), round.begin(), round.end());
+  std::mt19937_64 rng(options.seed);
+  for (int i = int(order.size()) - 1; i > 0; --i)
+    std::swap(order[i], order[rng() % uint64_t(i + 1)]);
+
+  Bench bench(module, options);
+  const int total = int(round.size()) * options.warmup + int(order.size());
+  int done = 0;
+  auto run = [&](const Task& t, bool timed) {
+    switch (t.kind) {
+      case Kind::Layer: {
+        PointRuns& r = profile.layer[t.index];
+        const auto [fwd, bwd] = bench.layer(r.point);
+        if (timed) r.forward_s.push_back(fwd), r.backward_s.push_back(bwd);
+        break;
+      }
+      case Kind::Embedding: {
+        PartRuns& r = profile.embedding[t.index];
+        const double s = bench.embedding(r.tokens);
+        if (timed) r.seconds.push_back(s);
+        break;
+      }
+      case Kind::Head: {
+        PartRuns& r = profile.head[t.index];
+        const double s = bench.head(r.tokens);
+        if (timed) r.seconds.push_back(s);
+        break;
+      }
+    }
+    if (options.progress) options.progress(++done, total);
+  };
+  for (int w = 0; w < options.warmup; ++w)
+    for (const Task& t : round) run(t, false);
+  for (const Task& t : order) run(t, true);
+  return profile;
+}
+
+}  // namespace infinipipe::runtime

@@ -1,0 +1,210 @@
+#include "infinipipe/cost/calibration.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/common/error.h"
+
+namespace infinipipe {
+namespace {
+
+// Magnitudes like the tiny model on one CPU core.
+constexpr double kA1 = 3e-9, kA2 = 2e-6, kB = 4e-4, kG = 2.3;
+
+double truth(const GridPoint& p) {
+  return kA1 * double(p.tokens) * double(2 * p.context + p.tokens) + kA2 * double(p.tokens) + kB;
+}
+
+// The full grid's samples, each time off by a uniform relative error in [-noise, noise].
+std::vector<LayerSample> synthetic(double noise, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-noise, noise);
+  std::vector<LayerSample> out;
+  for (const GridPoint& p : profile_grid("full").points()) {
+    const double t = truth(p);
+    out.push_back({p.tokens, p.context, t * (1 + u(rng)), kG * t * (1 + u(rng))});
+  }
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Calibration, RecoversExactCoefficients) {
+  const Calibration cal = calibrate({synthetic(0, 0)});
+  EXPECT_NEAR(cal.a1, kA1, 1e-9 * kA1);
+  EXPECT_NEAR(cal.a2, kA2, 1e-9 * kA2);
+  EXPECT_NEAR(cal.b, kB, 1e-9 * kB);
+  EXPECT_NEAR(cal.backward_ratio, kG, 1e-9);
+  EXPECT_LT(cal.forward_max_error, 1e-9);
+  EXPECT_LT(cal.backward_max_error, 1e-9);
+  EXPECT_FALSE(cal.embedding_s_per_token.has_value());
+}
+
+TEST(Calibration, WithinNoise) {
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    const std::vector<LayerSample> noisy = synthetic(0.05, seed);
+    const Calibration cal = calibrate({noisy}, {0.25, seed});
+    EXPECT_NEAR(cal.a1, kA1, 0.15 * kA1);
+    EXPECT_NEAR(cal.a2, kA2, 0.15 * kA2);
+    EXPECT_NEAR(cal.backward_ratio, kG, 0.05 * kG);
+    // Predictions of the noise-free times are within the noise, and the held-out errors
+    // against the noisy times within twice it.
+    for (const GridPoint& p : profile_grid("full").points())
+      EXPECT_LT(std::abs(cal.forward_s(p.tokens, p.context) / truth(p) - 1), 0.05);
+    EXPECT_LE(cal.forward_median_error, cal.forward_max_error);
+    EXPECT_LT(cal.forward_max_error, 0.1);
+    EXPECT_LT(cal.backward_max_error, 0.1);
+  }
+}
+
+TEST(Calibration, BackwardFittedOnItsOwn) {
+  // An eager layer's backward: a steeper attention term and no interpreter overhead, so no single
+  // ratio to the forward describes it.
+  std::vector<LayerSample> samples = synthetic(0, 0);
+  auto backward = [](const LayerSample& s) {
+    return 3 * kA1 * double(s.tokens) * double(2 * s.context + s.tokens) +
+           2 * kA2 * double(s.tokens) + 0.2 * kB;
+  };
+  for (LayerSample& s : samples) s.backward_s = backward(s);
+  const Calibration cal = calibrate({samples});
+  EXPECT_NEAR(cal.backward_a1, 3 * kA1, 1e-9 * kA1);
+  EXPECT_NEAR(cal.backward_a2, 2 * kA2, 1e-9 * kA2);
+  EXPECT_NEAR(cal.backward_b, 0.2 * kB, 1e-9 * kB);
+  EXPECT_LT(cal.backward_max_error, 1e-9);
+  for (const LayerSample& s : samples)
+    EXPECT_NEAR(cal.backward_s(s.tokens, s.context), backward(s), 1e-9 * backward(s));
+
+  const CostModel base = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  const CostModel got = apply_calibration(base, cal);
+  Chunk chunk;
+  chunk.slices.push_back(Slice{0, 256, 768, 1024});
+  EXPECT_NEAR(got.layer_backward_time(chunk), cal.backward_s(512, 256), 1e-15);
+}
+
+TEST(Calibration, HeldOutSplit) {
+  const std::vector<LayerSample> samples = synthetic(0, 0);  // 5 x 5 grid
+  const CalibrationOptions options{0.25, 7};
+  const std::vector<int> held = held_out_indices(samples, options);
+  EXPECT_EQ(held.size(), 6u);  // round(0.25 * 25)
+  EXPECT_EQ(held, held_out_indices(samples, options));  // deterministic
+  EXPECT_TRUE(std::is_sorted(held.begin(), held.end()));
+  EXPECT_EQ(std::set<int>(held.begin(), held.end()).size(), held.size());
+  for (int i : held) {
+    const bool corner = (samples[i].tokens == 64 || samples[i].tokens == 1024) &&
+                        (samples[i].context == 0 || samples[i].context == 2048);
+    EXPECT_FALSE(corner) << "corner " << i << " held out";
+  }
+  EXPECT_NE(held, held_out_indices(samples, {0.25, 8}));  // the seed matters
+  EXPECT_TRUE(held_out_indices(samples, {0.0, 0}).empty());
+
+  const Calibration cal = calibrate({samples}, options);
+  EXPECT_EQ(cal.held_out, held);
+  EXPECT_EQ(cal.fit.size() + cal.held_out.size(), samples.size());
+  // Without held-out points the errors are unknown (NaN), not zero.
+  EXPECT_TRUE(std::isnan(calibrate({samples}, {0.0, 0}).forward_median_error));
+  // A small grid keeps at least 3 points to fit.
+  const std::vector<LayerSample> four(samples.begin(), samples.begin() + 4);
+  EXPECT_GE(four.size() - held_out_indices(four, {0.9, 0}).size(), 3u);
+}
+
+TEST(Calibration, NonNegative) {
+  // Times with a negative intercept: unconstrained least squares would give b < 0.
+  std::vector<LayerSample> samples;
+  for (const GridPoint& p : profile_grid("full").points()) {
+    const double t = truth(p) - kB - 5e-5;
+    samples.push_back({p.tokens, p.context, t, 2 * t});
+  }
+  const std::vector<double> coef = fit_forward(samples);
+  for (double c : coef) EXPECT_GE(c, 0);
+  EXPECT_EQ(coef[2], 0);
+  EXPECT_GT(coef[0], 0);
+  EXPECT_GT(coef[1], 0);
+  // With b = 0 the best a1, a2 are the unconstrained fit of the two columns, so the fit must
+  // be no worse than any other non-negative a1, a2 nearby.
+  auto loss = [&](double a1, double a2) {
+    double sum = 0;
+    for (const LayerSample& s : samples) {
+      const double r = (a1 * s.tokens * double(2 * s.context + s.tokens) + a2 * s.tokens) /
+                           s.forward_s - 1;
+      sum += r * r;
+    }
+    return sum;
+  };
+  for (double f : {0.99, 1.01})
+    EXPECT_LE(loss(coef[0], coef[1]), std::min(loss(f * coef[0], coef[1]),
+                                               loss(coef[0], f * coef[1])));
+}
+
+TEST(Calibration, PerTokenParts) {
+  CalibrationSamples samples{synthetic(0, 0), {{64, 64e-7}, {1024, 1024e-7}}, {{100, 3e-4}}};
+  const Calibration cal = calibrate(samples);
+  EXPECT_NEAR(*cal.embedding_s_per_token, 1e-7, 1e-16);
+  EXPECT_NEAR(*cal.head_s_per_token, 3e-6, 1e-15);
+
+  const CostModel base = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  const CostModel got = apply_calibration(base, cal);
+  EXPECT_EQ(got.coefficients().a1, cal.a1);
+  EXPECT_EQ(got.coefficients().backward_ratio, cal.backward_ratio);
+  EXPECT_EQ(got.coefficients().head_s_per_token, *cal.head_s_per_token);
+  EXPECT_EQ(got.coefficients().activation_bytes, base.coefficients().activation_bytes);
+  EXPECT_EQ(got.layers_per_stage(), base.layers_per_stage());
+  // Unmeasured parts keep the base model's values.
+  const CostModel kept = apply_calibration(base, calibrate({synthetic(0, 0)}));
+  EXPECT_EQ(kept.coefficients().head_s_per_token, base.coefficients().head_s_per_token);
+
+  const nlohmann::json j = cal;
+  EXPECT_EQ(j["held_out"].size(), cal.held_out.size());
+  EXPECT_TRUE(nlohmann::json(calibrate({synthetic(0, 0)}))["head_s_per_token"].is_null());
+}
+
+TEST(Calibration, Statistics) {
+  const std::vector<double> runs{5, 1, 2, 100, 3, 4, 2, 3};
+  EXPECT_EQ(robust_time(runs, Statistic::Min), 1);
+  EXPECT_EQ(robust_time(runs, Statistic::Median), 3);
+  // Sorted 1 2 2 3 3 4 5 100: drops two at each end.
+  EXPECT_EQ(robust_time(runs, Statistic::TrimmedMean), (2 + 3 + 3 + 4) / 4.0);
+  EXPECT_EQ(parse_statistic(to_string(Statistic::TrimmedMean)), Statistic::TrimmedMean);
+  EXPECT_NE(error_of([] { parse_statistic("mean"); }).find("'min', 'median'"), std::string::npos);
+  EXPECT_NE(error_of([] { robust_time({}, Statistic::Min); }), "");
+}
+
+TEST(Calibration, BadInput) {
+  std::vector<LayerSample> samples = synthetic(0, 0);
+  EXPECT_NE(error_of([&] { calibrate({{samples.begin(), samples.begin() + 2}}); })
+                .find("fewer than the 3 unknowns"),
+            std::string::npos);
+  std::vector<LayerSample> bad = samples;
+  bad[3].forward_s = 0;
+  EXPECT_NE(error_of([&] { calibrate({bad}); }).find("layer sample 3"), std::string::npos);
+  bad = samples;
+  bad[4].backward_s = -1;
+  EXPECT_NE(error_of([&] { calibrate({bad}); }).find("positive time"), std::string::npos);
+  bad = samples;
+  bad[0].tokens = 0;
+  EXPECT_NE(error_of([&] { calibrate({bad}); }).find("tokens must be at least 1"), std::string::npos);
+  // Two token counts at one context cannot separate a1, a2 and b.
+  std::vector<LayerSample> flat;
+  for (int64_t s : {64, 128, 64, 128}) flat.push_back({s, 0, 1e-3 * s, 2e-3 * s});
+  EXPECT_NE(error_of([&] { calibrate({flat}, {0.0, 0}); }).find("do not determine"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { calibrate({samples}, {1.0, 0}); }).find("holdout_fraction"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { calibrate({samples, {}, {{10, 0}}}); }).find("head sample 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick' or 'full'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace infinipipe
