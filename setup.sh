@@ -22,7 +22,8 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-.venv/bin/pip install -q -r requirements-dev.txt -r tests/python/requirements.txt
+.venv/bin/pip install -q -r requirements-dev.txt -r tests/python/requirements.txt \
+  -r benchmarks/requirements.txt
 
 echo "setup: building (build/)"
 # LibTorch comes from the torch installed in .venv (never from pip's isolated build env, which

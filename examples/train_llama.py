@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 import infinipipe
 from infinipipe import _C
+from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
 
 
@@ -38,15 +39,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
-
-
-def synthetic_batch(lengths: list[int], vocab: int, generator: torch.Generator) -> list[torch.Tensor]:
-    batch = []
-    for n in lengths:
-        start = int(torch.randint(vocab, (1,), generator=generator))
-        stride = int(torch.randint(1, 4, (1,), generator=generator))
-        batch.append((start + stride * torch.arange(n)) % vocab)
-    return batch
 
 
 def main() -> None:

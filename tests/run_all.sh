@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 ./setup.sh
 (cd build && ctest --output-on-failure -j2)
 .venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
+bash benchmarks/run_all.sh --smoke
 PYTHONPATH=python .venv/bin/python -m pytest -q tests/kernels tests/python

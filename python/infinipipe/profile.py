@@ -71,7 +71,7 @@ def time_runs(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int
             progress=update if progress else None)
 
 
-def fit(runs: dict, statistic: str = "min", holdout: float = 0.25, seed: int = 0) -> Any:
+def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int = 0) -> Any:
     """_C.plan.Calibration of the runs, each point's repeats reduced by `statistic`."""
     def t(x):
         return _C.plan.robust_time(x, statistic)
@@ -145,7 +145,7 @@ def cpu_model() -> str:
 
 
 def profile(config: llama.LlamaConfig, grid: str = "full", stage: str = "python", *,
-            repeats: int | None = None, statistic: str = "min", holdout: float = 0.25,
+            repeats: int | None = None, statistic: str = "median", holdout: float = 0.25,
             seed: int = 0, cpu_time: bool = False, progress: bool = True) -> dict:
     """Times, fits and measures; returns everything the CLI writes (see main)."""
     points, grid_repeats = grid_points(grid)
@@ -184,9 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="intra-op threads (default 1: the trainer runs one per stage process)")
     p.add_argument("--grid", choices=("quick", "full"), default="full")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
-    p.add_argument("--statistic", choices=STATISTICS, default="min",
-                   help="one time per point from its runs (min: the least disturbed; see "
-                        "runtime/layer_profiler.h)")
+    p.add_argument("--statistic", choices=STATISTICS, default="median",
+                   help="one time per point from its runs (median: a layer's typical time, what "
+                        "a step sees; see runtime/layer_profiler.h)")
     p.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
                    help="cpu: the thread's CPU time, which leaves out time other processes take "
                         "the core (one thread only); auto: cpu with one thread, else wall")

@@ -93,7 +93,9 @@ std::vector<GridPoint> ProfileGrid::points() const {
 
 ProfileGrid profile_grid(const std::string& name) {
   if (name == "quick") return {{32, 64, 128}, {0, 64, 192}, 3};
-  if (name == "full") return {{64, 128, 256, 512, 1024}, {0, 256, 512, 1024, 2048}, 7};
+  // Up to the 8K-token contexts of the measured benchmarks, so that their slices are inside the
+  // fitted range.
+  if (name == "full") return {{64, 128, 256, 512, 1024, 2048}, {0, 512, 1024, 2048, 4096, 8192}, 7};
   throw Error("profile grid must be 'quick' or 'full', got '" + name + "'");
 }
 

@@ -37,7 +37,7 @@ struct Args {
   int threads = 1;
   std::string grid = "full";
   int repeats = 0;  // 0: the grid's
-  std::string statistic = "min";
+  std::string statistic = "median";  // see LayerProfile::samples
   double holdout = 0.25;
   uint64_t seed = 0;
   std::string hardware = "cpu";

@@ -94,16 +94,16 @@ TEST(Calibration, BackwardFittedOnItsOwn) {
 }
 
 TEST(Calibration, HeldOutSplit) {
-  const std::vector<LayerSample> samples = synthetic(0, 0);  // 5 x 5 grid
+  const std::vector<LayerSample> samples = synthetic(0, 0);  // 6 x 6 grid
   const CalibrationOptions options{0.25, 7};
   const std::vector<int> held = held_out_indices(samples, options);
-  EXPECT_EQ(held.size(), 6u);  // round(0.25 * 25)
+  EXPECT_EQ(held.size(), 9u);  // round(0.25 * 36)
   EXPECT_EQ(held, held_out_indices(samples, options));  // deterministic
   EXPECT_TRUE(std::is_sorted(held.begin(), held.end()));
   EXPECT_EQ(std::set<int>(held.begin(), held.end()).size(), held.size());
   for (int i : held) {
-    const bool corner = (samples[i].tokens == 64 || samples[i].tokens == 1024) &&
-                        (samples[i].context == 0 || samples[i].context == 2048);
+    const bool corner = (samples[i].tokens == 64 || samples[i].tokens == 2048) &&
+                        (samples[i].context == 0 || samples[i].context == 8192);
     EXPECT_FALSE(corner) << "corner " << i << " held out";
   }
   EXPECT_NE(held, held_out_indices(samples, {0.25, 8}));  // the seed matters

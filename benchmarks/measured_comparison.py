@@ -1,0 +1,271 @@
+"""Measured throughput and memory of EPP against its baselines and peers on this machine.
+
+    torchrun --nproc_per_node=2 benchmarks/measured_comparison.py \
+        --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
+
+Two pipeline ranks (Gloo, CPU, one thread each), the tiny LLaMA, the same batches (lengths from
+the Wikipedia distribution, synthetic tokens) and the same memory budget per stage (model
+state included) for every method:
+
+- EPP, planned per step with the calibrated cost model;
+- batch-level 1F1B, Seq1F1B and fixed-size chunks (ChunkFlow), each at its best static setting:
+  the one `infinipipe-plan` picks over these very steps with the same cost model and budget
+  (least total predicted time, uniform recompute at what the worst step needs);
+- torch.distributed.pipelining's Schedule1F1B on the same model, batches padded to the step's
+  longest sequence (benchmarks/peers.py), at its fastest configuration (microbatch size,
+  checkpointed layers) whose measured memory fits the budget;
+- the unpipelined model on one process (rank 0), the reference for the total work.
+
+Methods run interleaved step by step (every method's step i, then step i + 1), so slow phases of
+a noisy machine hit all of them alike. A step's time is the wall time of the whole training step
+as a user sees it: planning, the ranks' agreement, execution and the optimizer. Memory is
+measured in a second pass (the saved-tensor hooks cost time): activation peak per stage plus
+the exact model state (weights, gradients, AdamW moments). Rank 0 writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import infinipipe
+from infinipipe import _C
+from infinipipe.data import synthetic_batch
+from infinipipe.models.llama import LlamaConfig
+
+from peers import TorchPipelining, Unpipelined
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
+BASELINES = ("seq1f1b", "batch", "chunkflow")
+# torch.distributed.pipelining configurations tried for its fastest one that fits.
+TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cost-model", required=True, help="calibrated cost JSON (infinipipe profile)")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--context", type=int, default=8192)
+    p.add_argument("--budget-mib", type=float, default=192, help="memory per stage, model state "
+                   "included; the default is below what the longest sequences need unsplit "
+                   "without checkpointing")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tool", default=str(ROOT / "build" / "infinipipe-plan"))
+    p.add_argument("--output", type=Path)
+    p.add_argument("--smoke", action="store_true", help="tiny case, one step (CI)")
+    args = p.parse_args()
+    if args.smoke:
+        args.steps, args.batch, args.context, args.budget_mib = 1, 6, 1024, 48
+    return args
+
+
+def static_settings(args) -> dict:
+    """Per baseline, the static setting infinipipe-plan chooses over the run's steps."""
+    command = [args.tool, "--model", args.cost_model, "--stages", "2",
+               "--memory-gib", str(args.budget_mib / 1024), "--distribution", "wikipedia",
+               "--batch", str(args.batch), "--context", str(args.context), "--seed",
+               str(args.seed), "--steps", str(args.steps), "--method", "all", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"measured_comparison: {' '.join(command)} failed: {done.stderr}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    chosen = {}
+    for m in BASELINES:
+        row = next(r for r in rows if r["method"] == m and r["static"])
+        if not row["feasible"]:
+            raise SystemExit(f"measured_comparison: no static {m} setting fits: {row['reason']}")
+        chosen[m] = dict(row["setting"], predicted_total_s=sum(
+            r["step_time_s"] for r in rows if r["method"] == m and r["static"]))
+    return dict(settings=chosen, command=" ".join(["infinipipe-plan"] + command[1:]))
+
+
+def trainer_for(method: str, setting: dict | None, args, config) -> infinipipe.Trainer:
+    kw = dict(method=method, cost_model=args.cost_model,
+              memory_budget_bytes=int(args.budget_mib * MIB))
+    if setting is not None:
+        kw.update(k=setting["k"], token_cap=setting["token_cap"],
+                  chunk_tokens=setting["chunk_tokens"],
+                  uniform_recompute=setting["uniform_recompute"])
+    return infinipipe.Trainer(config, lambda p: torch.optim.AdamW(p, lr=1e-3),
+                              plan=infinipipe.PlanConfig(**kw))
+
+
+def model_state_bytes(parameters) -> int:
+    """Weights, gradients and AdamW's two moments: four copies of every parameter."""
+    return 4 * sum(p.numel() * p.element_size() for p in parameters)
+
+
+def gathered(value):
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, value)
+    return everyone
+
+
+def timed(fn):
+    dist.barrier()  # every method starts a step with all ranks ready
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+class InfiniPipeRunner:
+    """A trainer of one method; steps return this rank's stats."""
+
+    def __init__(self, trainer: infinipipe.Trainer) -> None:
+        self.trainer = trainer
+
+    def step(self, batch, measure_memory=False) -> dict:
+        result = self.trainer.step(batch, measure_memory=measure_memory)
+        out = dict(loss=result.loss, compute_s=result.stats["forward_s"] + result.stats["backward_s"],
+                   predicted_s=result.plan["predicted_step_s"], setting=result.plan["setting"],
+                   chunks=result.plan["chunks"], waves=result.plan["waves"],
+                   plan_ms=result.plan["plan_ms"])
+        if measure_memory:
+            out["memory_bytes"] = (result.stats["measured_activation_bytes"] +
+                                   model_state_bytes(self.trainer.parameters))
+        return out
+
+
+class TorchRunner:
+    def __init__(self, pipe: TorchPipelining, config, args) -> None:
+        self.pipe, self.args = pipe, args
+
+    def step(self, batch, measure_memory=False) -> dict:
+        out = self.pipe.step(batch, measure_memory=measure_memory)
+        res = dict(loss=out["loss"], setup_s=out["setup_s"], padded_tokens=out["padded_tokens"])
+        if measure_memory:
+            res["memory_bytes"] = out["peak_activation_bytes"] + model_state_bytes(
+                self.pipe.parameters())
+        return res
+
+
+def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
+    """Fastest (microbatch size, checkpointed layers) of TORCH_CONFIGS on the first step whose
+    measured memory fits the budget, as a user tuning it would pick. Memory is measured on the
+    step with the longest sequence: padding makes every microbatch that long there."""
+    tried = []
+    budget = args.budget_mib * MIB
+    worst = max(batches, key=lambda b: max(t.numel() for t in b))
+    for mb, ckpt in TORCH_CONFIGS:
+        pipe = TorchPipelining(config, [config.layers // 2] * 2, dist.group.WORLD,
+                               microbatch_size=mb,
+                               checkpoint_layers=config.layers // 2 if ckpt == "all" else 0)
+        runner = TorchRunner(pipe, config, args)
+        peak = max(s["memory_bytes"] for s in gathered(runner.step(worst, measure_memory=True)))
+        fits = peak <= budget
+        step_s = timed(lambda: runner.step(batches[0]))[1] if fits else math.inf
+        tried.append(dict(microbatch_size=mb, checkpoint=ckpt, peak_bytes=peak, fits=fits,
+                          step0_s=step_s))
+        if dist.get_rank() == 0:
+            print(f"torch Schedule1F1B microbatch {mb}, checkpoint {ckpt}: peak "
+                  f"{peak / MIB:.0f} MiB ({'fits' if fits else 'over budget'}), step 0 "
+                  f"{step_s:.2f} s", flush=True)
+    best = min((t for t in tried if t["fits"]), key=lambda t: t["step0_s"], default=None)
+    if best is None:
+        raise SystemExit("measured_comparison: no torch.distributed.pipelining configuration "
+                         "fits the budget; raise --budget-mib")
+    return (best["microbatch_size"], best["checkpoint"]), tried
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(1)
+    config = LlamaConfig.tiny()
+    static = static_settings(args)
+    runners = {"epp": InfiniPipeRunner(trainer_for("epp", None, args, config))}
+    for m in BASELINES:
+        runners[m] = InfiniPipeRunner(trainer_for(m, static["settings"][m], args, config))
+    rank = dist.get_rank()
+    lengths = [_C.plan.sample_lengths("wikipedia", args.batch, args.context, args.seed + i)
+               for i in range(args.steps)]
+    batches = [synthetic_batch(l, config.vocab, torch.Generator().manual_seed(args.seed + i))
+               for i, l in enumerate(lengths)]
+    (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
+    runners["torch_1f1b"] = TorchRunner(TorchPipelining(
+        config, [config.layers // 2] * 2, dist.group.WORLD, microbatch_size=mb,
+        checkpoint_layers=config.layers // 2 if ckpt == "all" else 0), config, args)
+    reference = Unpipelined(config) if rank == 0 else None
+
+    def unpipelined_step(batch):
+        return reference.step(batch) if rank == 0 else {}
+
+    # Warm-up: one step of every method on the first batch (allocator, kernels, shapes). All
+    # start from the same weights, so their first losses must agree: the methods train the same
+    # model, only the schedule differs.
+    first_loss = {name: gathered(timed(lambda: runner.step(batches[0]))[0]["loss"])[0]
+                  for name, runner in runners.items()}
+    first_loss["unpipelined"] = gathered(timed(lambda: unpipelined_step(batches[0]))[0].get("loss"))[0]
+    spread = max(first_loss.values()) / min(first_loss.values()) - 1
+    if rank == 0:
+        print(f"first-step losses: {first_loss} (spread {spread:.2e})", flush=True)
+    if spread > 1e-4:
+        raise SystemExit(f"measured_comparison: the methods' first-step losses differ by "
+                         f"{spread:.2e} relative: {first_loss}; they must train the same model")
+
+    rows = {name: [] for name in list(runners) + ["unpipelined"]}
+    for i, batch in enumerate(batches):
+        for name, runner in runners.items():
+            out, seconds = timed(lambda: runner.step(batch))
+            rows[name].append(dict(step=i, seconds=seconds, ranks=gathered(out)))
+        out, seconds = timed(lambda: unpipelined_step(batch))
+        rows["unpipelined"].append(dict(step=i, seconds=seconds, ranks=gathered(out)))
+        if rank == 0:
+            print(f"step {i}: {sum(lengths[i])} tokens; " + ", ".join(
+                f"{name} {r[-1]['seconds']:.2f} s" for name, r in rows.items()), flush=True)
+    for i, batch in enumerate(batches):  # memory pass
+        for name, runner in runners.items():
+            rows[name][i]["memory_bytes"] = [s["memory_bytes"] for s in gathered(
+                runner.step(batch, measure_memory=True))]
+
+    if rank == 0:
+        result = dict(case=dict(batch=args.batch, context=args.context, steps=args.steps,
+                                seed=args.seed, budget_mib=args.budget_mib,
+                                cost_model=args.cost_model, model="tiny LLaMA (" +
+                                ", ".join(f"{k}={v}" for k, v in vars(config).items()
+                                          if k != "dtype") + ")"),
+                      lengths=lengths, static=static, first_step_loss=first_loss,
+                      torch_config=dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried),
+                      rows=rows, summary=summarise(rows, lengths, args))
+        print(json.dumps(result["summary"], indent=1))
+        if args.output:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps(result, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def summarise(rows: dict, lengths: list, args) -> dict:
+    tokens = sum(sum(l) for l in lengths)
+    out = {}
+    for name, steps in rows.items():
+        total = sum(s["seconds"] for s in steps)
+        entry = dict(tokens_per_s=tokens / total, total_s=total)
+        if steps and "memory_bytes" in steps[0]:
+            entry["peak_memory_mib"] = max(max(s["memory_bytes"]) for s in steps) / MIB
+            entry["within_budget"] = entry["peak_memory_mib"] <= args.budget_mib
+        if steps and "compute_s" in steps[0]["ranks"][0]:
+            # Pipeline efficiency: mean stage compute over the step time (1 - bubbles), from
+            # the measured per-stage compute.
+            entry["pipeline_efficiency"] = statistics.mean(
+                statistics.mean(r["compute_s"] for r in s["ranks"]) / s["seconds"] for s in steps)
+        out[name] = entry
+    epp = out["epp"]["tokens_per_s"]
+    for name, entry in out.items():
+        entry["epp_speedup"] = epp / entry["tokens_per_s"]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Reproduces every figure of docs/benchmarks.md on this machine, in order:
+#   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs)
+#   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions
+#   3. measured comparison: EPP, its baselines and torch.distributed.pipelining, side by side
+#   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case
+#   5. the cluster-scale study (simulated, analytic A800 coefficients)
+#   6. docs/benchmarks.md and its plots from the JSON results
+# Run it on a quiet machine: the timings are wall clock. `--smoke` runs every stage in a tiny
+# configuration into a temporary directory (CI runs it through tests/run_all.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+TORCHRUN=.venv/bin/torchrun
+export PYTHONPATH=python
+
+if [ "${1:-}" = "--smoke" ]; then
+  OUT=$(mktemp -d)
+  trap 'rm -rf "$OUT"' EXIT
+  $PY -m infinipipe profile --grid quick --layers-per-stage 4,4 --output "$OUT/cost_cpu.json" --no-progress
+  $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py --smoke \
+    --cost-model "$OUT/cost_cpu.json" --output "$OUT/validation.json"
+  $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --smoke \
+    --cost-model "$OUT/cost_cpu.json" --output "$OUT/measured.json"
+  $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
+  $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
+  echo "benchmarks smoke: OK"
+  exit 0
+fi
+
+R=benchmarks/results
+mkdir -p "$R" docs/img
+$PY -m infinipipe profile --grid full --layers-per-stage 4,4 --output "$R/cost_cpu.json"
+$TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
+  --cost-model "$R/cost_cpu.json" --output "$R/validation.json"
+$TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
+  --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
+$PY benchmarks/cpu_timelines.py --cost-model "$R/cost_cpu.json" --output docs/img/timeline_sim_cpu.png
+$PY benchmarks/cluster_study.py build/infinipipe-plan
+$PY benchmarks/report.py
