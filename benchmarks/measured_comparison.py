@@ -62,6 +62,9 @@ def parse_args() -> argparse.Namespace:
                    "without checkpointing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tool", default=str(ROOT / "build" / "infinipipe-plan"))
+    p.add_argument("--torch-config", help="MICROBATCH,CHECKPOINT (0 or all) for "
+                   "torch.distributed.pipelining instead of tuning it here (the tuning measures "
+                   "memory with hooks on the longest padded step: many minutes)")
     p.add_argument("--output", type=Path)
     p.add_argument("--smoke", action="store_true", help="tiny case, one step (CI)")
     args = p.parse_args()
@@ -158,6 +161,9 @@ def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
     budget = args.budget_mib * MIB
     worst = max(batches, key=lambda b: max(t.numel() for t in b))
     for mb, ckpt in TORCH_CONFIGS:
+        if any(t["checkpoint"] == ckpt and t["microbatch_size"] < mb and not t["fits"]
+               for t in tried):
+            continue  # a larger microbatch of the same padded rows needs more memory
         pipe = TorchPipelining(config, [config.layers // 2] * 2, dist.group.WORLD,
                                microbatch_size=mb,
                                checkpoint_layers=config.layers // 2 if ckpt == "all" else 0)
@@ -191,7 +197,12 @@ def main() -> int:
                for i in range(args.steps)]
     batches = [synthetic_batch(l, config.vocab, torch.Generator().manual_seed(args.seed + i))
                for i, l in enumerate(lengths)]
-    (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
+    if args.torch_config:
+        mb_text, ckpt = args.torch_config.split(",")
+        mb, torch_tried = int(mb_text), [dict(given=args.torch_config)]
+        ckpt = "all" if ckpt == "all" else int(ckpt)
+    else:
+        (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
     runners["torch_1f1b"] = TorchRunner(TorchPipelining(
         config, [config.layers // 2] * 2, dist.group.WORLD, microbatch_size=mb,
         checkpoint_layers=config.layers // 2 if ckpt == "all" else 0), config, args)

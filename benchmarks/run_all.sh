@@ -22,6 +22,8 @@ if [ "${1:-}" = "--smoke" ]; then
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/validation.json"
   $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/measured.json"
+  $PY benchmarks/cpu_timelines.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
+    --steps 1 --budget-mib 48 --output "$OUT/timeline.png" --json "$OUT/timeline_cpu.json"
   $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
@@ -35,6 +37,6 @@ $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
   --cost-model "$R/cost_cpu.json" --output "$R/validation.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
-$PY benchmarks/cpu_timelines.py --cost-model "$R/cost_cpu.json" --output docs/img/timeline_sim_cpu.png
+$PY benchmarks/cpu_timelines.py --cost-model "$R/cost_cpu.json"
 $PY benchmarks/cluster_study.py build/infinipipe-plan
 $PY benchmarks/report.py
