@@ -100,8 +100,8 @@ def calibration_section(meta: dict | None) -> list[str]:
     if meta is None:
         return ["No calibration results (run benchmarks/run_all.sh).\n"]
     out = ["| coefficient | fitted |", "|---|---|"]
-    for key in ("a1", "a2", "b", "backward_ratio", "head_s_per_token", "embedding_s_per_token",
-                "activation_bytes"):
+    for key in ("a1", "a2", "b", "backward_a1", "backward_a2", "backward_b", "backward_ratio",
+                "head_s_per_token", "embedding_s_per_token", "activation_bytes"):
         if key in meta:
             out.append(f"| {key} | {meta[key]:.4g} |")
     out.append("")
@@ -170,15 +170,17 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
             "measured compute (forward and backward, recompute included) over the step's wall "
             "time.", ""]
     tuned = [t for t in tc["tried"] if "given" not in t]
+    given = [t["given"] for t in tc["tried"] if "given" in t]
+    if given:
+        out += [f"torch.distributed.pipelining's configuration was given (`--torch-config "
+                f"{given[0]}`), from the tuning of an earlier run of this case" +
+                (" listed next." if tuned else "."), ""]
     if tuned:
         out += ["torch.distributed.pipelining configurations tried (memory on the step with the "
                 "longest sequence): " + "; ".join(
                     f"microbatch {t['microbatch_size']}, checkpoint {t['checkpoint']}: "
                     f"{t['peak_bytes'] / MIB:.0f} MiB" + (f", step 0 {t['step0_s']:.1f} s" if t["fits"]
                                                          else " (over budget)") for t in tuned) + ".", ""]
-    else:
-        out += [f"torch.distributed.pipelining's configuration was given (`--torch-config "
-                f"{tc['tried'][0]['given']}`), as tuned in an earlier run of this case.", ""]
     plot_throughput(s, docs / "img" / "measured_throughput.png")
     out.append("![throughput by method](img/measured_throughput.png)\n")
     return out
@@ -260,8 +262,37 @@ def targets_section(meta, val, res, headline) -> list[str]:
             continue
         worst = min(r for k, r in ratios.items() if k in ("seq1f1b", "batch") and r is not None)
         out.append(f"- Simulated, {model}, 96K, 8 stages, EPP at least 1.3x Seq1F1B and batch-level: "
-                   f"{ratios['seq1f1b']:.2f}x and {ratios['batch']:.2f}x: {verdict(worst >= 1.3)}.")
+                   f"{ratios['seq1f1b']:.3f}x and {ratios['batch']:.3f}x: {verdict(worst >= 1.3)}.")
+    if res:
+        out += ["", shortfall_text(res, meta)]
     return out + [""]
+
+
+def predicted_ratios(res: dict) -> dict:
+    """EPP's speed-up over each same-executor baseline as the plans predicted it."""
+    total = {m: sum(s["ranks"][0]["predicted_s"] for s in res["rows"][m])
+             for m in ("epp", "seq1f1b", "batch", "chunkflow")}
+    return {m: total[m] / total["epp"] for m in total}
+
+
+def shortfall_text(res: dict, meta: dict | None) -> str:
+    pred = predicted_ratios(res)
+    overhead = (f"about {1e3 * meta['b']:.1f} ms against {1e6 * meta['a2']:.1f} us per token"
+                if meta else "small")
+    return (
+        "Where the measured targets fall short, the simulator foresaw it: from the plans' own "
+        "predictions EPP was to be " + ", ".join(f"{pred[m]:.2f}x {LABELS[m]}" for m in
+                                                   ("seq1f1b", "batch", "chunkflow")) +
+        " on these steps, so the gap is the method's on this machine, not noise. On this CPU a "
+        "small chunk costs little beyond its FLOPs (b, the per-layer overhead of a chunk, is " +
+        overhead + "), so Seq1F1B's and ChunkFlow's fine slices lose little "
+        "efficiency; what EPP saves them is mostly recompute, which their one static setting "
+        "needs for the worst step on every step, and a better packing of the short sequences. "
+        "The paper's larger gains come from GPUs, where small slices under-use the device. At "
+        "paper scale (simulated), the busiest stage's compute, the last stage's LM head "
+        "included, bounds what any plan can gain over static Seq1F1B; cluster_study.md gives "
+        "the bound per model. LLaMA-30B's model state leaves too little of 80 GiB for activations "
+        "with pipeline parallelism alone (the paper also shards with data parallelism).")
 
 
 def describe_static(setting: dict) -> str:
