@@ -678,7 +678,9 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   }
   candidates.clear();
   if (!have_best)
-    return infeasible(reason.empty() ? "no slice count K fits the memory budget" : reason);
+    return infeasible("no EPP setting (slice count K up to " + std::to_string(options.max_k) +
+                      ", chunk token caps, packing) fits the memory budget" +
+                      (reason.empty() ? std::string() : "; the last one tried: " + reason));
 
   // Drain tapers of the winner when it runs as one wave without recompute; a tapered plan is
   // kept if it still does and is faster.

@@ -228,6 +228,12 @@ TEST(Planner, SequenceThatCannotFitIsInfeasibleWithItsNameStageAndBytes) {
   EXPECT_NE(r.reason.find("sequence"), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find("stage"), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find_first_of("0123456789"), std::string::npos) << r.reason;
+  // Where the K/V buffers fit but no slicing's activations do, the reason says that the whole
+  // search failed, not only the setting tried last.
+  const PlanResult search = plan_epp({1000, 65536, 2000}, cost,
+                                     options_for(cost, state + 25.2 * 1024 * 1024 * 1024));
+  ASSERT_FALSE(search.feasible);
+  EXPECT_EQ(search.reason.rfind("no EPP setting", 0), 0u) << search.reason;
   const PlanResult base = plan_with_setting(Method::kBatch, {1000, 65536, 2000},
                                             Setting{1, 65536, 0, -1}, cost, options);
   ASSERT_FALSE(base.feasible);
