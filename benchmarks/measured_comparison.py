@@ -141,8 +141,8 @@ class InfiniPipeRunner:
 
 
 class TorchRunner:
-    def __init__(self, pipe: TorchPipelining, config, args) -> None:
-        self.pipe, self.args = pipe, args
+    def __init__(self, pipe: TorchPipelining) -> None:
+        self.pipe = pipe
 
     def step(self, batch, measure_memory=False) -> dict:
         out = self.pipe.step(batch, measure_memory=measure_memory)
@@ -167,7 +167,7 @@ def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
         pipe = TorchPipelining(config, [config.layers // 2] * 2, dist.group.WORLD,
                                microbatch_size=mb,
                                checkpoint_layers=config.layers // 2 if ckpt == "all" else 0)
-        runner = TorchRunner(pipe, config, args)
+        runner = TorchRunner(pipe)
         peak = max(s["memory_bytes"] for s in gathered(runner.step(worst, measure_memory=True)))
         fits = peak <= budget
         step_s = timed(lambda: runner.step(batches[0]))[1] if fits else math.inf
@@ -205,7 +205,7 @@ def main() -> int:
         (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
     runners["torch_1f1b"] = TorchRunner(TorchPipelining(
         config, [config.layers // 2] * 2, dist.group.WORLD, microbatch_size=mb,
-        checkpoint_layers=config.layers // 2 if ckpt == "all" else 0), config, args)
+        checkpoint_layers=config.layers // 2 if ckpt == "all" else 0))
     reference = Unpipelined(config) if rank == 0 else None
 
     def unpipelined_step(batch):
