@@ -255,9 +255,11 @@ def main() -> int:
             args.output.write_text(json.dumps(result, indent=1))
     dist.barrier()
     dist.destroy_process_group()
-    # Interpreter teardown with torch.distributed.pipelining's stages alive sometimes aborts in
-    # torch's C++ ("terminate called without an active exception") after all work is done (also
-    # seen in benchmarks/peers.py's smoke); everything is written, so leave without teardown.
+    # This script's own collectives (all_gather_object, and the torch peer's) leave Python-owned
+    # tensors with Gloo's worker thread, which can release them during interpreter teardown and
+    # abort ("terminate called without an active exception") after all work is done. The
+    # Trainer avoids that (its agreement gathers in C++); here everything is written, so leave
+    # without teardown.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

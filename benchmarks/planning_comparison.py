@@ -56,6 +56,11 @@ def machine():
 
 
 def epp_setting(s):
+    chunker = s.get("chunker", "epp")
+    if chunker == "seq1f1b":
+        return "seq1f1b chunks cap=%d k=%d" % (s["token_cap"], s["k"])
+    if chunker == "chunkflow":
+        return "chunkflow chunks chunk=%d" % s["chunk_tokens"]
     out = "K=%d" % s["k"]
     if s.get("token_cap"):
         out += " cap=%d" % s["token_cap"]
@@ -223,12 +228,16 @@ simulation parts, so the comparison is about the plans only.
   8192, 4096, 2048, 1024} (short sequences packed under min(T_m, cap), mesh slices longer than
   the cap cut into equal-cost pieces); and packing that relaxes the time target T_t when a
   sequence fits nowhere (the paper's step 4) or strictly never does ("strict"). Long sequences
-  are cut along the mesh, tails seed hybrid chunks, packed chunks run lightest first. One wave
+  are cut along the mesh, tails seed hybrid chunks, packed chunks run lightest first. The search
+  also weighs the baselines' chunkings at their static candidates below ("seq1f1b chunks ...",
+  "chunkflow chunks ..."), planned with EPP's waves and recompute, so no baseline's chunking
+  beats EPP on a step in simulation. One wave
   when everything fits without recompute, else recompute (stage-aware) and, when it can win,
   waves by the grouping DP. The search ranks settings by a bound (busiest stage plus the first
   chunk's fill and the last chunk's drain; exact when the pipeline never stalls), simulates them
   best first and stops when no bound beats the best plan found; recompute and grouping, the
-  expensive steps, go to at most 6 and 2 settings. The winner then tries drain tapers (the short
+  expensive steps, go to at most 6 and 2 settings of each family (the sequence processor's, the
+  baselines'). The winner then tries drain tapers (the short
   sequences of its last 8..64 packed chunks packed 2 or 4 times finer, so the pipeline drains
   faster) and its recompute is the fastest in simulation of the tied greedy, the untied greedy
   and the tied integer program (CBC, 50 ms limit): see "Checkpointing" below.

@@ -142,8 +142,8 @@ def main() -> int:
             args.output.write_text(json.dumps(result, indent=1))
     dist.barrier()
     dist.destroy_process_group()
-    # As in measured_comparison.py: interpreter teardown can abort in Gloo's worker thread
-    # after everything is written.
+    # As in measured_comparison.py: this script's all_gather_object leaves Python-owned tensors
+    # with Gloo's worker thread, whose release at teardown can abort after everything is written.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -48,8 +48,9 @@ GIB = 1 << 30
 class PlanConfig:
     """How steps are planned.
 
-    method: "epp" (elastic: sweeps the slice count up to max_k), or a baseline at a fixed
-        setting: "batch" (token_cap), "seq1f1b" (token_cap, k), "chunkflow" (chunk_tokens).
+    method: "epp" (elastic: sweeps the slice count up to max_k, and with baseline_chunkings
+        the baselines' chunkings too, planned with EPP's waves and recompute), or a baseline at
+        a fixed setting: "batch" (token_cap), "seq1f1b" (token_cap, k), "chunkflow" (chunk_tokens).
         token_cap 0 means the step's longest sequence.
     memory budget per stage, model state included: memory_budget_gib or memory_budget_bytes
         (at most one); neither means the hardware's memory divided by the stages on this host.
@@ -69,6 +70,7 @@ class PlanConfig:
     max_k: int = 32
     # 0: no CBC, so every rank's independent plan is the same whatever its load (see planner.h)
     checkpoint_time_limit_s: float = 0.0
+    baseline_chunkings: bool = True
     hardware: str = "cpu"
     cost_model: str | None = None
 
@@ -446,7 +448,8 @@ class Trainer:
         return _C.plan.plan_step(
             lengths, self.cost, float(self.memory_budget_bytes), p.method, k=p.k, token_cap=cap,
             chunk_tokens=p.chunk_tokens, uniform_recompute=p.uniform_recompute, max_k=p.max_k,
-            checkpoint_time_limit_s=p.checkpoint_time_limit_s)
+            checkpoint_time_limit_s=p.checkpoint_time_limit_s,
+            baseline_chunkings=p.baseline_chunkings)
 
     def step(self, batch: Any, plan: Any = None, measure_memory: bool = False) -> StepResult:
         """One training step on `batch` (a list of token sequences): plan, check agreement with
@@ -533,8 +536,10 @@ class Trainer:
         all hold the same configuration, batch and plan; on any difference every rank raises."""
         mine = (None if error is None else f"{type(error).__name__}: {error}",
                 self.config_fingerprint, batch_fingerprint, plan_hash)
-        everyone: list[Any] = [None] * self.world_size
-        dist.all_gather_object(everyone, mine, group=self.group)
+        # Through the executor, not dist.all_gather_object: Gloo keeps its last finished work
+        # (and its tensors) alive, and a Python-owned tensor released at interpreter shutdown
+        # aborts the process after a successful run.
+        everyone = [json.loads(b) for b in self.executor.all_gather_text(json.dumps(mine))]
         if error is not None:
             raise error
         failed = [(r, e[0]) for r, e in enumerate(everyone) if e[0] is not None]

@@ -282,6 +282,20 @@ void bind_runtime(py::module_& root) {
           py::arg("plan"), py::arg("sequences"),
           "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "
           "int64). Returns a dict: loss (all-reduced), times, bytes, peak held memory.")
+      .def(
+          "all_gather_text",
+          [](Executor& ex, const std::string& mine) {
+            std::vector<std::string> texts;
+            {
+              py::gil_scoped_release release;
+              texts = ex.all_gather_text(mine);
+            }
+            std::vector<py::bytes> out(texts.begin(), texts.end());
+            return out;
+          },
+          py::arg("mine"),
+          "Every rank's bytes `mine`, in rank order, over the executor's group (its timeout "
+          "applies). No tensor of it is left with the backend for Python to release.")
       .def("held_tensors", &Executor::held_tensors,
            "K/V buffers and checkpointed-layer inputs held right now (for memory probes).")
       .def("set_after_action", &Executor::set_after_action, py::arg("probe"),

@@ -121,8 +121,10 @@ std::vector<Method> all_methods() {
   return out;
 }
 
-std::string describe(Method method, const Setting& s) {
-  std::ostringstream out;
+namespace {
+
+// The chunking knobs of `method` (no recompute).
+void describe_chunking(std::ostream& out, Method method, const Setting& s) {
   switch (method) {
     case Method::kEpp:
       out << "K=" << s.k;
@@ -134,6 +136,18 @@ std::string describe(Method method, const Setting& s) {
     case Method::kSeq1F1B: out << "cap=" << s.token_cap << " k=" << s.k; break;
     case Method::kChunkFlow: out << "chunk=" << s.chunk_tokens; break;
   }
+}
+
+}  // namespace
+
+std::string describe(Method method, const Setting& s) {
+  std::ostringstream out;
+  if (method == Method::kEpp && s.chunker != Method::kEpp) {
+    out << to_string(s.chunker) << " chunks ";
+    describe_chunking(out, s.chunker, s);
+    return out.str();
+  }
+  describe_chunking(out, method, s);
   if (method != Method::kEpp) {
     out << " recompute=";
     if (s.uniform_recompute < 0) out << "auto"; else out << s.uniform_recompute;
@@ -161,7 +175,8 @@ void to_json(nlohmann::json& j, const Setting& s) {
                      {"uniform_recompute", s.uniform_recompute},
                      {"strict_packing", s.strict_packing},
                      {"drain_chunks", s.drain_chunks},
-                     {"drain_split", s.drain_split}};
+                     {"drain_split", s.drain_split},
+                     {"chunker", to_string(s.chunker)}};
 }
 
 void from_json(const nlohmann::json& j, Setting& s) {
@@ -173,6 +188,9 @@ void from_json(const nlohmann::json& j, Setting& s) {
   read_optional(j, "strict_packing", s.strict_packing);
   read_optional(j, "drain_chunks", s.drain_chunks);
   read_optional(j, "drain_split", s.drain_split);
+  std::string chunker = to_string(s.chunker);
+  read_optional(j, "chunker", chunker);
+  s.chunker = parse_method(chunker);
 }
 
 void to_json(nlohmann::json& j, const Plan& plan) {

@@ -12,6 +12,7 @@
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/chunking/sequence_processor.h"
 #include "infinipipe/common/error.h"
+#include "infinipipe/plan/static_baseline.h"
 #include "infinipipe/schedule/grouping.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/sim/simulator.h"
@@ -88,14 +89,7 @@ int64_t shortest_slice(const SplitMesh& mesh) {
   return shortest;
 }
 
-std::string label(const EppChunkingOptions& chunking) {
-  std::string out = "K=" + std::to_string(chunking.k);
-  if (chunking.max_chunk_tokens > 0) out += " cap=" + std::to_string(chunking.max_chunk_tokens);
-  if (!chunking.relax_time_target) out += " strict";
-  if (chunking.drain_chunks > 0)
-    out += " drain=" + std::to_string(chunking.drain_chunks) + "/" + std::to_string(chunking.drain_split);
-  return out;
-}
+std::string label(const Setting& setting) { return describe(Method::kEpp, setting); }
 
 Wave all_chunks(size_t count) {
   Wave everything(count);
@@ -117,7 +111,7 @@ bool same_chunks(const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
 }
 
 struct Candidate {
-  EppChunkingOptions chunking;
+  Setting setting;  // an EPP setting (Setting::chunker says whose chunking)
   std::vector<Chunk> chunks;
   // From pipeline_bound, per stage: the stage's compute, the first chunk's forward through the
   // stages before it, the last chunk's backward through them, and how many bytes one second of
@@ -360,7 +354,7 @@ bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostMod
   cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
   std::string why;
   if (search_checkpointing(cand, time_to_beat, cost, options, why)) return true;
-  reason = label(cand.chunking) + ": " + why;
+  reason = label(cand.setting) + ": " + why;
   return false;
 }
 
@@ -458,13 +452,13 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
     // Finer waves may fit where the coarse ones do not; the full DP also explains a failure.
     if (coarse && groups > kCoarseWaveCuts + 1)
       return grouped_waves(cand, time_to_beat, cost, options, reason, false);
-    reason = label(cand.chunking) + ": " + (wave_reason.empty() ? e.what() : wave_reason);
+    reason = label(cand.setting) + ": " + (wave_reason.empty() ? e.what() : wave_reason);
     return false;
   }
   cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
   std::string why;
   if (search_checkpointing(cand, time_to_beat, cost, options, why)) return true;
-  reason = label(cand.chunking) + ": " + why;
+  reason = label(cand.setting) + ": " + why;
   return false;
 }
 
@@ -508,12 +502,7 @@ void choose_checkpointing(Candidate& cand, const std::vector<CheckpointMethod>& 
 
 PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
                       std::chrono::steady_clock::time_point started) {
-  Setting setting;
-  setting.k = best.chunking.k;
-  setting.token_cap = best.chunking.max_chunk_tokens;
-  setting.strict_packing = !best.chunking.relax_time_target;
-  setting.drain_chunks = best.chunking.drain_chunks;
-  setting.drain_split = best.chunking.drain_split;
+  const Setting setting = best.setting;
   PlanResult result;
   result.feasible = true;
   result.plan = make_plan(Method::kEpp, setting, lengths, std::move(best.chunks),
@@ -537,17 +526,28 @@ EppChunkingOptions epp_chunking(const Setting& setting) {
   return chunking;
 }
 
+std::vector<Chunk> setting_chunks(Method method, const std::vector<int64_t>& lengths,
+                                  const Setting& setting, const CostModel& cost) {
+  if (method == Method::kEpp && setting.chunker != Method::kEpp) method = setting.chunker;
+  switch (method) {
+    case Method::kEpp: return epp_chunks(lengths, epp_chunking(setting), cost);
+    case Method::kBatch: return batch_chunks(lengths, setting.token_cap);
+    case Method::kSeq1F1B: return seq1f1b_chunks(lengths, setting.token_cap, setting.k, cost);
+    case Method::kChunkFlow: return fixed_size_chunks(lengths, setting.chunk_tokens);
+  }
+  throw Error("unknown method");
+}
+
 PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
                        const CostModel& cost, const PlannerOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   check_inputs(lengths, cost, options);
-  const EppChunkingOptions chunking = epp_chunking(setting);
   Candidate cand;
-  cand.chunking = chunking;
+  cand.setting = setting;
   try {
-    cand.chunks = epp_chunks(lengths, chunking, cost);
+    cand.chunks = setting_chunks(Method::kEpp, lengths, setting, cost);
   } catch (const Error& e) {
-    return infeasible(label(chunking) + ": " + e.what());
+    return infeasible(label(setting) + ": " + e.what());
   }
   pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
   one_wave_without_recompute(cand, cost, options);
@@ -593,6 +593,21 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   // tried once.
   std::vector<Candidate> candidates;
   std::string reason;  // of the last candidate that failed
+  // The candidate of `setting`: false, with the reason, when the setting cannot chunk the step.
+  auto chunked = [&](const Setting& setting, Candidate& cand) {
+    cand.setting = setting;
+    try {
+      cand.chunks = setting_chunks(Method::kEpp, lengths, setting, cost);
+      return true;
+    } catch (const Error& e) {
+      reason = label(setting) + ": " + e.what();
+      return false;
+    }
+  };
+  auto add = [&](Candidate cand) {
+    pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
+    candidates.push_back(std::move(cand));
+  };
   for (int k = 1; k <= options.max_k && k <= longest; ++k) {
     // Neighbouring large K differ by a few percent of slice length: every other K above 16,
     // every fourth above 32.
@@ -614,21 +629,31 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
         setting.token_cap = cap;
         setting.strict_packing = !relax;
         Candidate cand;
-        cand.chunking = epp_chunking(setting);
-        try {
-          cand.chunks = epp_chunks(lengths, cand.chunking, cost);
-        } catch (const Error& e) {
-          reason = label(cand.chunking) + ": " + e.what();
-          continue;
-        }
+        if (!chunked(setting, cand)) continue;
         // Strict packing only differs when relaxing T_t would have helped some sequence.
-        if (!relax && !candidates.empty() && candidates.back().chunking.k == k &&
-            candidates.back().chunking.max_chunk_tokens == cap &&
+        if (!relax && !candidates.empty() && candidates.back().setting.k == k &&
+            candidates.back().setting.token_cap == cap &&
             same_chunks(candidates.back().chunks, cand.chunks))
           continue;
-        pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
-        candidates.push_back(std::move(cand));
+        add(std::move(cand));
       }
+    }
+  }
+
+  // The baselines' chunkings too, as their static search would try them for this step: EPP's
+  // waves and stage-aware recompute on them can only do better than the baseline does. Where
+  // memory is plentiful, finely sliced micro-batches (Seq1F1B) can beat the sequence
+  // processor's chunks, whose packing serves memory first.
+  for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow}) {
+    if (!options.baseline_chunkings) break;
+    for (Setting setting : candidate_settings(baseline, longest)) {
+      if (setting.k > options.max_k) continue;
+      setting.chunker = baseline;
+      Candidate cand;
+      if (!chunked(setting, cand)) continue;
+      if (std::none_of(candidates.begin(), candidates.end(),
+                       [&](const Candidate& other) { return same_chunks(other.chunks, cand.chunks); }))
+        add(std::move(cand));
     }
   }
 
@@ -637,7 +662,9 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   // to the excess bytes), then recompute, and waves if they can win. The search ends when no
   // candidate's key is below the best time found. Recompute and grouping are the expensive
   // steps; they are limited to max_recompute_candidates and max_wave_groupings candidates
-  // (without limit while nothing fits).
+  // (without limit while nothing fits) for the sequence processor's chunks, and as many again for
+  // the baselines' (whose bounds are often tight but whose recompute is heavy: sharing one limit,
+  // they would crowd out the chunks that fit memory better).
   auto later = [&](int a, int b) {
     return candidates[a].key > candidates[b].key || (candidates[a].key == candidates[b].key && a > b);
   };
@@ -645,7 +672,8 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
   bool have_best = false;
   Candidate best;
-  int evaluated = 0, groupings = 0;
+  int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
+
   while (!queue.empty()) {
     Candidate& cand = candidates[queue.top()];
     const int index = queue.top();
@@ -663,13 +691,14 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       }
       continue;
     }
-    if (have_best && evaluated >= options.max_recompute_candidates) continue;
-    ++evaluated;
-    const bool may_group = !have_best || groupings < options.max_wave_groupings;
+    const int family = cand.setting.chunker == Method::kEpp ? 0 : 1;
+    if (have_best && evaluated[family] >= options.max_recompute_candidates) continue;
+    ++evaluated[family];
+    const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
     const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity, may_group,
                                           cost, options, reason, grouped);
-    groupings += grouped;
+    groupings[family] += grouped;
     if (!fits) continue;
     if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
       best = std::move(cand);
@@ -684,15 +713,15 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
 
   // Drain tapers of the winner when it runs as one wave without recompute; a tapered plan is
   // kept if it still does and is faster.
-  if (best.waves.size() == 1 && best.checkpoint.recompute_s == 0) {
-    const EppChunkingOptions untapered = best.chunking;
+  if (best.waves.size() == 1 && best.checkpoint.recompute_s == 0 && best.setting.chunker == Method::kEpp) {
+    const Setting untapered = best.setting;
     for (int drain : options.drain_taper_chunks)
     for (int split : options.drain_taper_splits) {
       Candidate tapered;
-      tapered.chunking = untapered;
-      tapered.chunking.drain_chunks = drain;
-      tapered.chunking.drain_split = split;
-      tapered.chunks = epp_chunks(lengths, tapered.chunking, cost);
+      tapered.setting = untapered;
+      tapered.setting.drain_chunks = drain;
+      tapered.setting.drain_split = split;
+      tapered.chunks = setting_chunks(Method::kEpp, lengths, tapered.setting, cost);
       if (same_chunks(tapered.chunks, best.chunks)) continue;
       pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
       if (tapered.bound >= best.sim.step_time_s) continue;
@@ -713,12 +742,7 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
 
   std::vector<Chunk> chunks;
   try {
-    switch (method) {
-      case Method::kBatch: chunks = batch_chunks(lengths, setting.token_cap); break;
-      case Method::kSeq1F1B: chunks = seq1f1b_chunks(lengths, setting.token_cap, setting.k, cost); break;
-      case Method::kChunkFlow: chunks = fixed_size_chunks(lengths, setting.chunk_tokens); break;
-      case Method::kEpp: break;
-    }
+    chunks = setting_chunks(method, lengths, setting, cost);
   } catch (const Error& e) {
     return infeasible(std::string(to_string(method)) + " " + describe(method, setting) + ": " +
                       e.what());

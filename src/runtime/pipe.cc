@@ -1,5 +1,7 @@
 #include "infinipipe/runtime/pipe.h"
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -87,26 +89,60 @@ void Pipes::wait_sends() {
   for (const Pending& op : sends) wait(op, "receive");
 }
 
-double Pipes::all_reduce_sum(double value, at::Device device) {
-  std::vector<at::Tensor> tensors{
-      at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
-  auto work = group_->allreduce(tensors);
+void Pipes::wait_collective(c10d::Work& work, const std::string& what) {
   const auto started = std::chrono::steady_clock::now();
   std::string detail;
   try {
-    if (work->wait(timeout_)) return tensors[0].item<double>();
-    detail = "the all-reduce was aborted";
+    if (work.wait(timeout_)) return;
+    detail = "the collective was aborted";
   } catch (const std::exception& e) {
     detail = e.what();
   }
   const auto newline = detail.find('\n');
   if (newline != std::string::npos) detail = detail.substr(0, newline);
   const bool timed_out = std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
-  throw Error(std::string("the all-reduce of the step's loss ") +
+  throw Error("the " + what + " " +
               (timed_out ? "did not complete within " + format_duration(timeout_)
                          : std::string("failed")) +
               ": another rank may have died or failed; check the other ranks' logs [backend: " +
               detail + "]");
+}
+
+double Pipes::all_reduce_sum(double value, at::Device device) {
+  std::vector<at::Tensor> tensors{
+      at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
+  wait_collective(*group_->allreduce(tensors), "all-reduce of the step's loss");
+  return tensors[0].item<double>();
+}
+
+std::vector<std::string> Pipes::all_gather_text(const std::string& mine, at::Device device) {
+  const int ranks = group_->getSize();
+  // Lengths first, so every rank pads its bytes to the longest (all_gather needs equal shapes).
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  std::vector<at::Tensor> length{at::full({1}, static_cast<int64_t>(mine.size()), longs)};
+  std::vector<std::vector<at::Tensor>> lengths{std::vector<at::Tensor>(ranks)};
+  for (at::Tensor& t : lengths[0]) t = at::empty({1}, longs);
+  wait_collective(*group_->allgather(lengths, length), "all-gather of the step's agreement");
+  std::vector<int64_t> sizes(ranks);
+  int64_t longest = 0;
+  for (int r = 0; r < ranks; ++r) {
+    sizes[r] = lengths[0][r].item<int64_t>();
+    longest = std::max(longest, sizes[r]);
+  }
+
+  at::Tensor padded = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+  std::memcpy(padded.data_ptr<uint8_t>(), mine.data(), mine.size());
+  const auto bytes = at::TensorOptions().dtype(at::kByte).device(device);
+  std::vector<at::Tensor> input{padded.to(device)};
+  std::vector<std::vector<at::Tensor>> outputs{std::vector<at::Tensor>(ranks)};
+  for (at::Tensor& t : outputs[0]) t = at::empty({padded.numel()}, bytes);
+  wait_collective(*group_->allgather(outputs, input), "all-gather of the step's agreement");
+  std::vector<std::string> texts(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const at::Tensor host = outputs[0][r].cpu();
+    texts[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), sizes[r]);
+  }
+  return texts;
 }
 
 void Pipes::clear() {

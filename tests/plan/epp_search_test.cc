@@ -1,7 +1,7 @@
 // EPP's search knobs and the search itself: the chunk token cap, strict packing, packed chunks
 // lightest first and the drain taper keep every token in exactly one slice and respect their
-// limits; the search never loses to a setting it could have taken that fits as it is (its
-// bounds are sound); the recompute it keeps is never slower in simulation than the tied or
+// limits; the search never loses to a setting it could have taken that fits as it is, its own
+// or a baseline's chunking (its bounds are sound); the recompute it keeps is never slower in simulation than the tied or
 // untied programs on the same schedule; a plan's setting gives its chunks again.
 #include <algorithm>
 #include <map>
@@ -14,6 +14,7 @@
 #include "infinipipe/chunking/sequence_processor.h"
 #include "infinipipe/common/error.h"
 #include "infinipipe/plan/planner.h"
+#include "infinipipe/plan/static_baseline.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/sim/simulator.h"
 #include "plan/instances.h"
@@ -222,13 +223,14 @@ TEST(EppChunking, BadKnobsAreErrors) {
 // recompute.
 TEST(EppSearch, NeverSlowerThanASettingThatFitsAsItIs) {
   std::mt19937_64 rng(35);
-  int compared = 0;
+  int compared = 0, borrowed_compared = 0;
   for (int trial = 0; trial < 25; ++trial) {
     Instance inst = random_instance(rng);
     inst.options.max_k = 6;
     SCOPED_TRACE(inst.description);
     const PlanResult epp = plan_epp(inst.lengths, inst.cost, inst.options);
     const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    std::vector<Setting> settings;
     for (int k = 1; k <= std::min<int64_t>(6, longest); ++k) {
       for (int64_t cap : inst.options.chunk_token_caps) {
         for (bool strict : {false, true}) {
@@ -236,27 +238,37 @@ TEST(EppSearch, NeverSlowerThanASettingThatFitsAsItIs) {
           s.k = k;
           s.token_cap = cap;
           s.strict_packing = strict;
-          const std::vector<Chunk> chunks = epp_chunks(inst.lengths, epp_chunking(s), inst.cost);
-          ScheduleOptions schedule_options;
-          schedule_options.num_stages = inst.options.num_stages;
-          Wave all(chunks.size());
-          for (size_t c = 0; c < chunks.size(); ++c) all[c] = static_cast<int>(c);
-          SimOptions sim_options;
-          sim_options.memory_budget_bytes = inst.options.memory_budget_bytes;
-          sim_options.record_events = false;
-          const SimResult one = simulate(build_schedule(chunks, {all}, schedule_options), chunks,
-                                         inst.cost, {}, sim_options);
-          if (one.over_budget) continue;
-          ++compared;
-          ASSERT_TRUE(epp.feasible) << describe(Method::kEpp, s) << " fits but EPP found nothing";
-          EXPECT_LE(epp.plan.step_time_s, one.step_time_s * (1 + 1e-9))
-              << describe(Method::kEpp, s) << " takes " << one.step_time_s << " s, EPP "
-              << describe(Method::kEpp, epp.plan.setting) << " " << epp.plan.step_time_s << " s";
+          settings.push_back(s);
         }
       }
     }
+    for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow})
+      for (Setting s : candidate_settings(baseline, longest)) {
+        s.chunker = baseline;
+        if (s.k <= inst.options.max_k) settings.push_back(s);
+      }
+    for (const Setting& s : settings) {
+      const std::vector<Chunk> chunks = setting_chunks(Method::kEpp, inst.lengths, s, inst.cost);
+      ScheduleOptions schedule_options;
+      schedule_options.num_stages = inst.options.num_stages;
+      Wave all(chunks.size());
+      for (size_t c = 0; c < chunks.size(); ++c) all[c] = static_cast<int>(c);
+      SimOptions sim_options;
+      sim_options.memory_budget_bytes = inst.options.memory_budget_bytes;
+      sim_options.record_events = false;
+      const SimResult one = simulate(build_schedule(chunks, {all}, schedule_options), chunks,
+                                     inst.cost, {}, sim_options);
+      if (one.over_budget) continue;
+      ++compared;
+      ASSERT_TRUE(epp.feasible) << describe(Method::kEpp, s) << " fits but EPP found nothing";
+      EXPECT_LE(epp.plan.step_time_s, one.step_time_s * (1 + 1e-9))
+          << describe(Method::kEpp, s) << " takes " << one.step_time_s << " s, EPP "
+          << describe(Method::kEpp, epp.plan.setting) << " " << epp.plan.step_time_s << " s";
+      borrowed_compared += s.chunker != Method::kEpp;
+    }
   }
   EXPECT_GE(compared, 100);
+  EXPECT_GE(borrowed_compared, 50);
 }
 
 // The recompute EPP keeps was chosen by simulation among the tied programs (greedy, CBC) and the
@@ -306,7 +318,7 @@ TEST(EppSearch, PlanSettingGivesItsChunksAgainAndCapsHold) {
     const Setting& s = epp.plan.setting;
     capped += s.token_cap > 0;
     drained += s.drain_chunks > 0;
-    const std::vector<Chunk> again = epp_chunks(inst.lengths, epp_chunking(s), inst.cost);
+    const std::vector<Chunk> again = setting_chunks(Method::kEpp, inst.lengths, s, inst.cost);
     ASSERT_EQ(again.size(), epp.plan.chunks.size());
     EXPECT_EQ(slice_counts(again), slice_counts(epp.plan.chunks));
     for (size_t c = 0; c < again.size(); ++c) EXPECT_EQ(slice_counts({again[c]}), slice_counts({epp.plan.chunks[c]}));

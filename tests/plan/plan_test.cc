@@ -24,6 +24,7 @@ Plan small_plan() {
   options.num_stages = 2;
   options.memory_budget_bytes = 1e12;
   options.max_k = 4;
+  options.baseline_chunkings = false;  // the sequence processor's chunks: several, in an order
   PlanResult r = plan_epp({3000, 200, 150, 90, 40}, cost, options);
   EXPECT_TRUE(r.feasible) << r.reason;
   return r.plan;
@@ -96,6 +97,14 @@ TEST(Setting, JsonRoundTripKeepsEveryKnob) {
   EXPECT_FALSE(old.strict_packing);
   EXPECT_EQ(old.drain_chunks, 0);
   EXPECT_EQ(describe(Method::kEpp, old), "K=3");
+  EXPECT_EQ(old.chunker, Method::kEpp);
+  // EPP on a baseline's chunks: that baseline's knobs, and no uniform recompute.
+  Setting borrowed;
+  borrowed.chunker = Method::kSeq1F1B;
+  borrowed.token_cap = 6144;
+  borrowed.k = 16;
+  EXPECT_EQ(nlohmann::json::parse(nlohmann::json(borrowed).dump()).get<Setting>(), borrowed);
+  EXPECT_EQ(describe(Method::kEpp, borrowed), "seq1f1b chunks cap=6144 k=16");
 }
 
 TEST(Plan, SaveAndLoadFile) {

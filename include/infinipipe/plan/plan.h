@@ -27,7 +27,9 @@ Method parse_method(const std::string& name);         // Error listing the valid
 std::vector<Method> all_methods();                    // in the order above
 
 // The knobs of a method. EPP sets k, token_cap (its chunk token cap, 0 for none),
-// strict_packing and the drain taper; each baseline reads its own.
+// strict_packing and the drain taper; each baseline reads its own. An EPP plan may also take a
+// baseline's chunks (chunker, with that baseline's knobs) and give them EPP's waves and
+// recompute: its search weighs those too, so no baseline's chunking beats it on a step.
 struct Setting {
   int k = 1;                   // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
   int64_t token_cap = 0;       // batch, Seq1F1B: tokens per micro-batch; EPP: max chunk tokens (0: T_m)
@@ -36,11 +38,12 @@ struct Setting {
   bool strict_packing = false;  // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
   int drain_chunks = 0;         // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
   int drain_split = 1;
+  Method chunker = Method::kEpp;  // EPP: whose chunking made the chunks (kEpp: the sequence processor)
 
   bool operator==(const Setting& o) const {
     return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&
            uniform_recompute == o.uniform_recompute && strict_packing == o.strict_packing &&
-           drain_chunks == o.drain_chunks && drain_split == o.drain_split;
+           drain_chunks == o.drain_chunks && drain_split == o.drain_split && chunker == o.chunker;
   }
 };
 

@@ -7,7 +7,9 @@
 //
 // EPP's search. Knobs: the slice count K of the cost-balanced mesh (every K to 16, every other
 // to 32, every fourth beyond), a chunk token cap (chunk_token_caps), and packing that relaxes
-// T_t (the paper's) or never does. Every setting gets a cheap bound (no plan of its chunks in
+// T_t (the paper's) or never does; and the baselines' chunkings (Seq1F1B's sliced micro-batches,
+// ChunkFlow's fixed-size chunks, at their static search's settings), which then get EPP's waves
+// and recompute, so no baseline's chunking beats EPP on a step. Every setting gets a cheap bound (no plan of its chunks in
 // one wave is faster: busiest stage plus the first chunk's fill and the last chunk's drain) and
 // the activation bytes 1F1B keeps in flight; settings are then looked at best first, the
 // simulator on one wave without recompute, then recompute (the tied greedy program; the untied
@@ -38,6 +40,9 @@ struct PlannerOptions {
   // EPP: at most this many settings that do not fit one wave without recompute get recompute
   // (more while no setting fits at all), and at most max_wave_groupings of them the grouping
   // into waves: these are the expensive part of planning.
+  // EPP: also weigh the baselines' chunkings (Setting::chunker); false keeps to the sequence
+  // processor's (the paper's search alone, for ablations).
+  bool baseline_chunkings = true;
   int max_recompute_candidates = 6;
   int max_wave_groupings = 2;
   // EPP: drain tapers tried on the winner (EppChunkingOptions::drain_chunks x drain_split),
@@ -61,6 +66,12 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
 // lightest first), so that epp_chunks(lengths, epp_chunking(plan.setting), cost) gives
 // plan.chunks again.
 EppChunkingOptions epp_chunking(const Setting& setting);
+
+// The chunks `method` makes of `lengths` at `setting`; for EPP, those of setting.chunker (the
+// sequence processor's, or a baseline's with that baseline's knobs). Error when the setting
+// cannot hold a sequence (a token cap below it).
+std::vector<Chunk> setting_chunks(Method method, const std::vector<int64_t>& lengths,
+                                  const Setting& setting, const CostModel& cost);
 
 // EPP at one setting (k, token_cap, strict_packing, drain taper), without the search: the
 // same waves, scheduling and checkpoint choice as plan_epp gives its winner. For tests and

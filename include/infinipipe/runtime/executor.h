@@ -86,6 +86,11 @@ class Executor {
   // checkpointed layers. For memory measurement (a probe may call it during run()).
   std::vector<at::Tensor> held_tensors() const;
 
+  // Every rank's `mine`, in rank order, over the executor's group (Pipes::all_gather_text).
+  std::vector<std::string> all_gather_text(const std::string& mine) {
+    return pipes_.all_gather_text(mine, options_.device);
+  }
+
   const ExecutorOptions& options() const { return options_; }
   void set_after_action(std::function<void(const std::string&)> probe) {
     options_.after_action = std::move(probe);

@@ -47,6 +47,11 @@ class Pipes {
   void wait_sends();
   // Sum of `value` over all ranks of the group (the step's loss), with the same timeout.
   double all_reduce_sum(double value, at::Device device);
+  // Every rank's `mine`, in rank order (the step's agreement: config, batch and plan digests).
+  // Done here rather than with torch.distributed.all_gather_object so that no tensor the backend
+  // holds on to belongs to Python: Gloo keeps its last finished work alive, and releasing a
+  // Python-owned tensor during interpreter shutdown aborts the process.
+  std::vector<std::string> all_gather_text(const std::string& mine, at::Device device);
   // Forgets every pending operation (after an error: their buffers are released with them).
   void clear();
 
@@ -65,6 +70,8 @@ class Pipes {
     int peer = 0;
     int tag = 0;
   };
+  // Waits for a collective, turning a timeout or backend error into an Error naming `what`.
+  void wait_collective(c10d::Work& work, const std::string& what);
   // Waits for `op`, turning a timeout or backend error into an Error naming the peer.
   void wait(const Pending& op, const char* what);
 

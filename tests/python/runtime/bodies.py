@@ -81,7 +81,8 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
         plan = _C.plan.plan_step(
             lengths, trainer.cost, float(spec.get("budget", 1e9)), spec.get("method", "epp"),
             k=spec.get("k", 1), token_cap=spec.get("token_cap", max(lengths)),
-            chunk_tokens=spec.get("chunk_tokens", 0), max_k=spec.get("max_k", 8))
+            chunk_tokens=spec.get("chunk_tokens", 0), max_k=spec.get("max_k", 8),
+            baseline_chunkings=spec.get("baseline_chunkings", True))
     if spec.get("recompute") == "pattern":
         plan.recompute = recompute_pattern(plan)
     return plan
@@ -158,6 +159,22 @@ def bad_inputs() -> dict:
                                       plan=infinipipe.PlanConfig(method=method))
     results["different_config"] = _outcome(lambda: other_config.step(good))
     return results
+
+
+def gather_text() -> list[bytes]:
+    """Every rank's bytes through the executor's all-gather: rank r sends r copies of
+    (r, 0, 255), so lengths differ, rank 0 sends nothing, and the bytes are not text."""
+    rank = int(os.environ["RANK"])
+    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=20)
+    return trainer.executor.all_gather_text(bytes([rank, 0, 255]) * rank)
+
+
+def dies_before_agreement(victim: int, timeout_s: float) -> None:
+    """Rank `victim` exits (code 17) before the step; the others reach the agreement."""
+    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=timeout_s)
+    if int(os.environ["RANK"]) == victim:
+        os._exit(17)
+    trainer.step(make_batch([30, 12, 7], seed=1))
 
 
 class _DiesMidStep(llama.LlamaStage):

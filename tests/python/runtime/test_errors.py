@@ -93,6 +93,18 @@ def test_a_peer_that_dies_mid_step_is_named_by_the_others(world, victim):
         assert "lost the connection" in r.error[1] or "did not send" in r.error[1]
 
 
+def test_a_peer_lost_before_the_agreement_fails_the_step_not_a_hang():
+    timeout = 10.0
+    results = run_ranks("bodies:dies_before_agreement", 2, dict(victim=1, timeout_s=timeout),
+                        timeout_s=timeout + 2 * STARTUP_ALLOWANCE_S)
+    assert results[1].returncode == 17, results[1].describe()
+    r = results[0]
+    assert r.returncode == 1, r.describe()
+    assert r.error[0] == "Error"
+    assert "all-gather of the step's agreement" in r.error[1], r.describe()
+    assert "another rank may have died" in r.error[1]
+
+
 def test_a_peer_that_hangs_is_reported_after_the_timeout():
     timeout = 5.0
     results = run_ranks("bodies:peer_dies", 2,

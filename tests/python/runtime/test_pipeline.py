@@ -33,23 +33,28 @@ GIVEN_WAVES = dict(chunks=[[(0, 0, 150)], [(0, 150, 300), (2, 0, 40)], [(1, 0, 2
                    waves=[[0, 1], [2], [3]])
 
 
+# EPP on the sequence processor's own chunks (not a baseline's chunking, which its search may
+# prefer): the cases that check the chunk kinds it makes.
+OWN = dict(method="epp", baseline_chunkings=False)
+
+
 def case(name, dtype, lengths, plan, seed=0, **expect):
     return dict(name=f"{name}-{dtype}", dtype=dtype, lengths=lengths, plan=plan, seed=seed,
                 expect=expect)
 
 
 CASES = [
-    case("short", "float64", SHORT, dict(method="epp"), kinds={"packed"}, min_chunks=2),
+    case("short", "float64", SHORT, OWN, kinds={"packed"}, min_chunks=2),
     case("long-sliced", "float64", LONG, dict(method="chunkflow", chunk_tokens=128),
          kinds={"split"}, min_chunks=5),
-    case("long-epp", "float64", [1024], dict(method="epp"), kinds={"split"}, min_chunks=2),
-    case("hybrid", "float64", HYBRID, dict(method="epp"), has_kind="hybrid"),
+    case("long-epp", "float64", [1024], OWN, kinds={"split"}, min_chunks=2),
+    case("hybrid", "float64", HYBRID, OWN, has_kind="hybrid"),
     case("given-waves", "float64", WAVES, GIVEN_WAVES, min_waves=3, has_kind="hybrid"),
     case("planner-waves", "float64", PRESSURE, dict(search="waves"), min_waves=2),
     case("planner-checkpoint", "float64", SHORT, dict(search="recompute"), recompute=True),
     case("edited-checkpoint-sliced", "float64", LONG,
          dict(method="chunkflow", chunk_tokens=128, recompute="pattern"), recompute=True),
-    case("edited-checkpoint-hybrid", "float64", HYBRID, dict(method="epp", recompute="pattern"),
+    case("edited-checkpoint-hybrid", "float64", HYBRID, dict(OWN, recompute="pattern"),
          recompute=True, has_kind="hybrid"),
     case("edited-checkpoint-waves", "float64", WAVES, dict(GIVEN_WAVES, recompute="pattern"),
          recompute=True, min_waves=3),
@@ -67,9 +72,9 @@ CASES = [
     case("mix-chunkflow-256", "float64", MIX, dict(method="chunkflow", chunk_tokens=256), seed=7,
          same_as="mix"),
     # float32
-    case("short", "float32", SHORT, dict(method="epp")),
+    case("short", "float32", SHORT, OWN),
     case("long-sliced", "float32", LONG, dict(method="chunkflow", chunk_tokens=128)),
-    case("edited-checkpoint-hybrid", "float32", HYBRID, dict(method="epp", recompute="pattern"),
+    case("edited-checkpoint-hybrid", "float32", HYBRID, dict(OWN, recompute="pattern"),
          recompute=True),
     case("given-waves", "float32", WAVES, GIVEN_WAVES, min_waves=3),
     case("mix-seq1f1b-k4", "float32", MIX, dict(method="seq1f1b", k=4), seed=7),
@@ -230,3 +235,13 @@ def test_measured_activation_memory_against_prediction(runs, world, capsys):
              if s["activation_ratio"] < FLOOR]
     assert not under, f"prediction not tight (below {FLOOR}): {under}"
     assert median >= MEDIAN_FLOOR, median
+
+
+def test_agreement_gather_returns_every_ranks_bytes_in_rank_order():
+    # The step's agreement goes through this C++ all-gather (no Python tensor is left with the
+    # backend, which could abort the process at exit).
+    results = run_ranks("bodies:gather_text", 3, {}, timeout_s=120)
+    expected = [bytes([r, 0, 255]) * r for r in range(3)]
+    for r in results:
+        assert r.returncode == 0 and r.error is None, r.describe()
+        assert r.value == expected
