@@ -145,12 +145,20 @@ def speedup_table(cases):
     return lines
 
 
-def head_note(bound):
+# Decoder layers of the built-in shapes (src/cost/model_shape.cc), for the split's granularity.
+LAYERS = {"llama-7b": 32, "llama-13b": 40, "llama-30b": 60}
+
+
+def head_note(bound, case):
     work = bound["stage_compute_s"]
     if bound["busiest_stage"] != len(work) - 1 or len(work) < 2:
         return " (the even layer split gives middle stages an extra layer when stages do not divide the layers)"
-    return ", %.1f%% above the other stages' mean: the LM head, which the even layer split does not offset" % (
-        100 * (work[-1] / mean(work[:-1]) - 1))
+    head = work[-1] / mean(work[:-1]) - 1
+    per_stage = LAYERS[case["model"]] / case["stages"]
+    return (", %.1f%% above the other stages' mean: the LM head. No layer split offsets it: one layer is %.0f%% "
+            "of a stage of %g layers, so moving one off the last stage would make another stage busier than the "
+            "last one is now" % (100 * head, 100 / per_stage, per_stage)) if head < 1 / per_stage else (
+        ", %.1f%% above the other stages' mean: the LM head, which the even layer split does not offset" % (100 * head))
 
 
 def shortfall(c, ms, short):
@@ -159,7 +167,7 @@ def shortfall(c, ms, short):
     text = ["  Stage compute without recompute ranges %.3f..%.3f s per step; the busiest is stage %d of 0..%d%s. "
             "EPP's step is %.1f%% above the busiest stage's compute (the mean of each step's maximum, %.3f s)." % (
                 min(b["stage_compute_s"]), max(b["stage_compute_s"]), b["busiest_stage"], c["stages"] - 1,
-                head_note(b), 100 * (ms["epp"]["mean_step_s"] / b["bound_s"] - 1), b["bound_s"])]
+                head_note(b, c), 100 * (ms["epp"]["mean_step_s"] / b["bound_s"] - 1), b["bound_s"])]
     for m in short:
         s = ms[m + " static"]
         limit = s["mean_step_s"] / b["bound_s"]

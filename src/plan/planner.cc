@@ -670,9 +670,19 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   };
   std::priority_queue<int, std::vector<int>, decltype(later)> queue(later);
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
-  bool have_best = false;
-  Candidate best;
+  bool have_best = false, have_own = false;
+  Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
   int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
+  auto keep = [&](Candidate& cand) {
+    if (cand.setting.chunker == Method::kEpp && (!have_own || cand.sim.step_time_s < best_own.sim.step_time_s)) {
+      best_own = cand;
+      have_own = true;
+    }
+    if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
+      best = std::move(cand);
+      have_best = true;
+    }
+  };
 
   while (!queue.empty()) {
     Candidate& cand = candidates[queue.top()];
@@ -682,10 +692,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     if (!cand.simulated) {
       one_wave_without_recompute(cand, cost, options);
       if (!cand.sim.over_budget) {
-        if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
-          best = std::move(cand);
-          have_best = true;
-        }
+        keep(cand);
       } else {
         queue.push(index);
       }
@@ -699,11 +706,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity, may_group,
                                           cost, options, reason, grouped);
     groupings[family] += grouped;
-    if (!fits) continue;
-    if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
-      best = std::move(cand);
-      have_best = true;
-    }
+    if (fits) keep(cand);
   }
   candidates.clear();
   if (!have_best)
@@ -711,10 +714,11 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                       ", chunk token caps, packing) fits the memory budget" +
                       (reason.empty() ? std::string() : "; the last one tried: " + reason));
 
-  // Drain tapers of the winner when it runs as one wave without recompute; a tapered plan is
-  // kept if it still does and is faster.
-  if (best.waves.size() == 1 && best.checkpoint.recompute_s == 0 && best.setting.chunker == Method::kEpp) {
-    const Setting untapered = best.setting;
+  // Drain tapers of the best of the sequence processor's chunks (the winner, or close behind a
+  // baseline's chunking) when it runs as one wave without recompute; a tapered plan is kept if
+  // it still does and is faster than the winner.
+  if (have_own && best_own.waves.size() == 1 && best_own.checkpoint.recompute_s == 0) {
+    const Setting untapered = best_own.setting;
     for (int drain : options.drain_taper_chunks)
     for (int split : options.drain_taper_splits) {
       Candidate tapered;
@@ -722,7 +726,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       tapered.setting.drain_chunks = drain;
       tapered.setting.drain_split = split;
       tapered.chunks = setting_chunks(Method::kEpp, lengths, tapered.setting, cost);
-      if (same_chunks(tapered.chunks, best.chunks)) continue;
+      if (same_chunks(tapered.chunks, best_own.chunks)) continue;
       pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
       if (tapered.bound >= best.sim.step_time_s) continue;
       one_wave_without_recompute(tapered, cost, options);
