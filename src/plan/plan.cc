@@ -175,8 +175,9 @@ void to_json(nlohmann::json& j, const Setting& s) {
                      {"uniform_recompute", s.uniform_recompute},
                      {"strict_packing", s.strict_packing},
                      {"drain_chunks", s.drain_chunks},
-                     {"drain_split", s.drain_split},
-                     {"chunker", to_string(s.chunker)}};
+                     {"drain_split", s.drain_split}};
+  // Only an EPP plan on a baseline's chunks says so; every other setting reads as before.
+  if (s.chunker != Method::kEpp) j["chunker"] = to_string(s.chunker);
 }
 
 void from_json(const nlohmann::json& j, Setting& s) {
