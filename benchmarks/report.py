@@ -74,6 +74,7 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
 .venv/bin/python benchmarks/cpu_timelines.py --cost-model benchmarks/results/cost_cpu.json
+.venv/bin/python benchmarks/cpu_horizon.py --cost-model benchmarks/results/cost_cpu.json
 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan
 .venv/bin/python benchmarks/report.py
 ```
@@ -184,6 +185,26 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
     plot_throughput(s, docs / "img" / "measured_throughput.png")
     out.append("![throughput by method](img/measured_throughput.png)\n")
     return out
+
+
+def horizon_section(h: dict | None) -> list[str]:
+    """The measured setup simulated over more steps and other budgets (cpu_horizon.py)."""
+    if h is None:
+        return ["No simulated horizon.\n"]
+    methods = ("seq1f1b", "batch", "chunkflow")
+    out = ["The measured setup planned (infinipipe-plan's defaults) and simulated with the same calibrated cost model over the "
+           "measured steps and over more steps of the same distribution, at the measured budget and "
+           "others (`benchmarks/cpu_horizon.py`); each static baseline is chosen over all the steps "
+           "simulated, as in the measured run. It shows whether the measured steps are typical and "
+           "how EPP's margin depends on the budget.", "",
+           "| steps | budget (MiB) | EPP step (s) | " + " | ".join(f"vs {LABELS[m]}" for m in methods) + " |",
+           "|---|---|---|" + "---|" * len(methods)]
+    for c in h["cases"]:
+        cells = [f"{c['speedup'][m + ' static']:.2f}x" if c["speedup"].get(m + " static") else "infeasible"
+                 for m in methods]
+        epp = f"{c['epp_step_s']:.3f}" if c["epp_step_s"] else "infeasible"
+        out.append(f"| {c['steps']} | {c['budget_mib']:g} | {epp} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def timeline_section(t: dict | None) -> list[str]:
@@ -345,6 +366,7 @@ def main() -> int:
     text += ["## Calibration", "", CALIBRATION, ""] + calibration_section(meta)
     text += ["## Simulator validation", "", VALIDATION, ""] + validation_section(val)
     text += ["## Measured comparison", "", MEASURED, ""] + measured_section(res, args.docs)
+    text += ["## The measured setup, simulated further", ""] + horizon_section(load(r / "cpu_horizon.json"))
     text += ["## One step as a timeline", ""] + timeline_section(load(r / "timeline_cpu.json"))
     text += ["## Cluster scale (simulated)", ""] + cluster
     text += ["## Reproducing", "", REPRODUCE.format(machine=machine(meta))]

@@ -3,7 +3,8 @@
 #   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs)
 #   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions
 #   3. measured comparison: EPP, its baselines and torch.distributed.pipelining, side by side
-#   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case
+#   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case, and the measured
+#      setup simulated over more steps and other budgets
 #   5. the cluster-scale study (simulated, analytic A800 coefficients)
 #   6. docs/benchmarks.md and its plots from the JSON results
 # Run it on a quiet machine: the timings are wall clock. `--smoke` runs every stage in a tiny
@@ -24,6 +25,8 @@ if [ "${1:-}" = "--smoke" ]; then
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/measured.json"
   $PY benchmarks/cpu_timelines.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
     --steps 1 --budget-mib 48 --output "$OUT/timeline.png" --json "$OUT/timeline_cpu.json"
+  $PY benchmarks/cpu_horizon.py --cost-model "$OUT/cost_cpu.json" --measured-steps 1 --steps 2 \
+    --budgets-mib 48 --measured-budget-mib 48 --output "$OUT/cpu_horizon.json"
   $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
@@ -38,5 +41,6 @@ $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
 $PY benchmarks/cpu_timelines.py --cost-model "$R/cost_cpu.json"
+$PY benchmarks/cpu_horizon.py --cost-model "$R/cost_cpu.json"
 $PY benchmarks/cluster_study.py build/infinipipe-plan
 $PY benchmarks/report.py
