@@ -73,8 +73,7 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/python -m infinipipe profile --layers-per-stage 4,4 --output benchmarks/results/cost_cpu.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
-.venv/bin/python benchmarks/cpu_timelines.py --cost-model benchmarks/results/cost_cpu.json
-.venv/bin/python benchmarks/cpu_horizon.py --cost-model benchmarks/results/cost_cpu.json
+.venv/bin/python benchmarks/cpu_simulated.py --cost-model benchmarks/results/cost_cpu.json
 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan
 .venv/bin/python benchmarks/report.py
 ```
@@ -188,13 +187,13 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
 
 
 def horizon_section(h: dict | None) -> list[str]:
-    """The measured setup simulated over more steps and other budgets (cpu_horizon.py)."""
+    """The measured setup simulated over more steps and other budgets (cpu_simulated.py)."""
     if h is None:
         return ["No simulated horizon.\n"]
     methods = ("seq1f1b", "batch", "chunkflow")
     out = ["The measured setup planned (infinipipe-plan's defaults) and simulated with the same calibrated cost model over the "
            "measured steps and over more steps of the same distribution, at the measured budget and "
-           "others (`benchmarks/cpu_horizon.py`); each static baseline is chosen over all the steps "
+           "others (`benchmarks/cpu_simulated.py`); each static baseline is chosen over all the steps "
            "simulated, as in the measured run. It shows whether the measured steps are typical and "
            "how EPP's margin depends on the budget.", "",
            "| steps | budget (MiB) | EPP step (s) | " + " | ".join(f"vs {LABELS[m]}" for m in methods) + " |",

@@ -23,10 +23,9 @@ if [ "${1:-}" = "--smoke" ]; then
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/validation.json"
   $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/measured.json"
-  $PY benchmarks/cpu_timelines.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
-    --steps 1 --budget-mib 48 --output "$OUT/timeline.png" --json "$OUT/timeline_cpu.json"
-  $PY benchmarks/cpu_horizon.py --cost-model "$OUT/cost_cpu.json" --measured-steps 1 --steps 2 \
-    --budgets-mib 48 --measured-budget-mib 48 --output "$OUT/cpu_horizon.json"
+  $PY benchmarks/cpu_simulated.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
+    --steps 1 --budget-mib 48 --horizon-steps 2 --horizon-budgets-mib 48 --output "$OUT/timeline.png" \
+    --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
   $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
@@ -40,7 +39,6 @@ $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
   --cost-model "$R/cost_cpu.json" --output "$R/validation.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
-$PY benchmarks/cpu_timelines.py --cost-model "$R/cost_cpu.json"
-$PY benchmarks/cpu_horizon.py --cost-model "$R/cost_cpu.json"
+$PY benchmarks/cpu_simulated.py --cost-model "$R/cost_cpu.json"
 $PY benchmarks/cluster_study.py build/infinipipe-plan
 $PY benchmarks/report.py
