@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces every figure of docs/benchmarks.md on this machine, in order:
-#   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs)
+#   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs,
+#      beside one neighbour process doing the same work, as the other rank does)
 #   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions
 #   3. measured comparison: EPP, its baselines and torch.distributed.pipelining, side by side
 #   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case, and the measured
@@ -18,7 +19,7 @@ export PYTHONPATH=python
 if [ "${1:-}" = "--smoke" ]; then
   OUT=$(mktemp -d)
   trap 'rm -rf "$OUT"' EXIT
-  $PY -m infinipipe profile --grid quick --layers-per-stage 4,4 --output "$OUT/cost_cpu.json" --no-progress
+  $PY -m infinipipe profile --grid quick --layers-per-stage 4,4 --neighbours 1 --output "$OUT/cost_cpu.json" --no-progress
   $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/validation.json"
   $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --smoke \
@@ -34,7 +35,7 @@ fi
 
 R=benchmarks/results
 mkdir -p "$R" docs/img
-$PY -m infinipipe profile --grid full --layers-per-stage 4,4 --output "$R/cost_cpu.json"
+$PY -m infinipipe profile --grid full --layers-per-stage 4,4 --neighbours 1 --output "$R/cost_cpu.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
   --cost-model "$R/cost_cpu.json" --output "$R/validation.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \

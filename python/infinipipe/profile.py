@@ -12,6 +12,10 @@ cost JSON that PlanConfig(cost_model=...) and infinipipe-plan --model load, and 
 .meta.json with the raw runs, the errors and where they were measured. The other coefficients
 (p2p, memory terms other than activation_bytes) keep their analytic values.
 
+--neighbours N runs N other processes doing the same layer work while the layer is timed, as the
+other pipeline ranks do when they share this machine's cores, caches and memory bandwidth (a CPU
+pipeline of N+1 ranks on one host): a layer runs slower beside them than alone.
+
 --stage python (default) profiles the Python LlamaStage the Python trainer runs, through the
 same adapter the executor drives; --stage cpp the C++ LlamaStage (build/infinipipe-profile does
 the same without Python).
@@ -19,8 +23,10 @@ the same without Python).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import multiprocessing
 import platform
 from pathlib import Path
 from typing import Any, Sequence
@@ -69,6 +75,38 @@ def time_runs(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int
             device=torch.device("cpu"), hidden=config.hidden, kv_heads=config.kv_heads,
             head_dim=config.head_dim, vocab=config.vocab, seed=seed, thread_cpu_time=cpu_time,
             progress=update if progress else None)
+
+
+def _neighbour(config: llama.LlamaConfig, stage: str, points: list, threads: int, ready: Any) -> None:
+    """A process doing the profiled layer work over and over, until it is terminated."""
+    torch.set_num_threads(threads)
+    module = profiled_module(config, stage)
+    ready.set()
+    while True:
+        time_runs(module, config, points, 1, progress=False)
+
+
+@contextlib.contextmanager
+def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, threads: int):
+    """`count` processes running _neighbour for the duration of the block, which starts once
+    every one of them is at work."""
+    ctx = multiprocessing.get_context("spawn")
+    ready = [ctx.Event() for _ in range(count)]
+    procs = [ctx.Process(target=_neighbour, args=(config, stage, points, threads, r), daemon=True)
+             for r in ready]
+    for proc in procs:
+        proc.start()
+    try:
+        for proc, r in zip(procs, ready):
+            if not r.wait(timeout=300) or not proc.is_alive():
+                raise RuntimeError(f"profile: a neighbour process did not start (exit code "
+                                   f"{proc.exitcode}); run without --neighbours to see why")
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join()
 
 
 def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int = 0) -> Any:
@@ -146,12 +184,15 @@ def cpu_model() -> str:
 
 def profile(config: llama.LlamaConfig, grid: str = "full", stage: str = "python", *,
             repeats: int | None = None, statistic: str = "median", holdout: float = 0.25,
-            seed: int = 0, cpu_time: bool = False, progress: bool = True) -> dict:
-    """Times, fits and measures; returns everything the CLI writes (see main)."""
+            seed: int = 0, cpu_time: bool = False, progress: bool = True,
+            neighbour_count: int = 0) -> dict:
+    """Times (beside neighbour_count processes doing the same work), fits and measures; returns
+    everything the CLI writes (see main)."""
     points, grid_repeats = grid_points(grid)
     module = profiled_module(config, stage)
-    runs = time_runs(module, config, points, repeats or grid_repeats, seed=seed,
-                     cpu_time=cpu_time, progress=progress)
+    with neighbours(neighbour_count, config, stage, points, torch.get_num_threads()):
+        runs = time_runs(module, config, points, repeats or grid_repeats, seed=seed,
+                         cpu_time=cpu_time, progress=progress)
     fits = {s: fit(runs, s, holdout, seed) for s in STATISTICS}
     tokens = sorted({s for s, _ in points})
     whole, whole_fixed = activation_bytes(module, config, tokens, 0)
@@ -182,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op threads (default 1: the trainer runs one per stage process)")
+    p.add_argument("--neighbours", type=int, default=0,
+                   help="other processes doing the same work meanwhile (default 0: the layer alone; "
+                        "a CPU pipeline of N+1 ranks on this host: N)")
     p.add_argument("--grid", choices=("quick", "full"), default="full")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
     p.add_argument("--statistic", choices=STATISTICS, default="median",
@@ -201,13 +245,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = llama.LlamaConfig(vocab=args.vocab, hidden=args.hidden, layers=args.layers,
                                heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn,
                                dtype=getattr(torch, args.dtype))
+    if args.neighbours < 0:
+        p.error(f"--neighbours must be 0 or more, got {args.neighbours}")
     if args.layers_per_stage:
         split = [int(x) for x in args.layers_per_stage.split(",")]
     else:
         split = llama.even_layer_split(config.layers, 2 if config.layers > 1 else 1)
     result = profile(config, args.grid, args.stage, repeats=args.repeats,
                      statistic=args.statistic, holdout=args.holdout, seed=args.seed,
-                     cpu_time=cpu_time, progress=not args.no_progress)
+                     cpu_time=cpu_time, progress=not args.no_progress,
+                     neighbour_count=args.neighbours)
     cal = result["calibration"]
     args.output.write_text(json.dumps(cost_json(config, split, cal, result["activation_bytes"]),
                                       indent=2))
@@ -216,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
                 stage=args.stage, grid=args.grid, repeats=result["repeats"], dtype=args.dtype,
+                neighbours=args.neighbours,
                 statistic=args.statistic, clock="thread_cpu" if cpu_time else "wall",
                 **json.loads(cal.to_json()), activation_bytes=result["activation_bytes"],
                 activation_bytes_detail=result["activation_bytes_detail"],

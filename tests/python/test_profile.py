@@ -1,9 +1,11 @@
 """Profiler: the C++ fit recovers known coefficients; the quick CLI (Python and C++ stage) and the
 C++ tool write loadable cost JSON. No timing asserts: the machine may be busy."""
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +151,30 @@ def test_plan_config_uses_profiled_json(tmp_path):
                                   runtime.PlanConfig(cost_model=str(out)))
     assert list(cost.layers_per_stage) == [4, 4]
     assert json.loads(cost.to_json())["coefficients"]["a1"] == pytest.approx(TRUE[0])
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User plus system CPU time of a process, in clock ticks (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_neighbours_work_during_the_block_and_stop_after():
+    config = llama.LlamaConfig.tiny()
+    points = [(64, 0), (64, 64)]
+    with profile.neighbours(1, config, "python", points, 1):
+        children = multiprocessing.active_children()
+        assert len(children) == 1 and children[0].is_alive()
+        # It is at work: its CPU time grows while this process sleeps.
+        used = _cpu_ticks(children[0].pid)
+        time.sleep(0.5)
+        assert _cpu_ticks(children[0].pid) > used
+    assert not children[0].is_alive()
+
+
+def test_cli_rejects_negative_neighbours(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    proc = subprocess.run([sys.executable, "-m", "infinipipe", "profile", "--neighbours", "-1",
+                           "--output", str(tmp_path / "c.json")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "--neighbours must be 0 or more" in proc.stderr
