@@ -61,6 +61,15 @@ def profiled_module(config: llama.LlamaConfig, stage: str) -> Any:
     raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
 
 
+def _profile_layer(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int, int]],
+                   repeats: int, seed: int = 0, cpu_time: bool = False, progress: Any = None) -> dict:
+    return _C.runtime.profile_layer(
+        module, [tuple(p) for p in points], repeats, warmup=1, dtype=config.dtype,
+        device=torch.device("cpu"), hidden=config.hidden, kv_heads=config.kv_heads,
+        head_dim=config.head_dim, vocab=config.vocab, seed=seed, thread_cpu_time=cpu_time,
+        progress=progress)
+
+
 def time_runs(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int, int]],
               repeats: int, *, seed: int = 0, cpu_time: bool = False,
               progress: bool = True) -> dict:
@@ -70,20 +79,18 @@ def time_runs(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int
             bar.total = total
             bar.update(done - bar.n)
 
-        return _C.runtime.profile_layer(
-            module, [tuple(p) for p in points], repeats, warmup=1, dtype=config.dtype,
-            device=torch.device("cpu"), hidden=config.hidden, kv_heads=config.kv_heads,
-            head_dim=config.head_dim, vocab=config.vocab, seed=seed, thread_cpu_time=cpu_time,
-            progress=update if progress else None)
+        return _profile_layer(module, config, points, repeats, seed, cpu_time,
+                              update if progress else None)
 
 
 def _neighbour(config: llama.LlamaConfig, stage: str, points: list, threads: int, ready: Any) -> None:
     """A process doing the profiled layer work over and over, until it is terminated."""
     torch.set_num_threads(threads)
     module = profiled_module(config, stage)
-    ready.set()
-    while True:
-        time_runs(module, config, points, 1, progress=False)
+    ready.send(True)
+    ready.close()
+    while True:  # no tqdm here: its lock is a semaphore that a terminated process would leak
+        _profile_layer(module, config, points, 1)
 
 
 @contextlib.contextmanager
@@ -91,14 +98,15 @@ def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, 
     """`count` processes running _neighbour for the duration of the block, which starts once
     every one of them is at work."""
     ctx = multiprocessing.get_context("spawn")
-    ready = [ctx.Event() for _ in range(count)]
-    procs = [ctx.Process(target=_neighbour, args=(config, stage, points, threads, r), daemon=True)
-             for r in ready]
+    # Pipes, not Events: a terminated process would leave an Event's semaphore behind.
+    pipes = [ctx.Pipe(duplex=False) for _ in range(count)]
+    procs = [ctx.Process(target=_neighbour, args=(config, stage, points, threads, send), daemon=True)
+             for _, send in pipes]
     for proc in procs:
         proc.start()
     try:
-        for proc, r in zip(procs, ready):
-            if not r.wait(timeout=300) or not proc.is_alive():
+        for proc, (ready, _) in zip(procs, pipes):
+            if not ready.poll(timeout=300) or not proc.is_alive():
                 raise RuntimeError(f"profile: a neighbour process did not start (exit code "
                                    f"{proc.exitcode}); run without --neighbours to see why")
         yield
@@ -107,6 +115,9 @@ def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, 
             proc.terminate()
         for proc in procs:
             proc.join()
+        for ends in pipes:
+            for end in ends:
+                end.close()
 
 
 def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int = 0) -> Any:
