@@ -502,10 +502,9 @@ void choose_checkpointing(Candidate& cand, const std::vector<CheckpointMethod>& 
 
 PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
                       std::chrono::steady_clock::time_point started) {
-  const Setting setting = best.setting;
   PlanResult result;
   result.feasible = true;
-  result.plan = make_plan(Method::kEpp, setting, lengths, std::move(best.chunks),
+  result.plan = make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks),
                           std::move(best.waves), std::move(best.schedule),
                           std::move(best.checkpoint.recompute), cost, best.sim,
                           best.checkpoint.solver);
@@ -711,7 +710,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   candidates.clear();
   if (!have_best)
     return infeasible("no EPP setting (slice count K up to " + std::to_string(options.max_k) +
-                      ", chunk token caps, packing) fits the memory budget" +
+                      ", chunk token caps, packing, the baselines' chunkings) fits the memory budget" +
                       (reason.empty() ? std::string() : "; the last one tried: " + reason));
 
   // Drain tapers of the best of the sequence processor's chunks (the winner, or close behind a
