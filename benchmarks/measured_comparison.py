@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
 
 from peers import TorchPipelining, Unpipelined
+from ranks import gathered, leave
 
 MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,12 +108,6 @@ def trainer_for(method: str, setting: dict | None, args, config) -> infinipipe.T
 def model_state_bytes(parameters) -> int:
     """Weights, gradients and AdamW's two moments: four copies of every parameter."""
     return 4 * sum(p.numel() * p.element_size() for p in parameters)
-
-
-def gathered(value):
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, value)
-    return everyone
 
 
 def timed(fn):
@@ -253,16 +247,7 @@ def main() -> int:
         if args.output:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(result, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
-    # This script's own collectives (all_gather_object, and the torch peer's) leave Python-owned
-    # tensors with Gloo's worker thread, which can release them during interpreter teardown and
-    # abort ("terminate called without an active exception") after all work is done. The
-    # Trainer avoids that (its agreement gathers in C++); here everything is written, so leave
-    # without teardown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave()
 
 
 def summarise(rows: dict, lengths: list, args) -> dict:

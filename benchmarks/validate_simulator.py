@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +28,8 @@ import infinipipe
 from infinipipe import _C
 from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
+
+from ranks import gathered, leave
 
 MIB = 1 << 20
 
@@ -56,12 +57,6 @@ def plan_config(method: str, budget_mib: float | None, cost_model: str | None) -
     return infinipipe.PlanConfig(method=method, memory_budget_bytes=None if budget_mib is None
                                  else int(budget_mib * MIB), k=4, chunk_tokens=1024,
                                  cost_model=cost_model, max_k=32)
-
-
-def gathered(value):
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, value)
-    return everyone
 
 
 def run_case(case, index: int, args, config: LlamaConfig) -> dict:
@@ -140,13 +135,7 @@ def main() -> int:
         if args.output:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(result, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
-    # As in measured_comparison.py: this script's all_gather_object leaves Python-owned tensors
-    # with Gloo's worker thread, whose release at teardown can abort after everything is written.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave()
 
 
 if __name__ == "__main__":
