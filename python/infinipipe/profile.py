@@ -104,9 +104,16 @@ def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, 
              for _, send in pipes]
     for proc in procs:
         proc.start()
+    for _, send in pipes:
+        send.close()  # the child's copy remains: a child that dies ends its pipe at once
     try:
         for proc, (ready, _) in zip(procs, pipes):
-            if not ready.poll(timeout=300) or not proc.is_alive():
+            try:
+                started = ready.poll(timeout=300) and ready.recv()
+            except EOFError:
+                started = False
+            if not started:
+                proc.join(timeout=5)
                 raise RuntimeError(f"profile: a neighbour process did not start (exit code "
                                    f"{proc.exitcode}); run without --neighbours to see why")
         yield

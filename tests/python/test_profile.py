@@ -178,3 +178,11 @@ def test_cli_rejects_negative_neighbours(tmp_path):
                            "--output", str(tmp_path / "c.json")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "--neighbours must be 0 or more" in proc.stderr
+
+
+def test_a_neighbour_that_fails_to_start_is_an_error_not_a_wait():
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="neighbour process did not start"):
+        with profile.neighbours(1, llama.LlamaConfig.tiny(), "no-such-stage", [(64, 0)], 1):
+            pass
+    assert time.monotonic() - started < 120
