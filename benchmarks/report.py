@@ -269,13 +269,15 @@ def cluster_section(study: dict | None) -> tuple[list[str], dict]:
     return out + [""], headline
 
 
-def speedups(runs: list[dict], method: str) -> str:
-    """EPP's measured speed-up over `method`: this run's, and the earlier runs' with the median."""
+def speedups(runs: list[dict], method: str) -> tuple[str, float]:
+    """EPP's measured speed-up over `method`: the text (this run's, and the earlier runs' with the
+    median) and the median over all runs."""
     values = [run["summary"][method]["epp_speedup"] for run in runs]
+    median = statistics.median(values)
     if len(values) == 1:
-        return f"{values[0]:.2f}x"
+        return f"{values[0]:.2f}x", median
     return (f"{values[0]:.2f}x (earlier runs: " + ", ".join(f"{v:.2f}x" for v in values[1:]) +
-            f"; median of all {statistics.median(values):.2f}x)")
+            f"; median of all {median:.2f}x)"), median
 
 
 def targets_section(meta, val, res, headline, earlier=()) -> list[str]:
@@ -298,14 +300,12 @@ def targets_section(meta, val, res, headline, earlier=()) -> list[str]:
     if res:
         s = res["summary"]
         runs = [res, *earlier]
-
-        def median(m):
-            return statistics.median(run["summary"][m]["epp_speedup"] for run in runs)
         for m in ("seq1f1b", "batch", "chunkflow"):
-            out.append(f"- Measured, EPP at least 1.2x {LABELS[m]}: {speedups(runs, m)}: "
-                       f"{verdict(median(m) >= 1.2)}.")
+            text, median = speedups(runs, m)
+            out.append(f"- Measured, EPP at least 1.2x {LABELS[m]}: {text}: {verdict(median >= 1.2)}.")
+        text, median = speedups(runs, "torch_1f1b")
         out.append(f"- Measured, EPP at least 2x torch.distributed.pipelining Schedule1F1B: "
-                   f"{speedups(runs, 'torch_1f1b')}: {verdict(median('torch_1f1b') >= 2)}.")
+                   f"{text}: {verdict(median >= 2)}.")
         out.append(f"- EPP's measured peak memory within the budget: {s['epp']['peak_memory_mib']:.0f} "
                    f"MiB of {res['case']['budget_mib']:g} MiB: {verdict(s['epp']['within_budget'])}.")
     for model, ratios in headline.items():
@@ -332,18 +332,11 @@ def busy_note(val: dict | None) -> str:
             f"simulation leaves out)")
 
 
-def predicted_ratios(res: dict) -> dict:
-    """EPP's speed-up over each same-executor baseline as the plans predicted it."""
-    total = {m: sum(s["ranks"][0]["predicted_s"] for s in res["rows"][m])
-             for m in ("epp", "seq1f1b", "batch", "chunkflow")}
-    return {m: total[m] / total["epp"] for m in total}
-
-
 def shortfall_text(res: dict, meta: dict | None, val: dict | None) -> str:
-    pred = predicted_ratios(res)
     methods = ("epp", "seq1f1b", "batch", "chunkflow")
-    over = {m: sum(r["seconds"] for r in res["rows"][m]) /
-            sum(r["ranks"][0]["predicted_s"] for r in res["rows"][m]) - 1 for m in methods}
+    predicted = {m: sum(r["ranks"][0]["predicted_s"] for r in res["rows"][m]) for m in methods}
+    pred = {m: predicted[m] / predicted["epp"] for m in methods}  # EPP's predicted speed-ups
+    over = {m: sum(r["seconds"] for r in res["rows"][m]) / predicted[m] - 1 for m in methods}
     overhead = (f"about {1e3 * meta['b']:.1f} ms against {1e6 * meta['a2']:.1f} us per token"
                 if meta else "small")
     return (
