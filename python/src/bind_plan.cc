@@ -99,6 +99,7 @@ py::dict summary(const Plan& plan) {
   for (const Chunk& c : plan.chunks) ++kinds[to_string(c.kind())];
   d["chunk_kinds"] = kinds;
   d["waves"] = plan.waves.size();
+  d["waves_overlap"] = waves_overlap(plan.schedule, plan.waves);
   int recomputed = 0;
   for (const auto& stage : plan.recompute)
     for (int layers : stage) recomputed += layers;
@@ -147,7 +148,7 @@ Plan plan_step(const std::vector<int64_t>& lengths, const CostModel& cost,
 Plan build_plan(const std::vector<int64_t>& lengths,
                 const std::vector<std::vector<std::tuple<int, int64_t, int64_t>>>& chunk_slices,
                 const std::vector<std::vector<int>>& waves, const CostModel& cost,
-                const Recompute& recompute) {
+                const Recompute& recompute, bool overlap_waves) {
   check_lengths(lengths);
   Plan plan;
   plan.method = Method::kEpp;
@@ -165,6 +166,7 @@ Plan build_plan(const std::vector<int64_t>& lengths,
   plan.waves = waves;
   ScheduleOptions options;
   options.num_stages = cost.num_stages();
+  options.overlap_waves = overlap_waves;
   plan.schedule = build_schedule(plan.chunks, plan.waves, options);
   plan.layers_per_stage = cost.layers_per_stage();
   plan.recompute = recompute.empty()
@@ -295,9 +297,10 @@ void bind_plan(py::module_& root) {
         "(chunk_tokens) use the setting given. Error when nothing fits the budget.",
         py::call_guard<py::gil_scoped_release>());
   m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
-        py::arg("cost"), py::arg("recompute") = Recompute{},
+        py::arg("cost"), py::arg("recompute") = Recompute{}, py::arg("overlap_waves") = false,
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
-        "ids), scheduled 1F1B and validated; for tests and experiments.");
+        "ids), scheduled 1F1B (each wave starting during the previous one's cool-down with "
+        "overlap_waves) and validated; for tests and experiments.");
   m.def(
       "epp_chunks",
       [](const std::vector<int64_t>& lengths, int k, const CostModel& cost) {

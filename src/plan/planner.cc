@@ -457,7 +457,21 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   }
   cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
   std::string why;
-  if (search_checkpointing(cand, time_to_beat, cost, options, why)) return true;
+  const bool fits = search_checkpointing(cand, time_to_beat, cost, options, why);
+  // Overlapped waves save a fill and a drain per wave, but where the waves meet a stage holds
+  // chunks of both, which may need more recompute (or not fit): keep whichever is faster.
+  if (cand.waves.size() > 1) {
+    Candidate overlapped = cand;
+    schedule_options.overlap_waves = true;
+    overlapped.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+    std::string ignored;
+    if (search_checkpointing(overlapped, time_to_beat, cost, options, ignored) &&
+        (!fits || overlapped.sim.step_time_s < cand.sim.step_time_s)) {
+      cand = std::move(overlapped);
+      return true;
+    }
+  }
+  if (fits) return true;
   reason = label(cand.setting) + ": " + why;
   return false;
 }

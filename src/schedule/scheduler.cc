@@ -12,24 +12,53 @@ namespace {
 // is enough; the property tests run the deadlock check on many random instances.
 constexpr size_t kRecvLookahead = 1;
 
+// One stage's actions for one wave. `warmup` forwards open it and the last `cooldown` backwards
+// close it with no forward paired to them: what overlapped waves interleave (overlap_next).
+struct StagePart {
+  std::vector<Action> actions;
+  int warmup = 0;
+  int cooldown = 0;
+};
+
 // Warm-up w, then one forward one backward, then the remaining backwards. A backward whose chunk
 // this stage has not forwarded yet (only when a longer chain follows a shorter one, i.e. with
 // keep_chain_order) first pulls in the forwards it needs.
-std::vector<Action> one_f_one_b(const WaveOrder& order, int warmup, std::vector<char>& forwarded) {
+StagePart one_f_one_b(const WaveOrder& order, int warmup, std::vector<char>& forwarded) {
   const int n = static_cast<int>(order.forward.size());
-  std::vector<Action> out;
+  StagePart part;
+  std::vector<Action>& out = part.actions;
   int f = 0;
   auto forward_next = [&] {
     forwarded[order.forward[f]] = 1;
     out.push_back({ActionType::kForward, order.forward[f++]});
   };
   while (f < std::min(warmup, n)) forward_next();
+  part.warmup = f;
   for (int b = 0; b < n; ++b) {
-    if (f < n) forward_next();
+    const bool paired = f < n;
+    if (paired) forward_next();
     while (!forwarded[order.backward[b]]) forward_next();
     out.push_back({ActionType::kBackward, order.backward[b]});
+    part.cooldown = paired ? 0 : part.cooldown + 1;
   }
-  return out;
+  return part;
+}
+
+// Appends the next wave's part to a stage's actions so that the next wave's warm-up forwards
+// fill this wave's cool-down, one forward before each of the last backwards, instead of
+// waiting until it ends. Back to back, the last stage idles while the final backward travels
+// down the pipeline and the next wave's first forward travels up: a fill and a drain per wave.
+// The forwards go before the *last* backwards of the cool-down, so the two waves hold as few
+// chunks at once as that allows (the waves were cut to fit memory apart).
+void overlap_next(std::vector<Action>& out, int cooldown, const StagePart& next) {
+  const int m = std::min(cooldown, next.warmup);
+  std::vector<Action> tail(out.end() - m, out.end());
+  out.resize(out.size() - m);
+  for (int i = 0; i < m; ++i) {
+    out.push_back(next.actions[i]);
+    out.push_back(tail[i]);
+  }
+  out.insert(out.end(), next.actions.begin() + m, next.actions.end());
 }
 
 std::vector<Action> gpipe(const WaveOrder& order) {
@@ -134,6 +163,7 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
     check(wave_of[id] != -1, "chunk " + std::to_string(id) + " is in no wave: every chunk must be in exactly one");
 
   std::vector<std::vector<Action>> computes(d);
+  std::vector<int> cooldown(d, 0);  // of the stage's previous wave
   for (const Wave& wave : waves) {
     const WaveOrder order = order_wave(chunks, wave, options);
     if (order.forward.empty()) continue;
@@ -146,14 +176,41 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
     for (int p = 0; p < d; ++p) {
       for (int id : order.forward) forwarded[id] = 0;
       const int warmup = (d - 1 - p) + (k_max - 1);
-      const std::vector<Action> part =
-          options.kind == ScheduleKind::kGPipe ? gpipe(order) : one_f_one_b(order, warmup, forwarded);
-      computes[p].insert(computes[p].end(), part.begin(), part.end());
+      if (options.kind == ScheduleKind::kGPipe) {
+        const std::vector<Action> part = gpipe(order);
+        computes[p].insert(computes[p].end(), part.begin(), part.end());
+        continue;
+      }
+      const StagePart part = one_f_one_b(order, warmup, forwarded);
+      if (options.overlap_waves) {
+        overlap_next(computes[p], cooldown[p], part);
+      } else {
+        computes[p].insert(computes[p].end(), part.actions.begin(), part.actions.end());
+      }
+      cooldown[p] = part.cooldown;
     }
   }
   Schedule schedule;
   for (int p = 0; p < d; ++p) schedule.stages.push_back(with_communication(computes[p], p, d));
   return schedule;
+}
+
+bool waves_overlap(const Schedule& schedule, const std::vector<Wave>& waves) {
+  std::vector<int> wave_of;
+  for (size_t w = 0; w < waves.size(); ++w)
+    for (int c : waves[w]) {
+      if (c >= static_cast<int>(wave_of.size())) wave_of.resize(c + 1, -1);
+      wave_of[c] = static_cast<int>(w);
+    }
+  for (const std::vector<Action>& stage : schedule.stages) {
+    int latest = -1;
+    for (const Action& a : stage) {
+      if (!a.is_compute() || a.chunk >= static_cast<int>(wave_of.size())) continue;
+      if (wave_of[a.chunk] < latest) return true;
+      latest = std::max(latest, wave_of[a.chunk]);
+    }
+  }
+  return false;
 }
 
 }  // namespace infinipipe

@@ -225,6 +225,7 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   for (const ip::Chunk& c : plan.chunks) kinds[ip::to_string(c.kind())] = kinds[ip::to_string(c.kind())].get<int>() + 1;
   j["chunks_by_kind"] = kinds;
   j["num_waves"] = plan.waves.size();
+  j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
   j["plan_ms"] = plan.plan_ms;
   j["checkpoint_solver"] = plan.checkpoint_solver;
   j["hash"] = plan.hash();
@@ -265,7 +266,8 @@ void print_row(std::ostream& out, const Row& row, double budget) {
       << fixed(100 * plan.bubble_fraction, 1) << "%, recompute " << fixed(plan.recompute_s, 3)
       << " s (" << plan.checkpoint_solver << "), planned in " << fixed(plan.plan_ms, 1) << " ms\n"
       << "      chunks     " << plan.chunks.size() << " (packed " << packed << ", split " << split
-      << ", hybrid " << hybrid << "), waves " << plan.waves.size() << "\n"
+      << ", hybrid " << hybrid << "), waves " << plan.waves.size()
+      << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n"
       << "      recompute s per stage  " << list(plan.stage_recompute_s, 3) << "\n"
       << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1)
       << "  (budget " << fixed(budget / kGiB, 1) << ")\n";

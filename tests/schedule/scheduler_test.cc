@@ -119,9 +119,26 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
         EXPECT_GT(bpos[chain[i - 1]], bpos[chain[i]]) << "reverse slice order, stage " << p;
       }
     }
-    // Waves back to back: every compute of wave w before every compute of wave w + 1.
-    for (size_t i = 1; i < computes.size(); ++i)
-      EXPECT_LE(wave_of[computes[i - 1].chunk], wave_of[computes[i].chunk]) << "stage " << p;
+    // Waves back to back: every compute of wave w before every compute of wave w + 1. Overlapped,
+    // a later wave's compute may come before an earlier wave's only as a forward before a
+    // backward, and the stage holds no more chunks than the larger warm-up of the two allows.
+    std::vector<int> k_max_of(step.waves.size(), 0);
+    for (size_t w = 0; w < step.waves.size(); ++w)
+      for (int c : step.waves[w]) k_max_of[w] = std::max(k_max_of[w], chain_length[c]);
+    const bool overlapped = options.overlap_waves && options.kind == ScheduleKind::kOneFOneB;
+    int in_flight = 0;
+    for (size_t i = 0; i < computes.size(); ++i) {
+      in_flight += computes[i].type == ActionType::kForward ? 1 : -1;
+      const int w = wave_of[computes[i].chunk];
+      const int holds = (d - 1 - p) + std::max(k_max_of[w], w > 0 ? k_max_of[w - 1] : 0);
+      if (overlapped && !options.keep_chain_order) EXPECT_LE(in_flight, holds) << "stage " << p << "\n" << s.text();
+      for (size_t j = i + 1; j < computes.size(); ++j) {
+        if (wave_of[computes[i].chunk] <= wave_of[computes[j].chunk]) continue;
+        EXPECT_TRUE(overlapped) << "stage " << p;
+        EXPECT_EQ(computes[i].type, ActionType::kForward) << "stage " << p;
+        EXPECT_EQ(computes[j].type, ActionType::kBackward) << "stage " << p;
+      }
+    }
 
     for (size_t w = 0; w < step.waves.size(); ++w) {
       std::vector<Action> wave;
@@ -190,21 +207,42 @@ TEST(BuildSchedule, RandomStepsAreValidAndHaveThe1F1BShape) {
     for (int d : {1, 2, 3, 4, 8}) {
       for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kGPipe}) {
         for (bool keep : {false, true}) {
-          ScheduleOptions options;
-          options.num_stages = d;
-          options.kind = kind;
-          options.keep_chain_order = keep;
-          const Schedule s = build_schedule(step.chunks, step.waves, options);
-          ASSERT_NO_THROW(validate_schedule(s, step.chunks))
-              << "trial " << trial << " d=" << d << " gpipe=" << (kind == ScheduleKind::kGPipe) << " keep=" << keep;
-          check_properties(step, s, options);
-          if (::testing::Test::HasFailure()) return;
-          ++built;
+          for (bool overlap : {false, true}) {
+            if (overlap && kind == ScheduleKind::kGPipe) continue;
+            ScheduleOptions options;
+            options.num_stages = d;
+            options.kind = kind;
+            options.keep_chain_order = keep;
+            options.overlap_waves = overlap;
+            const Schedule s = build_schedule(step.chunks, step.waves, options);
+            ASSERT_NO_THROW(validate_schedule(s, step.chunks))
+                << "trial " << trial << " d=" << d << " gpipe=" << (kind == ScheduleKind::kGPipe) << " keep=" << keep
+                << " overlap=" << overlap;
+            check_properties(step, s, options);
+            if (::testing::Test::HasFailure()) return;
+            ++built;
+          }
         }
       }
     }
   }
-  EXPECT_EQ(built, 250 * 5 * 2 * 2);
+  EXPECT_EQ(built, 250 * 5 * (2 * 2 + 2));  // 1F1B: keep x overlap; GPipe: keep
+}
+
+TEST(BuildSchedule, OverlappedWavesFillTheCoolDownWithTheNextWarmUp) {
+  StepBuilder b;
+  for (int c = 0; c < 5; ++c) b.add_chain(1);
+  Step& step = b.step();
+  ScheduleOptions options;
+  options.num_stages = 3;
+  options.overlap_waves = true;
+  const Schedule s = build_schedule(step.chunks, {{0, 1, 2}, {3, 4}}, options);
+  // Back to back, stage 0 would run F0 F1 F2 B0 B1 B2 | F3 F4 B3 B4: the next wave's two warm-up
+  // forwards take the places before the last two backwards of the first wave's cool-down.
+  EXPECT_EQ(joined(computes_of(s.stages[0])), "F0 F1 F2 B0 F3 B1 F4 B2 B3 B4");
+  EXPECT_EQ(joined(computes_of(s.stages[1])), "F0 F1 B0 F2 B1 F3 B2 F4 B3 B4");
+  EXPECT_EQ(joined(computes_of(s.stages[2])), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4");  // no cool-down
+  EXPECT_NO_THROW(validate_schedule(s, step.chunks));
 }
 
 TEST(BuildSchedule, ShortFirstPullsInTheForwardsALongerChainNeeds) {

@@ -40,6 +40,32 @@ TEST(ScheduledSimulation, BuiltOneFOneBAndGPipeMatchTheClassicFormula) {
   }
 }
 
+TEST(ScheduledSimulation, OverlappedWavesOfPackedChunksRunAsOneWave) {
+  // Packed chunks have no warm-up beyond 1F1B's, so wave i+1's warm-up fills exactly wave i's
+  // cool-down: the step is one 1F1B over all chunks, a fill and a drain in all instead of per wave.
+  const int waves = 3;
+  for (int d : {2, 4, 8}) {
+    for (int m : {d, 2 * d}) {
+      CostModel cost = test::simple_cost(std::vector<int>(d, 2));
+      std::vector<Chunk> chunks = test::equal_chunks(waves * m, 50);
+      std::vector<Wave> split(waves);
+      for (int c = 0; c < waves * m; ++c) split[c / m].push_back(c);
+      ScheduleOptions options;
+      options.num_stages = d;
+      const SimResult back_to_back = simulate(build_schedule(chunks, split, options), chunks, cost, {}, {});
+      options.overlap_waves = true;
+      const Schedule overlapped = build_schedule(chunks, split, options);
+      const SimResult r = simulate(overlapped, chunks, cost, {}, {});
+      EXPECT_NEAR(back_to_back.step_time_s, waves * (m + d - 1) * 0.3, 1e-9) << "d=" << d << " m=" << m;
+      EXPECT_NEAR(r.step_time_s, (waves * m + d - 1) * 0.3, 1e-9) << "d=" << d << " m=" << m;
+      EXPECT_TRUE(waves_overlap(overlapped, split));
+      const Schedule one = build_schedule(chunks, one_wave(waves * m), options);
+      EXPECT_EQ(overlapped.text(), one.text()) << "d=" << d << " m=" << m;
+      EXPECT_EQ(r.peak_memory_bytes, back_to_back.peak_memory_bytes) << "d=" << d << " m=" << m;
+    }
+  }
+}
+
 TEST(ScheduledSimulation, OneFOneBHoldsFewerChunksThanGPipe) {
   const int d = 4, m = 12;
   CostModel cost = test::simple_cost(std::vector<int>(d, 2));

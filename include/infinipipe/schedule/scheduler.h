@@ -7,7 +7,9 @@
 // forwards, k_max the length of the wave's first chain, then one forward one backward, then the
 // remaining backwards. (With keep_chain_order a longer chain can follow a shorter one; a backward
 // whose chunk the stage has not forwarded yet is then preceded by the forwards it needs.) Waves
-// run back to back: each stage starts wave i+1 when it has finished wave i.
+// run back to back: each stage starts wave i+1 when it has finished wave i. With overlap_waves,
+// wave i+1's warm-up forwards go between the last backwards of wave i's cool-down instead, as
+// one 1F1B over both waves would run them.
 // Every compute is followed by its SEND and preceded by the RECV it needs, posted one compute
 // ahead: the RECV for compute i+1 comes before compute i (across wave boundaries too). In the
 // steady state a stage sends F_k while its neighbour sends B_j, both rendezvous sends; both
@@ -35,6 +37,9 @@ struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::kOneFOneB;
   // Keep chains in the order given instead of longest first (to show the cost of short-first).
   bool keep_chain_order = false;
+  // 1F1B only: start each wave during the previous one's cool-down (see above). Saves a fill and
+  // a drain per wave, but both waves hold chunks at once there: the memory check decides.
+  bool overlap_waves = false;
 };
 
 // The order chunks go forward in one wave, and the order they go backward.
@@ -46,5 +51,8 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave, const S
 
 Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave>& waves,
                         const ScheduleOptions& options);
+
+// True when some stage computes a chunk of a later wave before one of an earlier wave.
+bool waves_overlap(const Schedule& schedule, const std::vector<Wave>& waves);
 
 }  // namespace infinipipe

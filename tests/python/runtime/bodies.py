@@ -71,7 +71,8 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
     """A plan of `lengths` from a case's spec: the planner (method, budget, setting), a budget
     search (search=...), or given chunks and waves; optionally with the recompute replaced."""
     if "chunks" in spec:
-        plan = _C.plan.build_plan(lengths, spec["chunks"], spec["waves"], trainer.cost)
+        plan = _C.plan.build_plan(lengths, spec["chunks"], spec["waves"], trainer.cost,
+                                  overlap_waves=spec.get("overlap_waves", False))
     elif "epp_k" in spec:  # EPP's chunking at a fixed K, one wave
         chunks = _C.plan.epp_chunks(lengths, spec["epp_k"], trainer.cost)
         plan = _C.plan.build_plan(lengths, chunks, [list(range(len(chunks)))], trainer.cost)

@@ -31,6 +31,8 @@ PRESSURE = [700, 300, 260, 30, 20]
 GIVEN_WAVES = dict(chunks=[[(0, 0, 150)], [(0, 150, 300), (2, 0, 40)], [(1, 0, 200)],
                            [(3, 0, 30), (4, 0, 20)]],
                    waves=[[0, 1], [2], [3]])
+# The same, each wave starting during the previous one's cool-down.
+OVERLAPPED_WAVES = dict(GIVEN_WAVES, overlap_waves=True)
 
 
 # EPP on the sequence processor's own chunks (not a baseline's chunking, which its search may
@@ -49,7 +51,8 @@ CASES = [
          kinds={"split"}, min_chunks=5),
     case("long-epp", "float64", [1024], OWN, kinds={"split"}, min_chunks=2),
     case("hybrid", "float64", HYBRID, OWN, has_kind="hybrid"),
-    case("given-waves", "float64", WAVES, GIVEN_WAVES, min_waves=3, has_kind="hybrid"),
+    case("given-waves", "float64", WAVES, GIVEN_WAVES, min_waves=3, has_kind="hybrid", overlapped=False),
+    case("given-waves-overlapped", "float64", WAVES, OVERLAPPED_WAVES, min_waves=3, overlapped=True),
     case("planner-waves", "float64", PRESSURE, dict(search="waves"), min_waves=2),
     case("planner-checkpoint", "float64", SHORT, dict(search="recompute"), recompute=True),
     case("edited-checkpoint-sliced", "float64", LONG,
@@ -58,6 +61,8 @@ CASES = [
          recompute=True, has_kind="hybrid"),
     case("edited-checkpoint-waves", "float64", WAVES, dict(GIVEN_WAVES, recompute="pattern"),
          recompute=True, min_waves=3),
+    case("edited-checkpoint-overlapped", "float64", WAVES, dict(OVERLAPPED_WAVES, recompute="pattern"),
+         recompute=True, min_waves=3, overlapped=True),
     # One batch, many plans: every method and several K must give the same gradients.
     case("mix-epp-k1", "float64", MIX, dict(method="epp", max_k=1), seed=7, same_as="mix"),
     case("mix-epp", "float64", MIX, dict(method="epp"), seed=7, same_as="mix"),
@@ -77,6 +82,7 @@ CASES = [
     case("edited-checkpoint-hybrid", "float32", HYBRID, dict(OWN, recompute="pattern"),
          recompute=True),
     case("given-waves", "float32", WAVES, GIVEN_WAVES, min_waves=3),
+    case("given-waves-overlapped", "float32", WAVES, OVERLAPPED_WAVES, min_waves=3, overlapped=True),
     case("mix-seq1f1b-k4", "float32", MIX, dict(method="seq1f1b", k=4), seed=7),
 ]
 CASE_INDEX = {c["name"]: i for i, c in enumerate(CASES)}
@@ -140,6 +146,8 @@ def check_expectations(c: dict, per_rank: list[dict]) -> None:
         assert len(kinds) >= expect["min_chunks"], kinds
     if "min_waves" in expect:
         assert summary["waves"] >= expect["min_waves"], summary
+    if "overlapped" in expect:
+        assert summary["waves_overlap"] == expect["overlapped"], summary
     if expect.get("recompute"):
         table = first["recompute"]
         flat = [n for row in table for n in row]
