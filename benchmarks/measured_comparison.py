@@ -67,6 +67,7 @@ def parse_args() -> argparse.Namespace:
                    "torch.distributed.pipelining instead of tuning it here (the tuning measures "
                    "memory with hooks on the longest padded step: many minutes)")
     p.add_argument("--output", type=Path)
+    p.add_argument("--note", help="what differs in this run, kept in the output (report.py lists it)")
     p.add_argument("--smoke", action="store_true", help="tiny case, one step (CI)")
     args = p.parse_args()
     if args.smoke:
@@ -243,6 +244,8 @@ def main() -> int:
                       lengths=lengths, static=static, first_step_loss=first_loss,
                       torch_config=dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried),
                       rows=rows, summary=summarise(rows, lengths, args))
+        if args.note:
+            result["note"] = args.note
         print(json.dumps(result["summary"], indent=1))
         if args.output:
             args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 #   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs,
 #      beside one neighbour process doing the same work, as the other rank does)
 #   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions
-#   3. measured comparison: EPP, its baselines and torch.distributed.pipelining, side by side
+#   3. measured comparison: EPP, its baselines and torch.distributed.pipelining, side by side,
+#      and MEASURED_REPEATS (default 2) repeats of it
 #   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case, and the measured
 #      setup simulated over more steps and other budgets
 #   5. the cluster-scale study (simulated, analytic A800 coefficients)
@@ -40,6 +41,15 @@ $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
   --cost-model "$R/cost_cpu.json" --output "$R/validation.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
+# Repeats of the measured comparison with the main run's torch configuration (its tuning takes
+# minutes): report.py judges each measured ratio by the median over the main run and these.
+rm -f "$R"/measured_repeat_*.json
+TORCH_CONFIG=$($PY -c 'import json, sys; c = json.load(open(sys.argv[1]))["torch_config"]; print(c["microbatch_size"], c["checkpoint"], sep=",")' "$R/measured.json")
+for i in $(seq 1 "${MEASURED_REPEATS:-2}"); do
+  $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model "$R/cost_cpu.json" \
+    --torch-config "$TORCH_CONFIG" --output "$R/measured_repeat_$i.json" \
+    --note "repeat $i, $(date -u '+%Y-%m-%d %H:%M UTC'): the same command with the main run's torch configuration ($TORCH_CONFIG)"
+done
 $PY benchmarks/cpu_simulated.py --cost-model "$R/cost_cpu.json"
 $PY benchmarks/cluster_study.py build/infinipipe-plan
 $PY benchmarks/report.py
