@@ -233,7 +233,11 @@ simulation parts, so the comparison is about the plans only.
   "chunkflow chunks ..."), planned with EPP's waves and recompute, so no baseline's chunking
   beats EPP on a step in simulation. One wave
   when everything fits without recompute, else recompute (stage-aware) and, when it can win,
-  waves by the grouping DP. The search ranks settings by a bound (busiest stage plus the first
+  waves by the grouping DP. Waves are tried back to back and overlapped (each wave's warm-up
+  forwards placed between the last backwards of the previous wave's cool-down, as one 1F1B over
+  both would run them: a fill and a drain fewer per wave, but the two waves share memory where
+  they meet); the faster in simulation, with its recompute, is kept. The search ranks settings
+  by a bound (busiest stage plus the first
   chunk's fill and the last chunk's drain; exact when the pipeline never stalls), simulates them
   best first and stops when no bound beats the best plan found; recompute and grouping, the
   expensive steps, go to at most 6 and 2 settings of each family (the sequence processor's, the

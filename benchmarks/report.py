@@ -315,10 +315,13 @@ def targets_section(meta, val, res, headline, repeats=(), history=()) -> list[st
     if res:
         s = res["summary"]
         runs = [res, *repeats]
+        short = False
         for m in ("seq1f1b", "batch", "chunkflow"):
             text, median = speedups(runs, m, history)
+            short |= median < 1.2
             out.append(f"- Measured, EPP at least 1.2x {LABELS[m]}: {text}: {verdict(median >= 1.2)}.")
         text, median = speedups(runs, "torch_1f1b", history)
+        short |= median < 2
         out.append(f"- Measured, EPP at least 2x torch.distributed.pipelining Schedule1F1B: "
                    f"{text}: {verdict(median >= 2)}.")
         out.append(f"- EPP's measured peak memory within the budget: {s['epp']['peak_memory_mib']:.0f} "
@@ -332,7 +335,7 @@ def targets_section(meta, val, res, headline, repeats=(), history=()) -> list[st
         out.append(f"- Simulated, {model}, 96K, 8 stages, EPP at least 1.3x Seq1F1B and batch-level: "
                    f"{ratios['seq1f1b']:.3f}x and {ratios['batch']:.3f}x: {verdict(worst >= 1.3)}.")
     if res:
-        out += ["", shortfall_text(res, meta, val)]
+        out += ["", shortfall_text(res, meta, val, short)]
     return out + [""]
 
 
@@ -347,7 +350,8 @@ def busy_note(val: dict | None) -> str:
             f"simulation leaves out)")
 
 
-def shortfall_text(res: dict, meta: dict | None, val: dict | None) -> str:
+def shortfall_text(res: dict, meta: dict | None, val: dict | None, short: bool = True) -> str:
+    """Why the measured margins are what they are; `short`: some measured target is not met."""
     methods = ("epp", "seq1f1b", "batch", "chunkflow")
     predicted = {m: sum(r["ranks"][0]["predicted_s"] for r in res["rows"][m]) for m in methods}
     pred = {m: predicted[m] / predicted["epp"] for m in methods}  # EPP's predicted speed-ups
@@ -355,11 +359,12 @@ def shortfall_text(res: dict, meta: dict | None, val: dict | None) -> str:
     overhead = (f"about {1e3 * meta['b']:.1f} ms against {1e6 * meta['a2']:.1f} us per token"
                 if meta else "small")
     return (
-        "Where the measured targets fall short, the margin was thin in the plans already: from "
-        "their own predictions EPP was to be " + ", ".join(
-            f"{pred[m]:.2f}x {LABELS[m]}" for m in methods[1:]) + " on these steps. Measured, "
-        "every method ran slower than predicted: " + ", ".join(
-            f"{LABELS[m] if m != 'epp' else 'EPP'} by {100 * over[m]:.1f}%" for m in methods) +
+        ("Where the measured targets fall short, the margin was thin in the plans already"
+         if short else "The measured margins are about what the plans predicted") +
+        ": from their own predictions EPP was to be " + ", ".join(
+            f"{pred[m]:.2f}x {LABELS[m]}" for m in methods[1:]) + " on these steps. Measured "
+        "against predicted (positive: slower than predicted): " + ", ".join(
+            f"{LABELS[m] if m != 'epp' else 'EPP'} {100 * over[m]:+.1f}%" for m in methods) +
         busy_note(val) + ". On this CPU a small "
         "chunk costs little beyond its FLOPs (b, the per-layer overhead of a chunk, is " +
         overhead + "), so Seq1F1B's and ChunkFlow's fine slices lose little "
