@@ -49,7 +49,8 @@ class PlanConfig:
     """How steps are planned.
 
     method: "epp" (elastic: sweeps the slice count up to max_k, and with baseline_chunkings
-        the baselines' chunkings too, planned with EPP's waves and recompute), or a baseline at
+        the baselines' chunkings too, planned with EPP's waves and recompute; with
+        overlap_waves a wave may start during the previous one's cool-down), or a baseline at
         a fixed setting: "batch" (token_cap), "seq1f1b" (token_cap, k), "chunkflow" (chunk_tokens).
         token_cap 0 means the step's longest sequence.
     memory budget per stage, model state included: memory_budget_gib or memory_budget_bytes
@@ -71,6 +72,7 @@ class PlanConfig:
     # 0: no CBC, so every rank's independent plan is the same whatever its load (see planner.h)
     checkpoint_time_limit_s: float = 0.0
     baseline_chunkings: bool = True
+    overlap_waves: bool = True  # EPP: may start a wave during the previous one's cool-down
     hardware: str = "cpu"
     cost_model: str | None = None
 
@@ -449,7 +451,7 @@ class Trainer:
             lengths, self.cost, float(self.memory_budget_bytes), p.method, k=p.k, token_cap=cap,
             chunk_tokens=p.chunk_tokens, uniform_recompute=p.uniform_recompute, max_k=p.max_k,
             checkpoint_time_limit_s=p.checkpoint_time_limit_s,
-            baseline_chunkings=p.baseline_chunkings)
+            baseline_chunkings=p.baseline_chunkings, overlap_waves=p.overlap_waves)
 
     def step(self, batch: Any, plan: Any = None, measure_memory: bool = False) -> StepResult:
         """One training step on `batch` (a list of token sequences): plan, check agreement with

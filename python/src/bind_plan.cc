@@ -117,9 +117,10 @@ py::dict summary(const Plan& plan) {
 Plan plan_step(const std::vector<int64_t>& lengths, const CostModel& cost,
                double memory_budget_bytes, const std::string& method_name, int k,
                int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
-               double checkpoint_time_limit_s, bool baseline_chunkings) {
+               double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves) {
   PlannerOptions options;
   options.baseline_chunkings = baseline_chunkings;
+  options.overlap_waves = overlap_waves;
   options.num_stages = cost.num_stages();
   options.memory_budget_bytes = memory_budget_bytes;
   options.max_k = max_k;
@@ -291,6 +292,7 @@ void bind_plan(py::module_& root) {
         py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = PlannerOptions{}.max_k,
         py::arg("checkpoint_time_limit_s") = PlannerOptions{}.checkpoint_time_limit_s,
         py::arg("baseline_chunkings") = PlannerOptions{}.baseline_chunkings,
+        py::arg("overlap_waves") = PlannerOptions{}.overlap_waves,
         "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k), and the "
         "baselines' chunkings too unless baseline_chunkings is False; the "
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "

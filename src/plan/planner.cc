@@ -460,7 +460,7 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   const bool fits = search_checkpointing(cand, time_to_beat, cost, options, why);
   // Overlapped waves save a fill and a drain per wave, but where the waves meet a stage holds
   // chunks of both, which may need more recompute (or not fit): keep whichever is faster.
-  if (cand.waves.size() > 1) {
+  if (options.overlap_waves && cand.waves.size() > 1) {
     Candidate overlapped = cand;
     schedule_options.overlap_waves = true;
     overlapped.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);

@@ -42,6 +42,7 @@ struct Args {
   std::vector<int> layers_per_stage;
   std::string method = "all";
   int max_k = ip::PlannerOptions{}.max_k;
+  bool waves_back_to_back = false;
   bool json = false;
   std::string plan_out;
   std::string trace_out;
@@ -294,6 +295,7 @@ int run(int argc, char** argv) {
   app.add_option("--layers-per-stage", args.layers_per_stage, "layers of each stage, comma separated (default: as even as possible)")->delimiter(',');
   app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")->capture_default_str();
   app.add_option("--max-k", args.max_k, "EPP: largest slice count K tried")->capture_default_str();
+  app.add_flag("--waves-back-to-back", args.waves_back_to_back, "EPP: never overlap waves (the paper's schedule, for ablations)");
   app.add_flag("--json", args.json, "one JSON object per line per method (and step) instead of the table");
   app.add_option("--plan", args.plan_out, "write the EPP plan (or the single --method's plan) of the first step to this JSON file");
   app.add_option("--trace", args.trace_out, "write that plan's simulated timeline as a Chrome trace (chrome://tracing, Perfetto)");
@@ -323,6 +325,7 @@ int run(int argc, char** argv) {
   options.memory_budget_bytes = memory_gib * kGiB;
   ip::check(args.max_k >= 1, "--max-k must be at least 1");
   options.max_k = args.max_k;
+  options.overlap_waves = !args.waves_back_to_back;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());
 

@@ -60,7 +60,7 @@ void expect_executable(const Plan& plan, const Instance& inst) {
 
 TEST(Planner, EveryFeasiblePlanIsExecutableAndFits) {
   std::mt19937_64 rng(20250921);
-  int feasible_epp = 0, infeasible_epp = 0, with_recompute = 0, multi_wave = 0;
+  int feasible_epp = 0, infeasible_epp = 0, with_recompute = 0, multi_wave = 0, overlapped = 0;
   for (int trial = 0; trial < 150; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
@@ -71,7 +71,17 @@ TEST(Planner, EveryFeasiblePlanIsExecutableAndFits) {
       EXPECT_GE(epp.plan.setting.k, 1);
       EXPECT_LE(epp.plan.setting.k, inst.options.max_k);
       if (epp.plan.recompute_s > 0) ++with_recompute;
-      if (epp.plan.waves.size() > 1) ++multi_wave;
+      if (epp.plan.waves.size() > 1) {
+        ++multi_wave;
+        overlapped += waves_overlap(epp.plan.schedule, epp.plan.waves);
+        // The ablation switch: waves back to back only.
+        PlannerOptions back_to_back = inst.options;
+        back_to_back.overlap_waves = false;
+        const PlanResult apart = plan_epp(inst.lengths, inst.cost, back_to_back);
+        ASSERT_TRUE(apart.feasible) << apart.reason;
+        expect_executable(apart.plan, inst);
+        EXPECT_FALSE(waves_overlap(apart.plan.schedule, apart.plan.waves));
+      }
     } else {
       ++infeasible_epp;
       EXPECT_FALSE(epp.reason.empty());
@@ -92,8 +102,9 @@ TEST(Planner, EveryFeasiblePlanIsExecutableAndFits) {
   EXPECT_GE(infeasible_epp, 1);
   EXPECT_GE(with_recompute, 10);
   EXPECT_GE(multi_wave, 1);
-  std::printf("EPP: %d feasible (%d with recompute, %d with several waves), %d infeasible\n",
-              feasible_epp, with_recompute, multi_wave, infeasible_epp);
+  EXPECT_GE(overlapped, 1);
+  std::printf("EPP: %d feasible (%d with recompute, %d with several waves, %d of them overlapped), %d infeasible\n",
+              feasible_epp, with_recompute, multi_wave, overlapped, infeasible_epp);
 }
 
 TEST(Planner, UniformRecomputeIsUniformAndFixedCountIsHonoured) {

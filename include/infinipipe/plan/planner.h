@@ -43,6 +43,9 @@ struct PlannerOptions {
   // EPP: also weigh the baselines' chunkings (Setting::chunker); false keeps to the sequence
   // processor's (the paper's search alone, for ablations).
   bool baseline_chunkings = true;
+  // EPP: try several waves overlapped too (ScheduleOptions::overlap_waves), keeping the faster;
+  // false keeps waves back to back (the paper's schedule, for ablations).
+  bool overlap_waves = true;
   int max_recompute_candidates = 6;
   int max_wave_groupings = 2;
   // EPP: drain tapers tried on the winner (EppChunkingOptions::drain_chunks x drain_split),
