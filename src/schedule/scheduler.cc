@@ -35,11 +35,12 @@ StagePart one_f_one_b(const WaveOrder& order, int warmup, std::vector<char>& for
   while (f < std::min(warmup, n)) forward_next();
   part.warmup = f;
   for (int b = 0; b < n; ++b) {
-    const bool paired = f < n;
-    if (paired) forward_next();
+    const size_t before = out.size();
+    if (f < n) forward_next();
     while (!forwarded[order.backward[b]]) forward_next();
     out.push_back({ActionType::kBackward, order.backward[b]});
-    part.cooldown = paired ? 0 : part.cooldown + 1;
+    // A backward with no forward of its own before it extends the cool-down.
+    part.cooldown = out.size() - before == 1 ? part.cooldown + 1 : 0;
   }
   return part;
 }
