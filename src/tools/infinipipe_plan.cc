@@ -43,6 +43,7 @@ struct Args {
   std::string method = "all";
   int max_k = ip::PlannerOptions{}.max_k;
   bool waves_back_to_back = false;
+  double checkpoint_seconds = ip::PlannerOptions{}.checkpoint_time_limit_s;
   bool json = false;
   std::string plan_out;
   std::string trace_out;
@@ -215,6 +216,7 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   }
   const ip::Plan& plan = row.result->plan;
   j["setting"] = plan.setting;
+  j["setting_text"] = ip::describe(plan.method, plan.setting);
   j["step_time_s"] = plan.step_time_s;
   j["bubble_fraction"] = plan.bubble_fraction;
   j["recompute_s"] = plan.recompute_s;
@@ -295,6 +297,9 @@ int run(int argc, char** argv) {
   app.add_option("--layers-per-stage", args.layers_per_stage, "layers of each stage, comma separated (default: as even as possible)")->delimiter(',');
   app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")->capture_default_str();
   app.add_option("--max-k", args.max_k, "EPP: largest slice count K tried")->capture_default_str();
+  app.add_option("--checkpoint-seconds", args.checkpoint_seconds,
+                 "EPP: CBC time limit for the winner's checkpointing; 0 skips CBC (the greedy "
+                 "solvers alone: deterministic, as the trainer plans)")->capture_default_str();
   app.add_flag("--waves-back-to-back", args.waves_back_to_back, "EPP: never overlap waves (the paper's schedule, for ablations)");
   app.add_flag("--json", args.json, "one JSON object per line per method (and step) instead of the table");
   app.add_option("--plan", args.plan_out, "write the EPP plan (or the single --method's plan) of the first step to this JSON file");
@@ -326,6 +331,7 @@ int run(int argc, char** argv) {
   ip::check(args.max_k >= 1, "--max-k must be at least 1");
   options.max_k = args.max_k;
   options.overlap_waves = !args.waves_back_to_back;
+  options.checkpoint_time_limit_s = args.checkpoint_seconds;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());
 
