@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 
 # libgloo-dev: only gloo's headers, for the C++ trainer example's ProcessGroupGloo (never
 # linked: the symbols come from libtorch_cpu; docs/runtime.md, "From C++ alone").
-APT_PACKAGES=(build-essential ninja-build pkg-config libgtest-dev libspdlog-dev
+APT_PACKAGES=(build-essential ninja-build pkg-config libgtest-dev
               nlohmann-json3-dev coinor-libcbc-dev libcli11-dev libgloo-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

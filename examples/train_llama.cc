@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/models/llama.h"
@@ -113,25 +113,15 @@ std::vector<at::Tensor> synthetic_batch(const std::vector<int64_t>& lengths, int
   return batch;
 }
 
+// Every rank plans on its own, with the trainer's options (deterministic: no CBC).
 ip::Plan plan_step(const Args& args, const std::vector<int64_t>& lengths,
                    const ip::CostModel& cost) {
-  ip::PlannerOptions options;
-  options.num_stages = cost.num_stages();
-  options.memory_budget_bytes = args.memory_gib * (1ull << 30);
-  const ip::Method method = ip::parse_method(args.method);
-  ip::PlanResult result;
-  if (method == ip::Method::kEpp) {
-    result = ip::plan_epp(lengths, cost, options);
-  } else {
-    ip::Setting setting;
-    setting.k = args.k;
-    setting.token_cap = *std::max_element(lengths.begin(), lengths.end());
-    setting.chunk_tokens = args.chunk_tokens;
-    result = ip::plan_with_setting(method, lengths, setting, cost, options);
-  }
-  ip::check(result.feasible, "no " + args.method + " plan fits this step: " + result.reason +
-                                 " (raise --memory-gib)");
-  return std::move(result.plan);
+  const ip::PlannerOptions options =
+      ip::PlannerOptions::for_training(cost.num_stages(), args.memory_gib * (1ull << 30));
+  ip::Setting setting;
+  setting.k = args.k;
+  setting.chunk_tokens = args.chunk_tokens;
+  return ip::plan_step(ip::parse_method(args.method), lengths, cost, options, setting);
 }
 
 // Every rank planned on its own; they must run the same schedule. One store round: each rank

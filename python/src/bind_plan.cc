@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bindings.h"
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/chunking/sequence_processor.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/cost/calibration.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/data/length_sampler.h"
@@ -65,28 +65,6 @@ std::vector<std::vector<std::string>> schedule_text(const Plan& plan) {
   return out;
 }
 
-// Checks what the executor relies on: coverage, the schedule, recompute bounds.
-void validate_plan(const Plan& plan) {
-  check_coverage(plan.chunks, plan.lengths);
-  validate_schedule(plan.schedule, plan.chunks);
-  const int stages = plan.schedule.num_stages();
-  check(static_cast<int>(plan.layers_per_stage.size()) == stages,
-        "plan: layers_per_stage has " + std::to_string(plan.layers_per_stage.size()) +
-            " entries for " + std::to_string(stages) + " stages");
-  if (plan.recompute.empty()) return;
-  check(static_cast<int>(plan.recompute.size()) == stages,
-        "plan: recompute must have one row per stage");
-  for (int p = 0; p < stages; ++p) {
-    check(plan.recompute[p].size() == plan.chunks.size(),
-          "plan: recompute[" + std::to_string(p) + "] must have one entry per chunk");
-    for (size_t c = 0; c < plan.chunks.size(); ++c)
-      check(plan.recompute[p][c] >= 0 && plan.recompute[p][c] <= plan.layers_per_stage[p],
-            "plan: recompute[" + std::to_string(p) + "][" + std::to_string(c) + "] = " +
-                std::to_string(plan.recompute[p][c]) + " is outside [0, " +
-                std::to_string(plan.layers_per_stage[p]) + "]");
-  }
-}
-
 py::dict summary(const Plan& plan) {
   py::dict d;
   d["method"] = to_string(plan.method);
@@ -114,34 +92,23 @@ py::dict summary(const Plan& plan) {
   return d;
 }
 
-Plan plan_step(const std::vector<int64_t>& lengths, const CostModel& cost,
-               double memory_budget_bytes, const std::string& method_name, int k,
-               int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
-               double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves) {
-  PlannerOptions options;
-  options.baseline_chunkings = baseline_chunkings;
-  options.overlap_waves = overlap_waves;
-  options.num_stages = cost.num_stages();
-  options.memory_budget_bytes = memory_budget_bytes;
+// The trainer's planning call: PlannerOptions::for_training with the knobs PlanConfig exposes.
+Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost,
+                      double memory_budget_bytes, const std::string& method, int k,
+                      int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
+                      double checkpoint_time_limit_s, bool baseline_chunkings,
+                      bool overlap_waves) {
+  PlannerOptions options = PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes);
   options.max_k = max_k;
   options.checkpoint_time_limit_s = checkpoint_time_limit_s;
-  const Method method = parse_method(method_name);
-  PlanResult result;
-  if (method == Method::kEpp) {
-    result = plan_epp(lengths, cost, options);
-  } else {
-    Setting setting;
-    setting.k = k;
-    setting.token_cap = token_cap;
-    setting.chunk_tokens = chunk_tokens;
-    setting.uniform_recompute = uniform_recompute;
-    result = plan_with_setting(method, lengths, setting, cost, options);
-  }
-  if (!result.feasible)
-    throw Error("no " + method_name + " plan fits this step: " + result.reason +
-                " (raise the memory budget, or change the method's setting)");
-  validate_plan(result.plan);
-  return std::move(result.plan);
+  options.baseline_chunkings = baseline_chunkings;
+  options.overlap_waves = overlap_waves;
+  Setting setting;
+  setting.k = k;
+  setting.token_cap = token_cap;
+  setting.chunk_tokens = chunk_tokens;
+  setting.uniform_recompute = uniform_recompute;
+  return plan_step(parse_method(method), lengths, cost, options, setting);
 }
 
 // A plan from given chunks and waves (for tests and experiments): scheduled by the 1F1B chunk
@@ -174,7 +141,7 @@ Plan build_plan(const std::vector<int64_t>& lengths,
                        ? Recompute(cost.num_stages(), std::vector<int>(plan.chunks.size(), 0))
                        : recompute;
   plan.checkpoint_solver = "given";
-  validate_plan(plan);
+  plan.validate();
   SimOptions sim_options;
   sim_options.record_events = false;
   const SimResult sim = simulate(plan.schedule, plan.chunks, cost, plan.recompute, sim_options);
@@ -242,7 +209,7 @@ void bind_plan(py::module_& root) {
           "from_json",
           [](const std::string& text) { return parse_json(text, "plan").get<Plan>(); },
           py::arg("text"))
-      .def("validate", &validate_plan, "Error unless coverage, schedule and recompute are valid.")
+      .def("validate", &Plan::validate, "Error unless coverage, schedule and recompute are valid.")
       .def("__copy__", [](const Plan& p) { return Plan(p); })
       .def("__deepcopy__", [](const Plan& p, py::dict) { return Plan(p); }, py::arg("memo"))
       .def_property_readonly("method", [](const Plan& p) { return to_string(p.method); })
@@ -265,7 +232,7 @@ void bind_plan(py::module_& root) {
             Recompute old = std::move(p.recompute);
             p.recompute = r;
             try {
-              validate_plan(p);
+              p.validate();
             } catch (...) {
               p.recompute = std::move(old);
               throw;
@@ -287,12 +254,22 @@ void bind_plan(py::module_& root) {
                std::to_string(p.waves.size()) + " waves, hash " + p.hash() + ">";
       });
 
-  m.def("plan_step", &plan_step, py::arg("lengths"), py::arg("cost"),
+  // Defaults: the training options (PlannerOptions::for_training), which PlanConfig also reads.
+  const PlannerOptions kTraining = PlannerOptions::for_training(1, 1);
+  m.def("training_defaults", [kTraining] {
+    py::dict d;
+    d["max_k"] = kTraining.max_k;
+    d["checkpoint_time_limit_s"] = kTraining.checkpoint_time_limit_s;
+    d["baseline_chunkings"] = kTraining.baseline_chunkings;
+    d["overlap_waves"] = kTraining.overlap_waves;
+    return d;
+  }, "The planner options a trainer plans with (PlannerOptions::for_training), as a dict.");
+  m.def("plan_step", &plan_for_trainer, py::arg("lengths"), py::arg("cost"),
         py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1, py::arg("token_cap") = 0,
-        py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = PlannerOptions{}.max_k,
-        py::arg("checkpoint_time_limit_s") = PlannerOptions{}.checkpoint_time_limit_s,
-        py::arg("baseline_chunkings") = PlannerOptions{}.baseline_chunkings,
-        py::arg("overlap_waves") = PlannerOptions{}.overlap_waves,
+        py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = kTraining.max_k,
+        py::arg("checkpoint_time_limit_s") = kTraining.checkpoint_time_limit_s,
+        py::arg("baseline_chunkings") = kTraining.baseline_chunkings,
+        py::arg("overlap_waves") = kTraining.overlap_waves,
         "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k), and the "
         "baselines' chunkings too unless baseline_chunkings is False; the "
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "

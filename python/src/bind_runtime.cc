@@ -19,9 +19,10 @@
 #include <tuple>
 
 #include "bindings.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/runtime/executor.h"
 #include "infinipipe/runtime/layer_profiler.h"
+#include "infinipipe/runtime/next_token_loss.h"
 
 namespace py = pybind11;
 
@@ -36,9 +37,10 @@ using runtime::StageModule;
 using runtime::StepStats;
 
 // A stage module written in Python: any object with num_layers, has_embedding, has_head,
-// embed(tokens, ctx), layer(local_index, hidden, ctx), head(hidden, ctx), parameters(), and
-// optionally make_context(chunk_context) -> the ctx object its methods receive (created once per
-// chunk; without it they receive the C++ ChunkContext itself).
+// embed(tokens, ctx), layer(local_index, hidden, ctx), head(hidden, ctx), parameters(). ctx is
+// the chunk's ChunkContext; its Python object lives as long as the chunk (in module_state), so
+// attributes a module sets on it (per-chunk caches) last from the chunk's forward to its
+// backward.
 class PythonStageModule : public StageModule {
  public:
   explicit PythonStageModule(py::object impl) : impl_(std::move(impl)) {
@@ -49,7 +51,6 @@ class PythonStageModule : public StageModule {
     num_layers_ = impl_.attr("num_layers").cast<int>();
     has_embedding_ = impl_.attr("has_embedding").cast<bool>();
     has_head_ = impl_.attr("has_head").cast<bool>();
-    has_make_context_ = py::hasattr(impl_, "make_context");
     check(num_layers_ >= 1, "stage module: num_layers must be at least 1");
   }
   ~PythonStageModule() override {
@@ -88,11 +89,11 @@ class PythonStageModule : public StageModule {
     return THPVariable_Unpack(out.ptr());
   }
 
-  // The Python-side context of the chunk, made once and cached in the C++ context.
-  py::object context(ChunkContext& ctx) {
-    if (!has_make_context_) return py::cast(ctx.shared_from_this());
+  // The chunk's context as one Python object for the chunk's lifetime (the executor resets
+  // module_state when the chunk is done, which breaks the cycle through it).
+  static py::object context(ChunkContext& ctx) {
     if (!ctx.module_state) {
-      py::object made = impl_.attr("make_context")(ctx.shared_from_this());
+      py::object made = py::cast(ctx.shared_from_this());
       ctx.module_state = std::shared_ptr<void>(new py::object(std::move(made)), [](void* p) {
         py::gil_scoped_acquire gil;
         delete static_cast<py::object*>(p);
@@ -105,7 +106,6 @@ class PythonStageModule : public StageModule {
   int num_layers_ = 0;
   bool has_embedding_ = false;
   bool has_head_ = false;
-  bool has_make_context_ = false;
 };
 
 kernels::Backend parse_backend(const std::string& name) {
@@ -168,46 +168,47 @@ py::dict profile_dict(const runtime::LayerProfile& profile) {
 void bind_runtime(py::module_& root) {
   py::module_ m = root.def_submodule("runtime", "The executor and its chunk contexts");
 
+  // py::dynamic_attr: a Python stage module may keep per-chunk state on its context (the
+  // executor keeps the Python object alive for the chunk's lifetime: PythonStageModule).
   py::class_<ChunkContext, std::shared_ptr<ChunkContext>>(
-      m, "ChunkContext",
-      "One chunk as a stage sees it: its segments, positions and per-layer chunk attention.")
-      .def(py::init([](int chunk, const std::vector<std::tuple<int64_t, int64_t, int64_t, int>>&
-                                      segments,
-                       int num_layers,
-                       std::optional<std::vector<std::vector<std::shared_ptr<kernels::SequenceKV>>>>
-                           kv,
-                       at::Device device, double scale, const std::string& backend) {
-             std::vector<runtime::SliceRows> slices;
-             for (const auto& [row, start, length, seq] : segments)
-               slices.push_back(runtime::SliceRows{seq, row, start, length});
-             if (!kv)
-               kv.emplace(num_layers, std::vector<std::shared_ptr<kernels::SequenceKV>>(
-                                          slices.size()));
-             check(static_cast<int>(kv->size()) == num_layers,
-                   "ChunkContext: kv needs one list per layer (" + std::to_string(num_layers) +
-                       "), got " + std::to_string(kv->size()));
-             return std::make_shared<ChunkContext>(chunk, std::move(slices), std::move(*kv),
-                                                   device, scale, parse_backend(backend));
+      m, "ChunkContext", py::dynamic_attr(),
+      "One chunk as a stage module sees it: its slices (laid out in the rows back to back), "
+      "each row's position in its sequence, and per-layer chunk attention.")
+      .def(py::init([](const std::vector<Slice>& slices,
+                       std::vector<kernels::SliceBuffers> kv, int chunk, at::Device device,
+                       double scale, const std::string& backend) {
+             runtime::ChunkContextOptions o;
+             o.chunk = chunk;
+             o.device = device;
+             o.attention_scale = scale;
+             o.attention_backend = parse_backend(backend);
+             return std::make_shared<ChunkContext>(slices, std::move(kv), o);
            }),
-           py::arg("chunk"), py::arg("segments"), py::arg("num_layers"), py::arg("kv") = py::none(),
-           py::arg("device") = at::Device(at::kCPU), py::arg("scale") = 0.0,
-           py::arg("backend") = "auto",
-           "A chunk's context outside the executor (tests, C++ stage modules driven from "
-           "Python): segments as (row, start, length, seq_id) tiling the rows; kv[layer][i] the "
-           "SequenceKV of segment i on that layer, None for a whole sequence (kv=None: all "
-           "whole).")
+           py::arg("slices"), py::arg("kv") = std::vector<kernels::SliceBuffers>{},
+           py::arg("chunk") = 0, py::arg("device") = at::Device(at::kCPU),
+           py::arg("scale") = 0.0, py::arg("backend") = "auto",
+           "A chunk's context outside the executor (a model run unpipelined, tests, C++ stage "
+           "modules driven from Python): slices as Slice or (seq, start, end) tuples; "
+           "kv[layer][i] the SequenceKV of slice i on that layer, None for a whole sequence "
+           "(kv=[]: whole sequences only, any layer).")
+      .def_static(
+          "packed",
+          [](const std::vector<int64_t>& lengths, at::Device device) {
+            std::vector<Slice> slices;
+            for (size_t i = 0; i < lengths.size(); ++i)
+              slices.push_back(Slice{static_cast<int>(i), 0, lengths[i], lengths[i]});
+            runtime::ChunkContextOptions o;
+            o.device = device;
+            return std::make_shared<ChunkContext>(std::move(slices),
+                                                  std::vector<kernels::SliceBuffers>{}, o);
+          },
+          py::arg("lengths"), py::arg("device") = at::Device(at::kCPU),
+          "Whole sequences 0, 1, ... of these lengths packed back to back.")
       .def_property_readonly("chunk", &ChunkContext::chunk)
       .def_property_readonly("num_tokens", &ChunkContext::num_tokens)
       .def_property_readonly("num_layers", &ChunkContext::num_layers)
       .def_property_readonly("positions", &ChunkContext::positions)
-      .def_property_readonly(
-          "segments",
-          [](const ChunkContext& c) {
-            std::vector<std::tuple<int64_t, int64_t, int64_t, int>> out;
-            for (const auto& s : c.slices()) out.emplace_back(s.row, s.start, s.length, s.seq);
-            return out;
-          },
-          "(row, start, length, seq_id) per slice, as llama.ChunkContext takes them.")
+      .def_property_readonly("slices", &ChunkContext::slices)
       .def(
           "attention",
           [](const ChunkContext& c, int layer, const at::Tensor& q, const at::Tensor& k,
@@ -222,6 +223,16 @@ void bind_runtime(py::module_& root) {
                std::to_string(c.num_tokens()) + " tokens, " + std::to_string(c.slices().size()) +
                " slices>";
       });
+
+  m.attr("IGNORE_INDEX") = runtime::kIgnoreIndex;
+  m.def("next_token_targets", &runtime::next_token_targets, py::arg("slices"),
+        py::arg("sequences"),
+        "Target ids [T] of a chunk's rows: each token's next token in its sequence, "
+        "IGNORE_INDEX for a sequence's last token. sequences[seq]: sequence seq's token ids.");
+  m.def("next_token_loss", &runtime::next_token_loss, py::arg("logits"), py::arg("targets"),
+        py::arg("target_tokens"),
+        "Summed cross-entropy of logits [T, vocab] against targets (float32 at least), divided "
+        "by the step's target count: the chunks' losses add up to the step's mean loss.");
 
   py::class_<StageModule, std::shared_ptr<StageModule>>(
       m, "StageModule",

@@ -3,14 +3,16 @@
 // Built against torch's bundled pybind11 headers and linked with libtorch_python, so the tensor,
 // dtype and device casters below are torch's own (see python/CMakeLists.txt).
 #include <pybind11/pybind11.h>
+#include <pybind11/operators.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "bindings.h"
-#include "kernels/chunk_attention.h"
+#include "infinipipe/kernels/chunk_attention.h"
 
 namespace py = pybind11;
 namespace kn = infinipipe::kernels;
@@ -23,6 +25,46 @@ kn::Backend parse_backend(const std::string& name) {
   if (name == "math") return kn::Backend::Math;
   throw py::value_error("chunk_attention: backend must be 'auto', 'flash' or 'math', got '" +
                         name + "'");
+}
+
+// The shared vocabulary (core/chunk.h): one Slice type for the planner, the executor, the
+// kernels and the Python model. A (seq, start, end[, seq_length]) tuple converts implicitly.
+void bind_core(py::module_& m) {
+  using infinipipe::Slice;
+  auto make = [](int seq, int64_t start, int64_t end, std::optional<int64_t> seq_length) {
+    return Slice{seq, start, end, seq_length.value_or(end)};
+  };
+  py::class_<Slice>(m, "Slice",
+                    "Tokens [start, end) of sequence `seq` (of seq_length tokens; default: end, a "
+                    "slice that ends its sequence). Its context is `start`.")
+      .def(py::init(make), py::arg("seq"), py::arg("start"), py::arg("end"),
+           py::arg("seq_length") = py::none())
+      .def(py::init([make](const py::tuple& t) {
+             if (t.size() != 3 && t.size() != 4)
+               throw py::value_error("Slice: a tuple must be (seq, start, end[, seq_length]), got " +
+                                     std::string(py::repr(t)));
+             return make(t[0].cast<int>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                         t.size() == 4 ? std::optional<int64_t>(t[3].cast<int64_t>())
+                                       : std::nullopt);
+           }))
+      .def_readonly("seq", &Slice::seq)
+      .def_readonly("start", &Slice::start)
+      .def_readonly("end", &Slice::end)
+      .def_readonly("seq_length", &Slice::seq_length)
+      .def_property_readonly("length", &Slice::length)
+      .def_property_readonly("context", &Slice::context)
+      .def_property_readonly("whole", &Slice::whole)
+      .def("__iter__", [](const Slice& s) {
+        return py::iter(py::make_tuple(s.seq, s.start, s.end));
+      }, "(seq, start, end), so that `seq, start, end = slice` works")
+      .def(py::self == py::self)
+      .def("__repr__", [](const Slice& s) {
+        std::ostringstream os;
+        os << "Slice(seq=" << s.seq << ", start=" << s.start << ", end=" << s.end
+           << ", seq_length=" << s.seq_length << ")";
+        return os.str();
+      });
+  py::implicitly_convertible<py::tuple, Slice>();
 }
 
 void bind_kernels(py::module_& m) {
@@ -52,41 +94,23 @@ void bind_kernels(py::module_& m) {
         return os.str();
       });
 
-  py::class_<kn::Segment>(
-      m, "Segment",
-      "Rows [row, row + length) of a packed chunk hold tokens [start, start + length) of one "
-      "sequence; kv is its SequenceKV for a split sequence, None for a whole one.")
-      .def(py::init([](int64_t row, int64_t start, int64_t length,
-                       std::shared_ptr<kn::SequenceKV> kv) {
-             return kn::Segment{row, start, length, std::move(kv)};
-           }),
-           py::arg("row"), py::arg("start"), py::arg("length"), py::arg("kv") = nullptr)
-      .def_readwrite("row", &kn::Segment::row)
-      .def_readwrite("start", &kn::Segment::start)
-      .def_readwrite("length", &kn::Segment::length)
-      .def_readwrite("kv", &kn::Segment::kv)
-      .def_property_readonly("end", &kn::Segment::end)
-      .def("__repr__", [](const kn::Segment& s) {
-        std::ostringstream os;
-        os << "Segment(row=" << s.row << ", start=" << s.start << ", length=" << s.length
-           << (s.kv ? ", kv=<SequenceKV>)" : ")");
-        return os.str();
-      });
-
   m.def(
       "chunk_attention",
       [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-         const std::vector<kn::Segment>& segments, double scale, const std::string& backend) {
+         const std::vector<infinipipe::Slice>& slices, const kn::SliceBuffers& kv, double scale,
+         const std::string& backend) {
         kn::Backend b = parse_backend(backend);
         py::gil_scoped_release release;
-        return kn::chunk_attention(q, k, v, segments, scale, b);
+        return kn::chunk_attention(q, k, v, slices, kv, scale, b);
       },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("segments"), py::arg("scale") = 0.0,
-      py::arg("backend") = "auto",
-      "Attention of a packed chunk: q [T, heads, head_dim], k, v [T, kv_heads, head_dim]; "
-      "each segment attends causally to its own sequence (through its SequenceKV for a split "
-      "one). Returns [T, heads, head_dim], differentiable. scale <= 0 means 1/sqrt(head_dim). "
-      "backend: 'auto' (flash on CPU), 'flash' or 'math'.");
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("slices"),
+      py::arg("kv") = kn::SliceBuffers{}, py::arg("scale") = 0.0, py::arg("backend") = "auto",
+      "Attention of a packed chunk: q [T, heads, head_dim], k, v [T, kv_heads, head_dim]; the "
+      "slices (Slice or (seq, start, end) tuples) lie in the rows back to back and each "
+      "attends causally to its own sequence, through kv[i], its SequenceKV, for a slice of a "
+      "split one (None for a whole sequence; kv=[]: all whole). Returns [T, heads, head_dim], "
+      "differentiable. scale <= 0 means 1/sqrt(head_dim). backend: 'auto' (flash on CPU), "
+      "'flash' or 'math'.");
 }
 
 }  // namespace
@@ -94,11 +118,11 @@ void bind_kernels(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   py::module_::import("torch");  // torch's casters need its Python types
   m.doc() = "InfiniPipe's LibTorch runtime";
+  bind_core(m);
   auto kernels = m.def_submodule("kernels", "Chunk attention and other ops");
   bind_kernels(kernels);
   // flat aliases for convenience
   m.attr("SequenceKV") = kernels.attr("SequenceKV");
-  m.attr("Segment") = kernels.attr("Segment");
   m.attr("chunk_attention") = kernels.attr("chunk_attention");
   infinipipe::python::bind_plan(m);
   infinipipe::python::bind_runtime(m);

@@ -7,8 +7,8 @@
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/checkpoint/memory_check.h"
-#include "infinipipe/checkpoint/problem_tools.h"
-#include "infinipipe/common/error.h"
+#include "problem_tools.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 namespace {

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/checkpoint/problem_tools.h"
-#include "infinipipe/common/error.h"
+#include "problem_tools.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/checkpoint/problem_tools.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "infinipipe/checkpoint/problem_tools.h"
-#include "infinipipe/common/error.h"
+#include "problem_tools.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 namespace {

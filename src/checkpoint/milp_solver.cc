@@ -9,7 +9,7 @@
 #include <coin/Cbc_C_Interface.h>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/checkpoint/problem_tools.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "infinipipe/chunking/sequence_processor.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

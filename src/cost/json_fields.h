@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe::detail {
 

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "json_fields.h"
 
 namespace infinipipe {

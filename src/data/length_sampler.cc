@@ -5,7 +5,7 @@
 #include <fstream>
 #include <random>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 namespace {

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/runtime/chunk_context.h"
 
 namespace infinipipe::models {

@@ -6,7 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
+#include "infinipipe/schedule/validator.h"
 
 namespace infinipipe {
 
@@ -297,6 +298,27 @@ Plan load_plan(const std::string& path) {
     return j.get<Plan>();
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
+  }
+}
+
+void Plan::validate() const {
+  check_coverage(chunks, lengths);
+  validate_schedule(schedule, chunks);
+  const int stages = schedule.num_stages();
+  check(static_cast<int>(layers_per_stage.size()) == stages,
+        "plan: layers_per_stage has " + std::to_string(layers_per_stage.size()) +
+            " entries for " + std::to_string(stages) + " stages");
+  if (recompute.empty()) return;
+  check(static_cast<int>(recompute.size()) == stages,
+        "plan: recompute must have one row per stage");
+  for (int p = 0; p < stages; ++p) {
+    check(recompute[p].size() == chunks.size(),
+          "plan: recompute[" + std::to_string(p) + "] must have one entry per chunk");
+    for (size_t c = 0; c < chunks.size(); ++c)
+      check(recompute[p][c] >= 0 && recompute[p][c] <= layers_per_stage[p],
+            "plan: recompute[" + std::to_string(p) + "][" + std::to_string(c) + "] = " +
+                std::to_string(recompute[p][c]) + " is outside [0, " +
+                std::to_string(layers_per_stage[p]) + "]");
   }
 }
 

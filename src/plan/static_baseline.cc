@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "infinipipe/chunking/sequence_processor.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

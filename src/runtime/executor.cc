@@ -8,13 +8,12 @@
 #include <chrono>
 #include <set>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
+#include "infinipipe/runtime/next_token_loss.h"
 
 namespace infinipipe::runtime {
 
 namespace {
-
-constexpr int64_t kIgnoreIndex = -100;  // target of a sequence's last token (llama.IGNORE_INDEX)
 
 using Clock = std::chrono::steady_clock;
 
@@ -167,18 +166,15 @@ at::Tensor Executor::Step::buffer(int chunk) const {
 
 std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
   const int layers = ex_.module_->num_layers();
-  std::vector<SliceRows> rows;
-  std::vector<std::vector<std::shared_ptr<kernels::SequenceKV>>> kv(layers);
-  int64_t row = 0;
-  for (const Slice& s : plan_.chunks[chunk].slices) {
-    rows.push_back(SliceRows{s.seq, row, s.start, s.length()});
-    row += s.length();
-    std::vector<std::shared_ptr<kernels::SequenceKV>>* buffers = nullptr;
+  const std::vector<Slice>& slices = plan_.chunks[chunk].slices;
+  std::vector<kernels::SliceBuffers> kv(layers);
+  for (const Slice& s : slices) {
+    kernels::SliceBuffers* buffers = nullptr;
     if (split_[s.seq]) {
       auto it = ex_.kv_.find(s.seq);
       if (it == ex_.kv_.end()) {
         // The first forward of any of the sequence's slices allocates its buffers.
-        std::vector<std::shared_ptr<kernels::SequenceKV>> per_layer;
+        kernels::SliceBuffers per_layer;
         for (int l = 0; l < layers; ++l)
           per_layer.push_back(kernels::SequenceKV::create(plan_.lengths[s.seq], opt_.kv_heads,
                                                           opt_.head_dim, opt_.dtype,
@@ -189,8 +185,12 @@ std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
     }
     for (int l = 0; l < layers; ++l) kv[l].push_back(buffers ? (*buffers)[l] : nullptr);
   }
-  return std::make_shared<ChunkContext>(chunk, std::move(rows), std::move(kv), opt_.device,
-                                        opt_.attention_scale, opt_.attention_backend);
+  ChunkContextOptions options;
+  options.chunk = chunk;
+  options.device = opt_.device;
+  options.attention_scale = opt_.attention_scale;
+  options.attention_backend = opt_.attention_backend;
+  return std::make_shared<ChunkContext>(slices, std::move(kv), options);
 }
 
 at::Tensor Executor::Step::chunk_tokens(int chunk) const {
@@ -201,14 +201,7 @@ at::Tensor Executor::Step::chunk_tokens(int chunk) const {
 }
 
 at::Tensor Executor::Step::chunk_targets(int chunk) const {
-  std::vector<at::Tensor> parts;
-  for (const Slice& s : plan_.chunks[chunk].slices) {
-    const at::Tensor& seq = sequences_[s.seq];
-    // The last token of a slice targets the first token of the next slice of its sequence.
-    parts.push_back(seq.slice(0, s.start + 1, std::min(s.end + 1, plan_.lengths[s.seq])));
-    if (s.end == plan_.lengths[s.seq]) parts.push_back(at::full({1}, kIgnoreIndex, seq.options()));
-  }
-  return at::cat(parts).to(opt_.device);
+  return next_token_targets(plan_.chunks[chunk].slices, sequences_).to(opt_.device);
 }
 
 void Executor::Step::recv(const Action& action) {
@@ -289,13 +282,9 @@ void Executor::Step::forward(int chunk) {
     at::Tensor logits = module.head(hidden, *st.ctx);
     check(logits.dim() == 2 && logits.size(0) == chunk_rows(chunk),
           stage_text(opt_.stage) + ": the head must return logits [tokens, vocab]");
-    if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
-      logits = logits.to(at::kFloat);
     // Summed over the chunk's targets, divided by the whole step's: the chunks' losses add up
     // to the step's mean loss.
-    at::Tensor loss = at::cross_entropy_loss(logits, chunk_targets(chunk), {},
-                                             at::Reduction::Sum, kIgnoreIndex) /
-                      static_cast<double>(target_tokens_);
+    at::Tensor loss = next_token_loss(logits, chunk_targets(chunk), static_cast<double>(target_tokens_));
     loss_sum_ += loss.detach().item<double>();
     st.output = loss;
   } else {

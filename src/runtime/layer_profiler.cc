@@ -14,13 +14,12 @@
 
 #include <time.h>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
+#include "infinipipe/runtime/next_token_loss.h"
 
 namespace infinipipe::runtime {
 
 namespace {
-
-constexpr int64_t kIgnoreIndex = -100;  // as the executor's loss
 
 enum class Kind { Layer, Embedding, Head };
 
@@ -34,11 +33,18 @@ class Bench {
   Bench(StageModule& module, const LayerProfilerOptions& o)
       : module_(module), o_(o), float_(at::TensorOptions().dtype(o.dtype).device(o.device)) {}
 
+  // A context that drops the module's per-chunk state when it goes, as the executor does when a
+  // chunk is done (that state may refer back to the context: a Python module's does).
+  struct OwnedContext {
+    std::shared_ptr<ChunkContext> ctx;
+    ~OwnedContext() { ctx->module_state.reset(); }
+    ChunkContext& operator*() const { return *ctx; }
+  };
+
   // One chunk holding the slice (tokens s at context c) of sequence 0. Only layer 0 runs, so
   // only it gets a K/V buffer.
-  std::shared_ptr<ChunkContext> context(GridPoint p) const {
-    std::vector<std::vector<std::shared_ptr<kernels::SequenceKV>>> kv(module_.num_layers(),
-                                                                      {nullptr});
+  OwnedContext context(GridPoint p) const {
+    std::vector<kernels::SliceBuffers> kv(module_.num_layers(), {nullptr});
     if (p.context > 0) {
       auto buffer = kernels::SequenceKV::create(p.context + p.tokens, o_.kv_heads, o_.head_dim,
                                                 o_.dtype, o_.device);
@@ -47,8 +53,12 @@ class Bench {
       buffer->allocate_grad();
       kv[0][0] = buffer;
     }
-    return std::make_shared<ChunkContext>(0, std::vector<SliceRows>{{0, 0, p.context, p.tokens}},
-                                          std::move(kv), o_.device, 0.0, o_.attention_backend);
+    const int64_t end = p.context + p.tokens;
+    ChunkContextOptions options;
+    options.device = o_.device;
+    options.attention_backend = o_.attention_backend;
+    return {std::make_shared<ChunkContext>(std::vector<Slice>{{0, p.context, end, end}},
+                                           std::move(kv), options)};
   }
 
   // (forward, backward) seconds of local layer 0.
@@ -95,12 +105,8 @@ class Bench {
     }
     at::AutoGradMode grad_mode(true);
     const double t0 = now();
-    at::Tensor logits = module_.head(hidden, *ctx);
-    if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
-      logits = logits.to(at::kFloat);
-    const at::Tensor loss = at::cross_entropy_loss(logits, targets, {}, at::Reduction::Sum,
-                                                   kIgnoreIndex) /
-                            static_cast<double>(tokens);
+    const at::Tensor logits = module_.head(hidden, *ctx);
+    const at::Tensor loss = next_token_loss(logits, targets, static_cast<double>(tokens));
     loss.detach().item<double>();
     return since(t0);
   }

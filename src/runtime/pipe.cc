@@ -6,7 +6,7 @@
 
 #include <ATen/ATen.h>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe::runtime {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

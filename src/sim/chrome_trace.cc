@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/sim/simulator.h"
 
 namespace infinipipe {

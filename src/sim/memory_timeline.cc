@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "memory_walk.h"
 
 namespace infinipipe {

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/sim/memory_timeline.h"
 #include "memory_walk.h"
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/cost/calibration.h"
 #include "infinipipe/models/llama.h"
 #include "infinipipe/runtime/layer_profiler.h"

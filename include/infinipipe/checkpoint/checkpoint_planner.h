@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "infinipipe/checkpoint/recompute.h"
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/recompute.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/cost_model.h"
 
 namespace infinipipe {

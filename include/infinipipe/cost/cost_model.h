@@ -15,7 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
 

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "infinipipe/checkpoint/recompute.h"
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/recompute.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/schedule/action.h"
 #include "infinipipe/schedule/scheduler.h"
 
@@ -71,6 +71,9 @@ struct Plan {
   double plan_ms = 0;
 
   int64_t tokens() const;
+  // Error unless what the executor relies on holds: every token in exactly one slice, a valid
+  // schedule (validator.h), one layer count per stage, recompute within each stage's layers.
+  void validate() const;
   // 16 hex digits: FNV-1a 64 over the canonical JSON of the executable part. Predictions and
   // planning time are left out so that ranks with different timings still agree.
   std::string hash() const;

@@ -52,6 +52,13 @@ struct PlannerOptions {
   // kept when the simulator finds them faster.
   std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
   std::vector<int> drain_taper_splits = {2, 4};
+
+  // The options a trainer plans with, where every rank plans the step on its own and all must
+  // reach the same plan before any runs it, on the step's critical path (the plan tool plans
+  // offline with the defaults above): no CBC (what it finds within a wall-clock limit depends
+  // on the machine's load, so ranks could disagree), and slice counts up to 32 (at most 32
+  // slices per sequence: the trainer's sequences are far shorter than the plan tool's 96K).
+  static PlannerOptions for_training(int num_stages, double memory_budget_bytes);
 };
 
 struct PlanResult {
@@ -59,6 +66,12 @@ struct PlanResult {
   std::string reason;  // when infeasible
   Plan plan;           // when feasible
 };
+
+// The planner's entry point: EPP's search (`setting` unused), or a baseline at `setting`
+// (token_cap 0: the step's longest sequence). Returns the validated plan; Error when the method
+// cannot fit the step, with the reason and what to change.
+Plan plan_step(Method method, const std::vector<int64_t>& lengths, const CostModel& cost,
+               const PlannerOptions& options, Setting setting = {});
 
 // EPP. Slice counts whose slices would be shorter than kMinSliceTokens are not tried.
 constexpr int64_t kMinSliceTokens = 128;

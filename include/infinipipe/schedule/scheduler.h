@@ -19,7 +19,7 @@
 // waves; 1F1B, short-first and GPipe).
 #include <vector>
 
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/schedule/action.h"
 
 namespace infinipipe {

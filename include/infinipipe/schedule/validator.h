@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/schedule/action.h"
 
 namespace infinipipe {

@@ -11,8 +11,8 @@
 //   - during every backward: the same plus the chunk's backward workspace.
 #include <vector>
 
-#include "infinipipe/checkpoint/recompute.h"
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/recompute.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
 

@@ -1,15 +1,15 @@
 // Chunk attention: the attention of a chunk's slices against their own sequence's earlier
-// keys/values (DESIGN.md, "Executor (per rank)").
+// keys/values (docs/design.md, "Executor").
 //
 // A chunk's tokens are packed along dim 0: q [T, heads, head_dim], k and v [T, kv_heads,
 // head_dim] (grouped-query attention: heads % kv_heads == 0; query head h uses kv head
-// h / (heads / kv_heads), as LLaMA's repeat_kv), already rotary-embedded. The chunk is a list of
-// segments, each one slice of one sequence: rows [row, row + length) hold its tokens
-// [start, start + length).
+// h / (heads / kv_heads), as LLaMA's repeat_kv), already rotary-embedded. The chunk's slices
+// (core/chunk.h) lie in the rows back to back, in order: slice i's rows follow slice i-1's, so
+// its tokens [start, end) are rows [row_i, row_i + length) with row_i the lengths before it.
 //
-// - A segment without a buffer (start must be 0) is a whole sequence: plain causal attention over
-//   its own rows, nothing across segments.
-// - A segment with a buffer (SequenceKV, one per split sequence and layer) is a slice of a split
+// - A slice without a buffer (start must be 0) is a whole sequence: plain causal attention over
+//   its own rows, nothing across slices.
+// - A slice with a buffer (SequenceKV, one per split sequence and layer) is a slice of a split
 //   sequence. Forward writes its k, v (detached) into the buffer at [start, end) and attends over
 //   buffer [0, end), the causal mask aligned bottom-right (query i sees keys [0, start + i]).
 //   Backward returns to autograd, as the segment's dk/dv, its own part plus what the buffer's
@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "infinipipe/core/chunk.h"
 
 namespace infinipipe::kernels {
 
@@ -55,26 +57,19 @@ struct SequenceKV {
   int64_t nbytes() const;
 };
 
-// One slice of one sequence in a packed chunk.
-struct Segment {
-  int64_t row = 0;     // first row in the packed q/k/v
-  int64_t start = 0;   // position of its first token in its sequence
-  int64_t length = 0;  // number of tokens
-  std::shared_ptr<SequenceKV> kv;  // null for a whole sequence (then start == 0)
-
-  int64_t end() const { return start + length; }
-};
-
 enum class Backend {
   Auto,   // Flash on CPU, Math elsewhere
   Flash,  // ATen's CPU flash-attention kernels (no T x T matrix, no mask tensor); CPU only
   Math,   // explicit matmul/softmax on any device (materialises probabilities per segment)
 };
 
-// Returns the attention output [T, heads, head_dim], differentiable w.r.t. q, k, v. Rows not
-// covered by a segment get zeros. scale <= 0 means 1 / sqrt(head_dim).
+// kv[i]: the buffer of slice i, null for a whole sequence; empty: every slice is whole.
+using SliceBuffers = std::vector<std::shared_ptr<SequenceKV>>;
+
+// Returns the attention output [T, heads, head_dim], differentiable w.r.t. q, k, v. The slices
+// must tile the T rows. scale <= 0 means 1 / sqrt(head_dim).
 at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<Segment>& segments, double scale = 0.0,
-                           Backend backend = Backend::Auto);
+                           const std::vector<Slice>& slices, const SliceBuffers& kv = {},
+                           double scale = 0.0, Backend backend = Backend::Auto);
 
 }  // namespace infinipipe::kernels

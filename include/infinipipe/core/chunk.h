@@ -18,6 +18,9 @@ struct Slice {
   int64_t context() const { return start; }
   bool whole() const { return start == 0 && end == seq_length; }
   bool is_tail() const { return start > 0 && end == seq_length; }
+  bool operator==(const Slice& o) const {
+    return seq == o.seq && start == o.start && end == o.end && seq_length == o.seq_length;
+  }
 };
 
 enum class ChunkKind { kPacked, kSplit, kHybrid };

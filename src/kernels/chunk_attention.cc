@@ -1,4 +1,4 @@
-#include "chunk_attention.h"
+#include "infinipipe/kernels/chunk_attention.h"
 
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
@@ -194,6 +194,16 @@ SegmentBackward math_backward(const Tensor& dout, const Tensor& q, const Tensor&
 
 // --- autograd --------------------------------------------------------------------------------
 
+// One slice as the autograd function runs it: its rows, its place in its sequence, its buffer.
+struct Segment {
+  int64_t row = 0;
+  int64_t start = 0;
+  int64_t length = 0;
+  std::shared_ptr<SequenceKV> kv;  // null for a whole sequence
+
+  int64_t end() const { return start + length; }
+};
+
 struct ChunkPlan : torch::CustomClassHolder {
   std::vector<Segment> segments;
   double scale = 0.0;
@@ -207,10 +217,6 @@ class ChunkAttentionFunction : public torch::autograd::Function<ChunkAttentionFu
     Tensor out = at::zeros_like(q);
     std::vector<Tensor> saved{q, k, v, out};
     for (const Segment& seg : plan->segments) {
-      if (seg.length == 0) {
-        saved.emplace_back();
-        continue;
-      }
       Tensor qs = q.narrow(0, seg.row, seg.length);
       Tensor ks = k.narrow(0, seg.row, seg.length);
       Tensor vs = v.narrow(0, seg.row, seg.length);
@@ -245,7 +251,6 @@ class ChunkAttentionFunction : public torch::autograd::Function<ChunkAttentionFu
     grad = grad.contiguous();
     for (size_t i = 0; i < plan->segments.size(); ++i) {
       const Segment& seg = plan->segments[i];
-      if (seg.length == 0) continue;
       const Tensor& lse = saved[4 + i];
       Tensor qs = q.narrow(0, seg.row, seg.length);
       Tensor K, V;
@@ -285,8 +290,7 @@ class ChunkAttentionFunction : public torch::autograd::Function<ChunkAttentionFu
   }
 };
 
-void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
-                  const std::vector<Segment>& segments) {
+void check_tensors(const Tensor& q, const Tensor& k, const Tensor& v) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
               "chunk_attention: q, k, v must be [tokens, heads, head_dim], got ", q.sizes(), ", ",
               k.sizes(), ", ", v.sizes());
@@ -302,57 +306,66 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
   TORCH_CHECK(q.device() == k.device() && q.device() == v.device(),
               "chunk_attention: q, k, v must be on one device");
   TORCH_CHECK(at::isFloatingType(q.scalar_type()), "chunk_attention: floating-point inputs only");
-  const int64_t T = q.size(0);
-  std::vector<std::pair<int64_t, int64_t>> rows;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const Segment& s = segments[i];
-    TORCH_CHECK(s.row >= 0 && s.start >= 0 && s.length >= 0 && s.row + s.length <= T,
-                "chunk_attention: segment ", i, " (row ", s.row, ", start ", s.start, ", length ",
-                s.length, ") out of range for ", T, " rows");
-    if (!s.kv) {
-      TORCH_CHECK(s.start == 0, "chunk_attention: segment ", i, " starts at ", s.start,
+}
+
+void check_buffer(const SequenceKV& kv, const Segment& s, size_t i, const Tensor& k) {
+  TORCH_CHECK(kv.k.defined() && kv.k.dim() == 3 && kv.v.sizes() == kv.k.sizes() &&
+                  kv.dk.defined() == kv.dv.defined() &&
+                  (!kv.dk.defined() ||
+                   (kv.dk.sizes() == kv.k.sizes() && kv.dv.sizes() == kv.k.sizes() &&
+                    kv.dk.scalar_type() == kv.k.scalar_type() && kv.dk.device() == kv.k.device())),
+              "chunk_attention: slice ", i, ": malformed K/V buffer");
+  TORCH_CHECK(s.end() <= kv.seq_length(), "chunk_attention: slice ", i, " ends at ", s.end(),
+              " beyond its K/V buffer of ", kv.seq_length(), " tokens");
+  TORCH_CHECK(kv.kv_heads() == k.size(1) && kv.head_dim() == k.size(2), "chunk_attention: slice ",
+              i, ": K/V buffer [", kv.seq_length(), ", ", kv.kv_heads(), ", ", kv.head_dim(),
+              "] does not match k ", k.sizes());
+  TORCH_CHECK(kv.k.scalar_type() == k.scalar_type() && kv.k.device() == k.device(),
+              "chunk_attention: slice ", i, ": K/V buffer dtype/device (", kv.k.scalar_type(), ", ",
+              kv.k.device(), ") differ from k (", k.scalar_type(), ", ", k.device(), ")");
+  TORCH_CHECK(!kv.k.requires_grad() && !kv.v.requires_grad(),
+              "chunk_attention: K/V buffers must not require grad");
+}
+
+// The slices laid out in rows, checked against the tensors: they tile the rows, a slice without
+// a buffer is a whole sequence, a buffer fits its slice and serves one slice of the chunk.
+std::vector<Segment> segments_of(const Tensor& k, const std::vector<Slice>& slices,
+                                 const SliceBuffers& kv) {
+  TORCH_CHECK(kv.empty() || kv.size() == slices.size(), "chunk_attention: ", kv.size(),
+              " K/V buffers for ", slices.size(), " slices; give one per slice (null for a "
+              "whole sequence) or none");
+  std::vector<Segment> segments;
+  int64_t row = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const Slice& s = slices[i];
+    TORCH_CHECK(s.start >= 0 && s.end > s.start, "chunk_attention: slice ", i, " [", s.start,
+                ", ", s.end, ") of sequence ", s.seq, " is empty or negative");
+    Segment seg{row, s.start, s.length(), kv.empty() ? nullptr : kv[i]};
+    if (!seg.kv) {
+      TORCH_CHECK(s.start == 0, "chunk_attention: slice ", i, " starts at ", s.start,
                   " of its sequence but has no K/V buffer; only whole sequences go without one");
     } else {
-      const SequenceKV& kv = *s.kv;
-      TORCH_CHECK(kv.k.defined() && kv.k.dim() == 3 && kv.v.sizes() == kv.k.sizes() &&
-                      kv.dk.defined() == kv.dv.defined() &&
-                      (!kv.dk.defined() ||
-                       (kv.dk.sizes() == kv.k.sizes() && kv.dv.sizes() == kv.k.sizes() &&
-                        kv.dk.scalar_type() == kv.k.scalar_type() &&
-                        kv.dk.device() == kv.k.device())),
-                  "chunk_attention: segment ", i, ": malformed K/V buffer");
-      TORCH_CHECK(s.end() <= kv.seq_length(), "chunk_attention: segment ", i, " ends at ",
-                  s.end(), " beyond its K/V buffer of ", kv.seq_length(), " tokens");
-      TORCH_CHECK(kv.kv_heads() == k.size(1) && kv.head_dim() == k.size(2),
-                  "chunk_attention: segment ", i, ": K/V buffer [", kv.seq_length(), ", ",
-                  kv.kv_heads(), ", ", kv.head_dim(), "] does not match k ", k.sizes());
-      TORCH_CHECK(kv.k.scalar_type() == k.scalar_type() && kv.k.device() == k.device(),
-                  "chunk_attention: segment ", i, ": K/V buffer dtype/device (",
-                  kv.k.scalar_type(), ", ", kv.k.device(), ") differ from k (", k.scalar_type(),
-                  ", ", k.device(), ")");
-      TORCH_CHECK(!kv.k.requires_grad() && !kv.v.requires_grad(),
-                  "chunk_attention: K/V buffers must not require grad");
-      for (size_t j = 0; j < i; ++j) {
-        TORCH_CHECK(segments[j].kv != s.kv, "chunk_attention: segments ", j, " and ", i,
+      check_buffer(*seg.kv, seg, i, k);
+      for (size_t j = 0; j < i; ++j)
+        TORCH_CHECK(segments[j].kv != seg.kv, "chunk_attention: slices ", j, " and ", i,
                     " share one K/V buffer; a chunk holds at most one slice of a sequence");
-      }
     }
-    if (s.length > 0) rows.emplace_back(s.row, s.row + s.length);
+    segments.push_back(std::move(seg));
+    row += s.length();
   }
-  std::sort(rows.begin(), rows.end());
-  for (size_t i = 1; i < rows.size(); ++i) {
-    TORCH_CHECK(rows[i].first >= rows[i - 1].second,
-                "chunk_attention: segments overlap at row ", rows[i].first);
-  }
+  TORCH_CHECK(row == k.size(0), "chunk_attention: the slices hold ", row, " tokens but q, k, v ",
+              k.size(0), " rows; the slices must tile the rows in order");
+  return segments;
 }
 
 }  // namespace
 
 at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<Segment>& segments, double scale, Backend backend) {
-  check_inputs(q, k, v, segments);
+                           const std::vector<Slice>& slices, const SliceBuffers& kv, double scale,
+                           Backend backend) {
+  check_tensors(q, k, v);
   auto plan = c10::make_intrusive<ChunkPlan>();
-  plan->segments = segments;
+  plan->segments = segments_of(k, slices, kv);
   plan->scale = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   switch (backend) {
     case Backend::Auto: plan->flash = q.device().is_cpu(); break;

@@ -1,11 +1,11 @@
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <functional>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 

@@ -1,0 +1,118 @@
+#include "candidate.h"
+
+#include <algorithm>
+
+#include "infinipipe/schedule/scheduler.h"
+#include "planner_support.h"
+
+namespace infinipipe::planning {
+
+double bound_with(const Candidate& cand, const std::vector<double>& extra) {
+  double bound = 0;
+  for (size_t p = 0; p < cand.busy.size(); ++p)
+    bound = std::max(bound, cand.fill[p] + cand.busy[p] + extra[p] + cand.drain[p]);
+  return bound;
+}
+
+bool over_budget(const Candidate& cand) {
+  return std::any_of(cand.excess.begin(), cand.excess.end(), [](double e) { return e > 0; });
+}
+
+double one_wave_key(const Candidate& cand) {
+  return std::max(cand.optimistic, bound_with(cand, cand.recompute_floor));
+}
+
+double waves_key(const Candidate& cand) {
+  const size_t last = cand.busy.size() - 1;
+  return cand.optimistic + cand.fill[last] + cand.drain[last];
+}
+
+double search_key(const Candidate& cand) {
+  if (!over_budget(cand)) return std::max(cand.bound, cand.optimistic);
+  return std::min(one_wave_key(cand), waves_key(cand));
+}
+
+void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes) {
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = num_stages;
+  const WaveOrder order = order_wave(cand.chunks, all_chunks(cand.chunks.size()), schedule_options);
+  const Chunk& first = cand.chunks[order.forward.front()];
+  const Chunk& last = cand.chunks[order.backward.back()];
+  cand.busy.assign(num_stages, 0);
+  cand.fill.assign(num_stages, 0);
+  cand.drain.assign(num_stages, 0);
+  cand.saving_rate.assign(num_stages, 0);
+  for (int p = 0; p < num_stages; ++p) {
+    for (const Chunk& c : cand.chunks) {
+      cand.busy[p] += cost.forward_time(c, p) + cost.backward_time(c, p, 0);
+      cand.saving_rate[p] = std::max(cand.saving_rate[p],
+                                     cost.checkpoint_saving_bytes(c, p) / cost.layer_forward_time(c));
+    }
+    if (p + 1 < num_stages) {
+      cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first);
+      cand.drain[p + 1] = cand.drain[p] + cost.backward_time(last, p, 0) + cost.p2p_time(last);
+    }
+  }
+  cand.bound = bound_with(cand, std::vector<double>(num_stages, 0));
+  cand.optimistic = cand.bound;
+
+  int split_seq = -1;
+  for (const Slice& s : first.slices)
+    if (!s.whole()) split_seq = s.seq;
+  int k_max = 1;
+  if (split_seq >= 0) {
+    k_max = 0;
+    for (const Chunk& c : cand.chunks)
+      for (const Slice& s : c.slices) k_max += s.seq == split_seq;
+  }
+  const int n = static_cast<int>(cand.chunks.size());
+  cand.excess.assign(num_stages, 0);
+  // Recompute of l layers of chunk c saves l * saving(c) bytes at every moment c is in flight
+  // and costs l * time(c). Moments whose in-flight sets share no chunk each need their excess
+  // saved by different chunks, so the recompute is at least the sum of their excesses over the
+  // best saving rate (a feasible dual of the covering program). The walk picks each moment
+  // over the budget whose set shares nothing with the last one picked.
+  cand.recompute_floor.assign(num_stages, 0);
+  std::vector<double> activation(n);
+  std::vector<char> flying(n, 0), marked(n, 0);
+  for (int p = 0; p < num_stages; ++p) {
+    for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
+    const int warmup = std::min(n, (num_stages - 1 - p) + (k_max - 1));
+    const double fixed = cost.model_state_bytes(p);
+    std::fill(flying.begin(), flying.end(), 0);
+    std::fill(marked.begin(), marked.end(), 0);
+    double in_flight = 0, most = 0, disjoint_excess = 0;
+    int marked_left = 0;
+    for (int i = 0; i < n; ++i) {
+      const int added = order.forward[i];
+      in_flight += activation[added];
+      flying[added] = 1;
+      if (i > warmup) {
+        const int removed = order.backward[i - warmup - 1];
+        in_flight -= activation[removed];
+        flying[removed] = 0;
+        if (marked[removed]) {
+          marked[removed] = 0;
+          --marked_left;
+        }
+      }
+      most = std::max(most, in_flight);
+      const double over = fixed + in_flight - budget_bytes;
+      if (over > 0 && marked_left == 0) {
+        disjoint_excess += over;
+        for (int c = 0; c < n; ++c)
+          if (flying[c]) {
+            marked[c] = 1;
+            ++marked_left;
+          }
+      }
+    }
+    cand.excess[p] = std::max(0.0, fixed + most - budget_bytes);
+    const double rate = cand.saving_rate[p];
+    cand.recompute_floor[p] =
+        rate > 0 ? std::max(disjoint_excess, cand.excess[p]) / rate : (cand.excess[p] > 0 ? kInfinity : 0);
+  }
+  cand.key = search_key(cand);
+}
+
+}  // namespace infinipipe::planning

@@ -1,0 +1,27 @@
+#pragma once
+// A candidate made into a plan, in the order the search looks closer (internal to the plan
+// part): one wave without recompute, one wave with recompute, several waves.
+#include <string>
+
+#include "candidate.h"
+#include "infinipipe/plan/planner.h"
+
+namespace infinipipe::planning {
+
+// The candidate's chunks in one wave without recompute: its exact plan when the simulator finds
+// it within the budget; else the optimistic time, which recompute can only lengthen.
+void one_wave_without_recompute(Candidate& cand, const CostModel& cost,
+                                const PlannerOptions& options);
+
+// The candidate in one wave with recompute (search_checkpointing). False when it does not fit.
+bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostModel& cost,
+                             const PlannerOptions& options, std::string& reason);
+
+// A candidate that does not fit as it is: one wave with recompute, and waves when those can
+// still win (a second wave adds about one more fill and drain to the optimistic time) or when
+// one wave does not fit at all. Keeps the faster; false when neither fits.
+bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
+                         const CostModel& cost, const PlannerOptions& options, std::string& reason,
+                         bool& grouped);
+
+}  // namespace infinipipe::planning

@@ -1,0 +1,235 @@
+// EPP's per-step search (planner.h describes it; docs/design.md, "The EPP search"): every knob
+// setting becomes a candidate with cheap bounds, candidates are looked at best first until none
+// can beat the best plan found, and the winner gets drain tapers and the exact tied program.
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+
+#include "candidate.h"
+#include "candidate_plans.h"
+#include "infinipipe/core/error.h"
+#include "infinipipe/plan/planner.h"
+#include "infinipipe/plan/static_baseline.h"
+#include "planner_support.h"
+#include "recompute_choice.h"
+
+namespace infinipipe {
+
+using namespace planning;
+
+namespace {
+
+PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
+                      std::chrono::steady_clock::time_point started) {
+  PlanResult result;
+  result.feasible = true;
+  result.plan = make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks),
+                          std::move(best.waves), std::move(best.schedule),
+                          std::move(best.checkpoint.recompute), cost, best.sim,
+                          best.checkpoint.solver);
+  result.plan.plan_ms = elapsed_ms(started);
+  return result;
+}
+
+}  // namespace
+
+PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
+                       const CostModel& cost, const PlannerOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  check_inputs(lengths, cost, options);
+  Candidate cand;
+  cand.setting = setting;
+  try {
+    cand.chunks = setting_chunks(Method::kEpp, lengths, setting, cost);
+  } catch (const Error& e) {
+    return infeasible(label(setting) + ": " + e.what());
+  }
+  pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
+  one_wave_without_recompute(cand, cost, options);
+  if (cand.sim.over_budget) {
+    std::string reason;
+    bool grouped = false;
+    if (!plan_with_recompute(cand, kInfinity, true, cost, options, reason, grouped)) return infeasible(reason);
+    choose_checkpointing(cand, {CheckpointMethod::kUntiedGreedy, CheckpointMethod::kStageAware}, cost,
+                         options);
+  }
+  return finish_epp(std::move(cand), lengths, cost, started);
+}
+
+PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
+                    const PlannerOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  check_inputs(lengths, cost, options);
+  for (int64_t cap : options.chunk_token_caps)
+    check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  // However finely it is sliced and checkpointed, a split sequence keeps its whole K/V buffer and,
+  // during its backward, their gradients on every stage: fail at once (the sweep would grow with
+  // the sequence for nothing).
+  auto gib = [](double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    return std::string(text);
+  };
+  const int64_t longest_index = std::max_element(lengths.begin(), lengths.end()) - lengths.begin();
+  for (int p = 0; p < cost.num_stages(); ++p) {
+    const double floor = cost.model_state_bytes(p) + 2 * cost.kv_buffer_bytes(longest, p);
+    if (floor > options.memory_budget_bytes)
+      return infeasible("sequence " + std::to_string(longest_index) + " (" + std::to_string(longest) +
+                        " tokens) cannot fit on stage " + std::to_string(p) + " however it is sliced: its K/V "
+                        "buffers and their gradients take " + gib(2 * cost.kv_buffer_bytes(longest, p)) +
+                        " on top of " + gib(cost.model_state_bytes(p)) + " of model state, against a budget of " +
+                        gib(options.memory_budget_bytes) + ". Use more pipeline stages (fewer layers per "
+                        "stage), a larger memory budget, or a shorter context.");
+  }
+
+  // Every knob setting: slice count K, chunk token cap, and packing that relaxes T_t (the
+  // paper's) or not; packed chunks always lightest first. Settings that give the same chunks are
+  // tried once.
+  std::vector<Candidate> candidates;
+  std::string reason;  // of the last candidate that failed
+  // The candidate of `setting`: false, with the reason, when the setting cannot chunk the step.
+  auto chunked = [&](const Setting& setting, Candidate& cand) {
+    cand.setting = setting;
+    try {
+      cand.chunks = setting_chunks(Method::kEpp, lengths, setting, cost);
+      return true;
+    } catch (const Error& e) {
+      reason = label(setting) + ": " + e.what();
+      return false;
+    }
+  };
+  auto add = [&](Candidate cand) {
+    pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
+    candidates.push_back(std::move(cand));
+  };
+  for (int k = 1; k <= options.max_k && k <= longest; ++k) {
+    // Neighbouring large K differ by a few percent of slice length: every other K above 16,
+    // every fourth above 32.
+    if ((k > 16 && k % 2 != 0) || (k > 32 && k % 4 != 0)) continue;
+    const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
+    if (k > 1 && shortest_slice(mesh) < kMinSliceTokens) break;
+    std::vector<int64_t> caps;
+    for (int64_t cap : options.chunk_token_caps) {
+      // A cap the mesh already respects changes nothing. Where it binds, K only moves the cuts
+      // of the long sequences' late (short, uncapped) slices, so coarser steps of K do.
+      const int64_t effective = cap >= mesh.token_cap ? 0 : cap;
+      if (effective > 0 && !(k <= 6 || (k <= 16 && k % 2 == 0) || k % 4 == 0)) continue;
+      if (std::find(caps.begin(), caps.end(), effective) == caps.end()) caps.push_back(effective);
+    }
+    for (int64_t cap : caps) {
+      for (bool relax : {true, false}) {
+        Setting setting;
+        setting.k = k;
+        setting.token_cap = cap;
+        setting.strict_packing = !relax;
+        Candidate cand;
+        if (!chunked(setting, cand)) continue;
+        // Strict packing only differs when relaxing T_t would have helped some sequence.
+        if (!relax && !candidates.empty() && candidates.back().setting.k == k &&
+            candidates.back().setting.token_cap == cap &&
+            same_chunks(candidates.back().chunks, cand.chunks))
+          continue;
+        add(std::move(cand));
+      }
+    }
+  }
+
+  // The baselines' chunkings too, as their static search would try them for this step: EPP's
+  // waves and stage-aware recompute on them can only do better than the baseline does. Where
+  // memory is plentiful, finely sliced micro-batches (Seq1F1B) can beat the sequence
+  // processor's chunks, whose packing serves memory first.
+  for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow}) {
+    if (!options.baseline_chunkings) break;
+    for (Setting setting : candidate_settings(baseline, longest)) {
+      if (setting.k > options.max_k) continue;
+      setting.chunker = baseline;
+      Candidate cand;
+      if (!chunked(setting, cand)) continue;
+      if (std::none_of(candidates.begin(), candidates.end(),
+                       [&](const Candidate& other) { return same_chunks(other.chunks, cand.chunks); }))
+        add(std::move(cand));
+    }
+  }
+
+  // Best first by search_key, which only grows as a candidate is looked at more closely: first
+  // one wave without recompute is simulated (exact if it fits; otherwise the simulated peaks add
+  // to the excess bytes), then recompute, and waves if they can win. The search ends when no
+  // candidate's key is below the best time found. Recompute and grouping are the expensive
+  // steps; they are limited to max_recompute_candidates and max_wave_groupings candidates
+  // (without limit while nothing fits) for the sequence processor's chunks, and as many again for
+  // the baselines' (whose bounds are often tight but whose recompute is heavy: sharing one limit,
+  // they would crowd out the chunks that fit memory better).
+  auto later = [&](int a, int b) {
+    return candidates[a].key > candidates[b].key || (candidates[a].key == candidates[b].key && a > b);
+  };
+  std::priority_queue<int, std::vector<int>, decltype(later)> queue(later);
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
+  bool have_best = false, have_own = false;
+  Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
+  int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
+  auto keep = [&](Candidate& cand) {
+    if (cand.setting.chunker == Method::kEpp && (!have_own || cand.sim.step_time_s < best_own.sim.step_time_s)) {
+      best_own = cand;
+      have_own = true;
+    }
+    if (!have_best || cand.sim.step_time_s < best.sim.step_time_s) {
+      best = std::move(cand);
+      have_best = true;
+    }
+  };
+
+  while (!queue.empty()) {
+    Candidate& cand = candidates[queue.top()];
+    const int index = queue.top();
+    queue.pop();
+    if (have_best && cand.key >= best.sim.step_time_s) break;
+    if (!cand.simulated) {
+      one_wave_without_recompute(cand, cost, options);
+      if (!cand.sim.over_budget) {
+        keep(cand);
+      } else {
+        queue.push(index);
+      }
+      continue;
+    }
+    const int family = cand.setting.chunker == Method::kEpp ? 0 : 1;
+    if (have_best && evaluated[family] >= options.max_recompute_candidates) continue;
+    ++evaluated[family];
+    const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
+    bool grouped = false;
+    const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity, may_group,
+                                          cost, options, reason, grouped);
+    groupings[family] += grouped;
+    if (fits) keep(cand);
+  }
+  candidates.clear();
+  if (!have_best)
+    return infeasible("no EPP setting (slice count K up to " + std::to_string(options.max_k) +
+                      ", chunk token caps, packing, the baselines' chunkings) fits the memory budget" +
+                      (reason.empty() ? std::string() : "; the last one tried: " + reason));
+
+  // Drain tapers of the best of the sequence processor's chunks (the winner, or close behind a
+  // baseline's chunking) when it runs as one wave without recompute; a tapered plan is kept if
+  // it still does and is faster than the winner.
+  if (have_own && best_own.waves.size() == 1 && best_own.checkpoint.recompute_s == 0) {
+    const Setting untapered = best_own.setting;
+    for (int drain : options.drain_taper_chunks)
+    for (int split : options.drain_taper_splits) {
+      Candidate tapered;
+      tapered.setting = untapered;
+      tapered.setting.drain_chunks = drain;
+      tapered.setting.drain_split = split;
+      tapered.chunks = setting_chunks(Method::kEpp, lengths, tapered.setting, cost);
+      if (same_chunks(tapered.chunks, best_own.chunks)) continue;
+      pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
+      if (tapered.bound >= best.sim.step_time_s) continue;
+      one_wave_without_recompute(tapered, cost, options);
+      if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s) best = std::move(tapered);
+    }
+  }
+  choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
+  return finish_epp(std::move(best), lengths, cost, started);
+}
+
+}  // namespace infinipipe

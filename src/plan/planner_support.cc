@@ -1,0 +1,95 @@
+#include "planner_support.h"
+
+#include <algorithm>
+
+#include "infinipipe/core/error.h"
+
+namespace infinipipe::planning {
+
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
+      .count();
+}
+
+void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
+                  const PlannerOptions& options) {
+  check_lengths(lengths);
+  check(options.num_stages >= 1, "the number of stages must be at least 1, got " +
+                                     std::to_string(options.num_stages));
+  check(options.num_stages == cost.num_stages(),
+        "the planner was asked for " + std::to_string(options.num_stages) +
+            " stages but the cost model splits the layers over " +
+            std::to_string(cost.num_stages()) + "; build the cost model for the same stages");
+  check(options.memory_budget_bytes > 0, "the memory budget must be positive, got " +
+                                             std::to_string(options.memory_budget_bytes) +
+                                             " bytes");
+  check(options.max_k >= 1, "max_k must be at least 1, got " + std::to_string(options.max_k));
+}
+
+PlanResult infeasible(std::string reason) {
+  PlanResult r;
+  r.feasible = false;
+  r.reason = std::move(reason);
+  return r;
+}
+
+Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>& lengths,
+               std::vector<Chunk> chunks, std::vector<Wave> waves, Schedule schedule,
+               Recompute recompute, const CostModel& cost, const SimResult& sim,
+               std::string solver) {
+  Plan plan;
+  plan.method = method;
+  plan.setting = setting;
+  plan.lengths = lengths;
+  plan.chunks = std::move(chunks);
+  plan.waves = std::move(waves);
+  plan.schedule = std::move(schedule);
+  plan.recompute = std::move(recompute);
+  plan.layers_per_stage = cost.layers_per_stage();
+  plan.step_time_s = sim.step_time_s;
+  plan.recompute_s = sim.total_recompute_s();
+  plan.stage_recompute_s = sim.recompute_s;
+  plan.busy_s = sim.busy_s;
+  plan.bubble_fraction = sim.mean_bubble_fraction();
+  plan.peak_memory_bytes = sim.peak_memory_bytes;
+  plan.checkpoint_solver = std::move(solver);
+  return plan;
+}
+
+SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                  const CostModel& cost, const Recompute& recompute, double budget) {
+  SimOptions sim_options;
+  sim_options.memory_budget_bytes = budget;
+  sim_options.record_events = false;
+  return simulate(schedule, chunks, cost, recompute, sim_options);
+}
+
+int64_t shortest_slice(const SplitMesh& mesh) {
+  int64_t shortest = mesh.boundaries.back();
+  for (size_t i = 1; i < mesh.boundaries.size(); ++i)
+    shortest = std::min(shortest, mesh.boundaries[i] - mesh.boundaries[i - 1]);
+  return shortest;
+}
+
+std::string label(const Setting& setting) { return describe(Method::kEpp, setting); }
+
+Wave all_chunks(size_t count) {
+  Wave everything(count);
+  for (size_t c = 0; c < count; ++c) everything[c] = static_cast<int>(c);
+  return everything;
+}
+
+bool same_chunks(const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t c = 0; c < a.size(); ++c) {
+    if (a[c].slices.size() != b[c].slices.size()) return false;
+    for (size_t i = 0; i < a[c].slices.size(); ++i) {
+      const Slice& x = a[c].slices[i];
+      const Slice& y = b[c].slices[i];
+      if (x.seq != y.seq || x.start != y.start || x.end != y.end) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace infinipipe::planning

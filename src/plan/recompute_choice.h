@@ -1,0 +1,37 @@
+#pragma once
+// Which checkpointing program a candidate's schedule gets (internal to the plan part): each
+// program is solved and the simulator decides, because the tied program's objective (every
+// recomputed layer delays the pipeline) is not the step time (docs/design.md, "Checkpointing").
+#include <string>
+#include <vector>
+
+#include "candidate.h"
+#include "infinipipe/plan/planner.h"
+
+namespace infinipipe::planning {
+
+CheckpointOptions checkpoint_options(CheckpointMethod method, const PlannerOptions& options);
+
+// Recompute on `schedule` by each method, kept by simulated step time (ties: the earlier
+// method). The diagonal-tied program charges every recomputed layer as a full delay to the
+// pipeline, but a backward with slack after it absorbs its recompute, so the untied greedy (or
+// the tied greedy instead of the exact tied solve) can give the faster step. False, with the
+// first method's reason, when none fits.
+bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                        const std::vector<CheckpointMethod>& methods, const CostModel& cost,
+                        const PlannerOptions& options, CheckpointResult& checkpoint, SimResult& sim,
+                        std::string& reason);
+
+// Recompute during the search: the tied greedy, and the untied greedy too when the tied answer
+// is within kUntiedWithin of the time to beat (the untied one can be faster by a few percent, see
+// best_checkpointing; far behind, it cannot catch up, and on big steps each solve costs tens of
+// milliseconds). The winner also gets the exact tied program (choose_checkpointing).
+bool search_checkpointing(Candidate& cand, double time_to_beat, const CostModel& cost,
+                          const PlannerOptions& options, std::string& why);
+
+// Other recompute programs for a plan that recomputes (with the tied greedy's so far), kept
+// only if the simulator finds them faster.
+void choose_checkpointing(Candidate& cand, const std::vector<CheckpointMethod>& methods,
+                          const CostModel& cost, const PlannerOptions& options);
+
+}  // namespace infinipipe::planning

@@ -1,0 +1,128 @@
+#include "wave_grouping.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "infinipipe/core/error.h"
+#include "infinipipe/schedule/grouping.h"
+#include "infinipipe/schedule/scheduler.h"
+#include "planner_support.h"
+#include "recompute_choice.h"
+
+namespace infinipipe::planning {
+
+// Cuts allowed in coarse mode (grouped_waves).
+constexpr int kCoarseWaveCuts = 6;
+
+bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
+                   const PlannerOptions& options, std::string& reason, bool coarse) {
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = options.num_stages;
+  const CheckpointOptions greedy = checkpoint_options(CheckpointMethod::kStageAwareGreedy, options);
+
+  // group_of[c]: rank of chunk c's chain length among the distinct lengths, longest first (the
+  // DP's groups); cut_allowed[g]: a wave may start at group g (and end before it).
+  const int n = static_cast<int>(cand.chunks.size());
+  std::vector<int> chain_length(n, 0);
+  for (const std::vector<int>& chain : chains(cand.chunks))
+    for (int c : chain) chain_length[c] = static_cast<int>(chain.size());
+  std::vector<int> lengths(chain_length.begin(), chain_length.end());
+  std::sort(lengths.begin(), lengths.end(), std::greater<int>());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  const int groups = static_cast<int>(lengths.size());
+  std::vector<int> group_of(n), group_chunks(groups, 0);
+  for (int c = 0; c < n; ++c) {
+    group_of[c] = static_cast<int>(std::find(lengths.begin(), lengths.end(), chain_length[c]) - lengths.begin());
+    ++group_chunks[group_of[c]];
+  }
+  std::vector<char> cut_allowed(groups + 1, 1);
+  if (coarse && groups > kCoarseWaveCuts + 1) {
+    int before = 0, next_cut = 1;
+    for (int g = 1; g < groups; ++g) {
+      before += group_chunks[g - 1];
+      cut_allowed[g] = before * (kCoarseWaveCuts + 1) >= next_cut * n;
+      if (cut_allowed[g]) next_cut = before * (kCoarseWaveCuts + 1) / n + 1;
+    }
+  }
+
+  // A wave costs its simulated time alone, with the recompute it needs to fit: the DP's sum then
+  // tracks the step time, fill/drain bubbles and recompute delays weighed as the pipeline feels
+  // them (a stage's recompute delays the others, but no more than once).
+  std::map<Wave, double> memo;
+  std::string wave_reason;
+  size_t wave_reason_size = 0;
+  const WaveCost wave_cost = [&](const Wave& wave) {
+    int first_group = groups, last_group = -1;
+    for (int c : wave) {
+      first_group = std::min(first_group, group_of[c]);
+      last_group = std::max(last_group, group_of[c]);
+    }
+    if (!cut_allowed[first_group] || !cut_allowed[last_group + 1]) return kInfinity;
+    Wave key = wave;
+    std::sort(key.begin(), key.end());
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+    // A schedule covers all of its chunks, so the wave is planned as a step of its own.
+    std::vector<Chunk> alone;
+    Wave renumbered;
+    for (int c : key) {
+      renumbered.push_back(static_cast<int>(alone.size()));
+      alone.push_back(cand.chunks[c]);
+    }
+    // A wave that alone cannot beat the time to beat, even with its least recompute, makes every
+    // grouping with it lose too: its bound is enough for the DP, and far cheaper than a solve.
+    if (time_to_beat < kInfinity) {
+      Candidate wave_only;
+      wave_only.chunks = alone;
+      pipeline_bound(wave_only, cost, options.num_stages, options.memory_budget_bytes);
+      const double least = one_wave_key(wave_only);
+      if (least >= time_to_beat) {
+        memo.emplace(std::move(key), least);
+        return least;
+      }
+    }
+    const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
+    const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
+    double value = kInfinity;
+    if (ck.feasible) {
+      value = predict(one, alone, cost, ck.recompute, options.memory_budget_bytes).step_time_s;
+    } else if (wave_reason.empty() || wave.size() < wave_reason_size) {
+      // The smallest wave that does not fit explains a failure best.
+      wave_reason = ck.reason;
+      wave_reason_size = wave.size();
+    }
+    memo.emplace(std::move(key), value);
+    return value;
+  };
+  try {
+    cand.waves = group_into_waves(cand.chunks, wave_cost);
+  } catch (const Error& e) {
+    // Finer waves may fit where the coarse ones do not; the full DP also explains a failure.
+    if (coarse && groups > kCoarseWaveCuts + 1)
+      return grouped_waves(cand, time_to_beat, cost, options, reason, false);
+    reason = label(cand.setting) + ": " + (wave_reason.empty() ? e.what() : wave_reason);
+    return false;
+  }
+  cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+  std::string why;
+  const bool fits = search_checkpointing(cand, time_to_beat, cost, options, why);
+  // Overlapped waves save a fill and a drain per wave, but where the waves meet a stage holds
+  // chunks of both, which may need more recompute (or not fit): keep whichever is faster.
+  if (options.overlap_waves && cand.waves.size() > 1) {
+    Candidate overlapped = cand;
+    schedule_options.overlap_waves = true;
+    overlapped.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+    std::string ignored;
+    if (search_checkpointing(overlapped, time_to_beat, cost, options, ignored) &&
+        (!fits || overlapped.sim.step_time_s < cand.sim.step_time_s)) {
+      cand = std::move(overlapped);
+      return true;
+    }
+  }
+  if (fits) return true;
+  reason = label(cand.setting) + ": " + why;
+  return false;
+}
+
+}  // namespace infinipipe::planning
