@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "infinipipe/checkpoint/recompute.h"
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/recompute.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/cost_model.h"
 #include "support/small_shape.h"
 #include "infinipipe/schedule/scheduler.h"

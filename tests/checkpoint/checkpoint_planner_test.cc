@@ -8,7 +8,7 @@
 
 #include "checkpoint/checkpoint_fixtures.h"
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/sim/simulator.h"
 
 namespace infinipipe {

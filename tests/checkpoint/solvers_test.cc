@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/checkpoint/problem_tools.h"
-#include "infinipipe/common/error.h"
+#include "problem_tools.h"
+#include "infinipipe/core/error.h"
 
 namespace infinipipe {
 namespace {

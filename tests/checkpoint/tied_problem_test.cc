@@ -8,8 +8,8 @@
 
 #include "checkpoint/checkpoint_fixtures.h"
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "infinipipe/checkpoint/problem_tools.h"
-#include "infinipipe/common/error.h"
+#include "problem_tools.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/sim/memory_timeline.h"
 
 namespace infinipipe {

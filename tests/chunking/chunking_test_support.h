@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "infinipipe/chunking/chunk.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/chunk.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
 
 namespace infinipipe::testing_support {

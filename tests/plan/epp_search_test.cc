@@ -12,7 +12,7 @@
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/chunking/sequence_processor.h"
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/plan/static_baseline.h"
 #include "infinipipe/schedule/scheduler.h"

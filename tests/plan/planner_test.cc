@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/plan/static_baseline.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/schedule/validator.h"

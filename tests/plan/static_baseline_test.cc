@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "plan/instances.h"
 
 namespace infinipipe {

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "schedule/test_chunks.h"
 

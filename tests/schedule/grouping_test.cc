@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "schedule/test_chunks.h"
 
 namespace infinipipe {

@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/schedule/validator.h"
 #include "schedule/test_chunks.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/schedule/scheduler.h"
 
 namespace infinipipe::testing {

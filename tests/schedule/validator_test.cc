@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "schedule/test_chunks.h"
 

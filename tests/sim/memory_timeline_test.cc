@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "sim/sim_fixtures.h"
 
 namespace infinipipe {

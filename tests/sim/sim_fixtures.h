@@ -3,7 +3,7 @@
 // expected times and bytes follow from the coefficients by hand.
 #include <vector>
 
-#include "infinipipe/chunking/chunk.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/cost_model.h"
 #include "support/small_shape.h"
 #include "infinipipe/schedule/action.h"

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "infinipipe/common/error.h"
+#include "infinipipe/core/error.h"
 #include "infinipipe/sim/memory_timeline.h"
 #include "sim/sim_fixtures.h"
 
