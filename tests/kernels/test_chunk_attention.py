@@ -1,4 +1,4 @@
-"""Chunk attention (kernels/chunk_attention.cc) against plain causal attention.
+"""Chunk attention (src/kernels/chunk_attention.cc) against plain causal attention.
 
 Run with PYTHONPATH=python after building the module (DEVELOPERS.md). Every test runs both
 backends: "flash" (ATen's CPU flash kernels) and "math" (explicit matmul/softmax).
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from infinipipe import _C  # built by setup.sh (DEVELOPERS.md); a missing build must fail, not skip
-SequenceKV, Segment, chunk_attention = _C.SequenceKV, _C.Segment, _C.chunk_attention
+SequenceKV, Slice, chunk_attention = _C.SequenceKV, _C.Slice, _C.chunk_attention
 
 BACKENDS = ["flash", "math"]
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
@@ -62,13 +62,14 @@ def run_schedule(seqs, chunks, forward_order, backward_order, grads, scale, back
     outs = [torch.zeros_like(q).detach() for q, _, _ in seqs]
     results = {}
     for c in forward_order:
-        qs, ks, vs, segs, row = [], [], [], [], 0
+        qs, ks, vs, slices, kvs = [], [], [], [], []
         for i, a, b in chunks[c]:
             q, k, v = seqs[i]
             qs.append(q[a:b]), ks.append(k[a:b]), vs.append(v[a:b])
-            segs.append(Segment(row, a, b - a, bufs.get(i)))
-            row += b - a
-        o = chunk_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), segs, scale, backend)
+            slices.append((i, a, b))
+            kvs.append(bufs.get(i))
+        o = chunk_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), slices, kvs, scale,
+                            backend)
         results[c] = o
         row = 0
         for i, a, b in chunks[c]:
@@ -142,24 +143,24 @@ def test_packed_whole_sequences(backend, dtype, heads, kv_heads):
 def test_packed_sequences_do_not_leak(backend):
     gen = torch.Generator().manual_seed(2)
     lengths = [5, 9, 3, 7]
-    T, rows = sum(lengths), [0, 5, 14, 17]
+    T = sum(lengths)
     q = torch.randn(T, 4, 8, dtype=torch.float64, generator=gen)
     k = torch.randn(T, 2, 8, dtype=torch.float64, generator=gen)
     v = torch.randn(T, 2, 8, dtype=torch.float64, generator=gen)
-    segs = [Segment(r, 0, n) for r, n in zip(rows, lengths)]
-    out = chunk_attention(q, k, v, segs, 0.0, backend)
+    slices = [(i, 0, n) for i, n in enumerate(lengths)]  # rows 0, 5, 14, 17
+    out = chunk_attention(q, k, v, slices, [], 0.0, backend)
     # perturbing sequence 1 changes only its rows
     k2, v2, q2 = k.clone(), v.clone(), q.clone()
     for t in (k2, v2, q2):
         t[5:14] += 1.0
-    out2 = chunk_attention(q2, k2, v2, segs, 0.0, backend)
+    out2 = chunk_attention(q2, k2, v2, slices, [], 0.0, backend)
     mask = torch.zeros(T, dtype=torch.bool)
     mask[5:14] = True
     assert torch.equal(out[~mask], out2[~mask])
     assert not torch.equal(out[mask], out2[mask])
     # the gradient of sequence 2's output reaches only sequence 2's inputs
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    o = chunk_attention(qg, kg, vg, segs, 0.0, backend)
+    o = chunk_attention(qg, kg, vg, slices, [], 0.0, backend)
     o[14:17].sum().backward()
     for t in (qg, kg, vg):
         outside = torch.ones(T, dtype=torch.bool)
@@ -236,8 +237,8 @@ class AttnLayer(torch.nn.Module):
         return (self.wq(x).view(n, self.h, self.d), self.wk(x).view(n, self.kvh, self.d),
                 self.wv(x).view(n, self.kvh, self.d))
 
-    def forward(self, x, segments, backend):
-        return chunk_attention(*self.qkv(x), segments, 0.0, backend).flatten(1)
+    def forward(self, x, slices, kv, backend):
+        return chunk_attention(*self.qkv(x), slices, kv, 0.0, backend).flatten(1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -254,14 +255,14 @@ def test_recompute(backend, mode):
     kv = SequenceKV(n, 2, 8, dtype)
     outs = []
     for a, b in cuts:
-        segs = [Segment(0, a, b - a, kv)]
+        slices = [(0, a, b, n)]
         xs = x[a:b]
         if mode == "twice":
-            layer(xs, segs, backend)  # a first forward whose graph is dropped
-            o = layer(xs, segs, backend)
+            layer(xs, slices, [kv], backend)  # a first forward whose graph is dropped
+            o = layer(xs, slices, [kv], backend)
         else:
             o = torch.utils.checkpoint.checkpoint(
-                layer, xs, segs, backend, use_reentrant=(mode == "checkpoint_reentrant"))
+                layer, xs, slices, [kv], backend, use_reentrant=(mode == "checkpoint_reentrant"))
         outs.append(o)
     for (a, b), o in reversed(list(zip(cuts, outs))):
         o.backward(g[a:b])
@@ -276,15 +277,11 @@ def test_recompute(backend, mode):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_uncovered_rows_and_default_scale(backend):
+def test_default_scale(backend):
     gen = torch.Generator().manual_seed(5)
-    q, k, v = make_seq(10, 2, 2, 4, torch.float64, gen)
-    out = chunk_attention(q, k, v, [Segment(2, 0, 5)], backend=backend)  # scale 1/sqrt(4)
-    assert not out[:2].any() and not out[7:].any()
-    ref = reference(q[2:7], k[2:7], v[2:7], 0.5)
-    assert rel_err(out[2:7], ref) < 1e-12
-    out.sum().backward()
-    assert not q.grad[:2].any() and not k.grad[7:].any()
+    q, k, v = make_seq(5, 2, 2, 4, torch.float64, gen)
+    out = chunk_attention(q, k, v, [(0, 0, 5)], backend=backend)  # scale 1/sqrt(4)
+    assert rel_err(out, reference(q, k, v, 0.5)) < 1e-12
 
 
 def test_inference_without_grad_writes_buffer():
@@ -292,8 +289,8 @@ def test_inference_without_grad_writes_buffer():
     q, k, v = (t.detach() for t in make_seq(12, 2, 1, 4, torch.float32, gen))
     kv = SequenceKV(12, 1, 4, torch.float32)
     with torch.no_grad():
-        o1 = chunk_attention(q[:5], k[:5], v[:5], [Segment(0, 0, 5, kv)])
-        o2 = chunk_attention(q[5:], k[5:], v[5:], [Segment(0, 5, 7, kv)])
+        o1 = chunk_attention(q[:5], k[:5], v[:5], [(0, 0, 5, 12)], [kv])
+        o2 = chunk_attention(q[5:], k[5:], v[5:], [(0, 5, 12)], [kv])
     assert not o1.requires_grad
     assert rel_err(torch.cat([o1, o2]), reference(q, k, v, 0.5)) < 1e-5
     assert torch.equal(kv.k, k)
@@ -303,23 +300,27 @@ def test_errors():
     q, k, v = torch.randn(8, 4, 4), torch.randn(8, 2, 4), torch.randn(8, 2, 4)
     kv = SequenceKV(8, 2, 4, torch.float32)
     with pytest.raises(RuntimeError, match="no K/V buffer"):
-        chunk_attention(q, k, v, [Segment(0, 3, 5)])
-    with pytest.raises(RuntimeError, match="overlap"):
-        chunk_attention(q, k, v, [Segment(0, 0, 5), Segment(4, 0, 4)])
-    with pytest.raises(RuntimeError, match="out of range"):
-        chunk_attention(q, k, v, [Segment(4, 0, 5)])
+        chunk_attention(q, k, v, [(0, 3, 11)])
+    with pytest.raises(RuntimeError, match="must tile the rows"):
+        chunk_attention(q, k, v, [(0, 0, 5), (1, 0, 4)])
+    with pytest.raises(RuntimeError, match="must tile the rows"):
+        chunk_attention(q, k, v, [(0, 0, 5)])
+    with pytest.raises(RuntimeError, match="empty or negative"):
+        chunk_attention(q, k, v, [(0, 0, 8), (1, 0, 0)])
+    with pytest.raises(RuntimeError, match="one per slice"):
+        chunk_attention(q, k, v, [(0, 0, 8)], [None, None])
     with pytest.raises(RuntimeError, match="beyond its K/V buffer"):
-        chunk_attention(q, k, v, [Segment(0, 4, 5, kv)])
+        chunk_attention(q, k, v, [(0, 4, 12)], [kv])
     with pytest.raises(RuntimeError, match="one K/V buffer"):
-        chunk_attention(q, k, v, [Segment(0, 0, 2, kv), Segment(2, 2, 2, kv)])
+        chunk_attention(q, k, v, [(0, 0, 2, 8), (1, 2, 8)], [kv, kv])
     with pytest.raises(RuntimeError, match="multiple of kv_heads"):
-        chunk_attention(torch.randn(8, 3, 4), k, v, [Segment(0, 0, 8)])
+        chunk_attention(torch.randn(8, 3, 4), k, v, [(0, 0, 8)])
     with pytest.raises(RuntimeError, match="does not match"):
-        chunk_attention(q, k, v, [Segment(0, 0, 8, SequenceKV(8, 1, 4, torch.float32))])
+        chunk_attention(q, k, v, [(0, 0, 8)], [SequenceKV(8, 1, 4, torch.float32)])
     with pytest.raises(RuntimeError, match="dtype"):
-        chunk_attention(q, k, v, [Segment(0, 0, 8, SequenceKV(8, 2, 4, torch.float64))])
+        chunk_attention(q, k, v, [(0, 0, 8)], [SequenceKV(8, 2, 4, torch.float64)])
     with pytest.raises(ValueError, match="backend"):
-        chunk_attention(q, k, v, [Segment(0, 0, 8)], backend="cuda")
+        chunk_attention(q, k, v, [(0, 0, 8)], backend="cuda")
 
 
 def test_sequence_kv_binding():
@@ -332,9 +333,16 @@ def test_sequence_kv_binding():
     assert kv.nbytes == 2 * 16 * 2 * 8 * 8
     kv.zero_grad()
     assert kv.dk is None
-    s = Segment(3, 4, 5, kv)
-    assert s.end == 9 and s.kv is kv
-    assert Segment(0, 0, 2).kv is None
+
+
+
+def test_slice_binding():
+    s = Slice(3, 4, 9, 20)
+    assert (s.seq, s.start, s.end, s.seq_length, s.length, s.context) == (3, 4, 9, 20, 5, 4)
+    assert not s.whole and Slice(0, 0, 2).whole  # seq_length defaults to end
+    assert tuple(s) == (3, 4, 9) and Slice(*(3, 4, 9), 20) == s
+    with pytest.raises(TypeError, match="slices"):  # not a (seq, start, end) tuple
+        chunk_attention(*make_seq(2, 1, 1, 4, torch.float32, torch.Generator()), [(0, 2)])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -348,7 +356,7 @@ def test_accumulators_appear_at_the_first_backward_only(backend):
     kv = SequenceKV(n, 2, 8, torch.float64)
     outs = []
     for a, b in cuts:
-        outs.append(chunk_attention(q[a:b], k[a:b], v[a:b], [Segment(0, a, b - a, kv)], 0.3,
+        outs.append(chunk_attention(q[a:b], k[a:b], v[a:b], [(0, a, b, n)], [kv], 0.3,
                                     backend))
         assert kv.dk is None and kv.nbytes == 2 * n * 2 * 8 * 8
     outs[2].backward(torch.randn(12, 4, 8, dtype=torch.float64, generator=gen))
