@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Sets up everything InfiniPipe needs on a fresh Debian machine and builds it:
-#   system packages (apt), a virtualenv in .venv with the pinned torch, and the CMake build in
-#   build/. Safe to re-run: each step skips what is already there.
+# Sets up everything InfiniPipe needs on a fresh Debian machine and builds what the Python
+# package needs: system packages (apt), a virtualenv in .venv with the pinned torch, and the
+# module infinipipe._C in the CMake build in build/. Safe to re-run: each step skips what is
+# already there. `./setup.sh --all` builds every target (tests, tools, the C++ example);
+# tests/run_all.sh does that.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,13 +27,15 @@ fi
 .venv/bin/pip install -q -r requirements-dev.txt -r tests/python/requirements.txt \
   -r benchmarks/requirements.txt
 
-echo "setup: building (build/)"
+target=(--target infinipipe_C)
+[ "${1:-}" = "--all" ] && target=()
+echo "setup: building ${target[1]:-everything} (build/)"
 # LibTorch comes from the torch installed in .venv (never from pip's isolated build env, which
 # would pull a CUDA torch); the Python module uses torch's bundled pybind11 (DEVELOPERS.md).
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFINIPIPE_WITH_TORCH=ON \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
-cmake --build build
+cmake --build build "${target[@]}"
 # Make `import infinipipe` work in .venv without PYTHONPATH (the package lives in python/, with
 # the extension module built into it).
 SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

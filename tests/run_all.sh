@@ -4,7 +4,7 @@
 # modes run in between.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./setup.sh
+./setup.sh --all
 (cd build && ctest --output-on-failure -j2)
 .venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 bash benchmarks/run_all.sh --smoke
