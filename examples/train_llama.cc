@@ -10,11 +10,11 @@
 // every rank holds the same plan, runs its stage with the executor and steps AdamW. Rank 0
 // prints the loss and throughput of every step. docs/runtime.md explains how the process group
 // is built ("From C++ alone").
+#include <torch/optim/adamw.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/optim/adamw.h>
 
 #include <CLI/CLI.hpp>
 
@@ -136,9 +136,9 @@ void check_same_plan(c10d::Store& store, int step, int rank, int world, const ip
     const std::string hash(theirs.begin(), theirs.end());
     if (hash != mine) differing += " rank " + std::to_string(r) + " has " + hash + ";";
   }
-  ip::check(differing.empty(), "step " + std::to_string(step) + ": rank " +
-                                   std::to_string(rank) + " planned " + mine + " but" +
-                                   differing + " every rank must plan the same batch alike");
+  ip::check(differing.empty(), "step " + std::to_string(step) + ": rank " + std::to_string(rank) +
+                                   " planned " + mine + " but" + differing +
+                                   " every rank must plan the same batch alike");
 }
 
 int run(const Args& args) {
@@ -150,9 +150,9 @@ int run(const Args& args) {
   const ip::models::LlamaConfig config =
       ip::models::LlamaConfig::from_shape(ip::ModelShape::builtin("tiny"), at::kFloat);
   const std::vector<int> split = ip::even_layer_split(static_cast<int>(config.layers), world);
-  const ip::CostModel cost(config.shape("tiny"), split,
-                           ip::CostCoefficients::analytic(config.shape("tiny"),
-                                                          ip::Hardware::builtin("cpu")));
+  const ip::CostModel cost(
+      config.shape("tiny"), split,
+      ip::CostCoefficients::analytic(config.shape("tiny"), ip::Hardware::builtin("cpu")));
   auto stage = ip::models::build_stage(config, split, rank, args.seed);
 
   auto group = gloo_group(rank, world, timeout);
@@ -171,10 +171,11 @@ int run(const Args& args) {
   std::string layers;
   for (int n : split) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
   if (rank == 0)
-    std::printf("InfiniPipe C++ trainer: %d stages (layers %s), Gloo, %s, %d sequences of "
-                "'%s' lengths up to %lld per step\n",
-                world, layers.c_str(), args.method.c_str(), args.batch,
-                args.distribution.c_str(), static_cast<long long>(args.context));
+    std::printf(
+        "InfiniPipe C++ trainer: %d stages (layers %s), Gloo, %s, %d sequences of "
+        "'%s' lengths up to %lld per step\n",
+        world, layers.c_str(), args.method.c_str(), args.batch, args.distribution.c_str(),
+        static_cast<long long>(args.context));
   std::mt19937_64 rng(args.seed);
   double first_loss = 0, loss = 0;
   for (int step = 0; step < args.steps; ++step) {
@@ -194,11 +195,11 @@ int run(const Args& args) {
     loss = stats.loss;
     if (step == 0) first_loss = loss;
     if (rank == 0)
-      std::printf("step %3d  loss %.4f  tokens %6lld  %8.0f tokens/s  plan %s (%zu chunks, %zu "
-                  "waves)\n",
-                  step, loss, static_cast<long long>(plan.tokens()), plan.tokens() / seconds,
-                  ip::describe(plan.method, plan.setting).c_str(), plan.chunks.size(),
-                  plan.waves.size());
+      std::printf(
+          "step %3d  loss %.4f  tokens %6lld  %8.0f tokens/s  plan %s (%zu chunks, %zu "
+          "waves)\n",
+          step, loss, static_cast<long long>(plan.tokens()), plan.tokens() / seconds,
+          ip::describe(plan.method, plan.setting).c_str(), plan.chunks.size(), plan.waves.size());
     std::fflush(stdout);
   }
   if (rank == 0 && args.steps > 0)
@@ -223,8 +224,7 @@ int main(int argc, char** argv) {
   app.add_option("--k", args.k, "slices per micro-batch (seq1f1b)")->capture_default_str();
   app.add_option("--chunk-tokens", args.chunk_tokens, "chunk size (chunkflow)")
       ->capture_default_str();
-  app.add_option("--memory-gib", args.memory_gib, "memory budget per stage")
-      ->capture_default_str();
+  app.add_option("--memory-gib", args.memory_gib, "memory budget per stage")->capture_default_str();
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--seed", args.seed, "weights and data")->capture_default_str();
   app.add_option("--timeout-s", args.timeout_s, "longest wait on a peer")->capture_default_str();

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bindings.h"
-#include "infinipipe/core/chunk.h"
 #include "infinipipe/chunking/sequence_processor.h"
+#include "infinipipe/core/chunk.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/calibration.h"
 #include "infinipipe/cost/cost_model.h"
@@ -96,8 +96,7 @@ py::dict summary(const Plan& plan) {
 Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost,
                       double memory_budget_bytes, const std::string& method, int k,
                       int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
-                      double checkpoint_time_limit_s, bool baseline_chunkings,
-                      bool overlap_waves) {
+                      double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves) {
   PlannerOptions options = PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes);
   options.max_k = max_k;
   options.checkpoint_time_limit_s = checkpoint_time_limit_s;
@@ -165,7 +164,8 @@ std::vector<double> predicted_peaks(const Plan& plan, const CostModel& cost) {
 std::vector<double> predicted_activation_peaks(const Plan& plan, const CostModel& cost) {
   std::vector<double> peaks;
   for (int p = 0; p < plan.schedule.num_stages(); ++p)
-    peaks.push_back(observable_activation_peak(plan.schedule, p, plan.chunks, cost, plan.recompute));
+    peaks.push_back(
+        observable_activation_peak(plan.schedule, p, plan.chunks, cost, plan.recompute));
   return peaks;
 }
 
@@ -206,12 +206,12 @@ void bind_plan(py::module_& root) {
       .def("summary", &summary, "A dict: method, setting, hash, chunks, waves, predictions.")
       .def("to_json", [](const Plan& p) { return nlohmann::json(p).dump(); })
       .def_static(
-          "from_json",
-          [](const std::string& text) { return parse_json(text, "plan").get<Plan>(); },
+          "from_json", [](const std::string& text) { return parse_json(text, "plan").get<Plan>(); },
           py::arg("text"))
       .def("validate", &Plan::validate, "Error unless coverage, schedule and recompute are valid.")
       .def("__copy__", [](const Plan& p) { return Plan(p); })
-      .def("__deepcopy__", [](const Plan& p, py::dict) { return Plan(p); }, py::arg("memo"))
+      .def(
+          "__deepcopy__", [](const Plan& p, py::dict) { return Plan(p); }, py::arg("memo"))
       .def_property_readonly("method", [](const Plan& p) { return to_string(p.method); })
       .def_property_readonly("k", [](const Plan& p) { return p.setting.k; })
       .def_property_readonly("lengths", [](const Plan& p) { return p.lengths; })
@@ -219,11 +219,12 @@ void bind_plan(py::module_& root) {
       .def_property_readonly("num_chunks", [](const Plan& p) { return p.chunks.size(); })
       .def_property_readonly("chunks", &chunk_list,
                              "Per chunk, its slices as (sequence, start, end).")
-      .def_property_readonly("chunk_kinds", [](const Plan& p) {
-        std::vector<std::string> kinds;
-        for (const Chunk& c : p.chunks) kinds.push_back(to_string(c.kind()));
-        return kinds;
-      })
+      .def_property_readonly("chunk_kinds",
+                             [](const Plan& p) {
+                               std::vector<std::string> kinds;
+                               for (const Chunk& c : p.chunks) kinds.push_back(to_string(c.kind()));
+                               return kinds;
+                             })
       .def_property_readonly("waves", [](const Plan& p) { return p.waves; })
       .def_property_readonly("schedule", &schedule_text, "Per stage, its actions' text forms.")
       .def_property(
@@ -256,17 +257,21 @@ void bind_plan(py::module_& root) {
 
   // Defaults: the training options (PlannerOptions::for_training), which PlanConfig also reads.
   const PlannerOptions kTraining = PlannerOptions::for_training(1, 1);
-  m.def("training_defaults", [kTraining] {
-    py::dict d;
-    d["max_k"] = kTraining.max_k;
-    d["checkpoint_time_limit_s"] = kTraining.checkpoint_time_limit_s;
-    d["baseline_chunkings"] = kTraining.baseline_chunkings;
-    d["overlap_waves"] = kTraining.overlap_waves;
-    return d;
-  }, "The planner options a trainer plans with (PlannerOptions::for_training), as a dict.");
+  m.def(
+      "training_defaults",
+      [kTraining] {
+        py::dict d;
+        d["max_k"] = kTraining.max_k;
+        d["checkpoint_time_limit_s"] = kTraining.checkpoint_time_limit_s;
+        d["baseline_chunkings"] = kTraining.baseline_chunkings;
+        d["overlap_waves"] = kTraining.overlap_waves;
+        return d;
+      },
+      "The planner options a trainer plans with (PlannerOptions::for_training), as a dict.");
   m.def("plan_step", &plan_for_trainer, py::arg("lengths"), py::arg("cost"),
-        py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1, py::arg("token_cap") = 0,
-        py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1, py::arg("max_k") = kTraining.max_k,
+        py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1,
+        py::arg("token_cap") = 0, py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1,
+        py::arg("max_k") = kTraining.max_k,
         py::arg("checkpoint_time_limit_s") = kTraining.checkpoint_time_limit_s,
         py::arg("baseline_chunkings") = kTraining.baseline_chunkings,
         py::arg("overlap_waves") = kTraining.overlap_waves,
@@ -301,8 +306,7 @@ void bind_plan(py::module_& root) {
   m.def("distribution_names", &distribution_names);
 
   // Calibration (cost/calibration.h): the fit behind infinipipe.profile and infinipipe-profile.
-  py::class_<Calibration>(m, "Calibration",
-                          "Fitted time coefficients and their held-out errors.")
+  py::class_<Calibration>(m, "Calibration", "Fitted time coefficients and their held-out errors.")
       .def_readonly("a1", &Calibration::a1)
       .def_readonly("a2", &Calibration::a2)
       .def_readonly("b", &Calibration::b)
@@ -337,7 +341,8 @@ void bind_plan(py::module_& root) {
       py::arg("head") = std::vector<std::pair<int64_t, double>>{},
       py::arg("holdout_fraction") = CalibrationOptions{}.holdout_fraction,
       py::arg("seed") = CalibrationOptions{}.seed,
-      "Fits a1, a2, b and the backward's a1', a2', b' (non-negative), the backward ratio to layer samples (tokens, context, "
+      "Fits a1, a2, b and the backward's a1', a2', b' (non-negative), the backward ratio to layer "
+      "samples (tokens, context, "
       "forward_s, backward_s), and per-token times to embedding and head samples (tokens, "
       "seconds), holding out a seeded fraction of the layer samples.");
   m.def("apply_calibration", &apply_calibration, py::arg("cost"), py::arg("calibration"),

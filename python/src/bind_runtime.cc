@@ -44,8 +44,8 @@ using runtime::StepStats;
 class PythonStageModule : public StageModule {
  public:
   explicit PythonStageModule(py::object impl) : impl_(std::move(impl)) {
-    for (const char* name : {"num_layers", "has_embedding", "has_head", "embed", "layer", "head",
-                             "parameters"})
+    for (const char* name :
+         {"num_layers", "has_embedding", "has_head", "embed", "layer", "head", "parameters"})
       check(py::hasattr(impl_, name),
             std::string("stage module: the Python object lacks '") + name + "'");
     num_layers_ = impl_.attr("num_layers").cast<int>();
@@ -137,24 +137,27 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group_from(const py::object& grou
   try {
     return group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
   } catch (const py::cast_error&) {
-    throw Error("executor: expected a torch.distributed ProcessGroup (for example "
-                "torch.distributed.group.WORLD after init_process_group), got " +
-                std::string(py::str(py::type::of(group))));
+    throw Error(
+        "executor: expected a torch.distributed ProcessGroup (for example "
+        "torch.distributed.group.WORLD after init_process_group), got " +
+        std::string(py::str(py::type::of(group))));
   }
 }
 
 // A C++ stage module (a subclass of StageModule) as it is; any other object through the Python
 // protocol (PythonStageModule), as the Executor takes its module.
 std::shared_ptr<StageModule> stage_module_from(py::object module) {
-  return py::isinstance<StageModule>(module) ? module.cast<std::shared_ptr<StageModule>>()
-                                             : std::make_shared<PythonStageModule>(std::move(module));
+  return py::isinstance<StageModule>(module)
+             ? module.cast<std::shared_ptr<StageModule>>()
+             : std::make_shared<PythonStageModule>(std::move(module));
 }
 
 py::dict profile_dict(const runtime::LayerProfile& profile) {
   py::list layer, embedding, head;
   for (const auto& r : profile.layer)
     layer.append(py::dict(py::arg("tokens") = r.point.tokens, py::arg("context") = r.point.context,
-                          py::arg("forward_s") = r.forward_s, py::arg("backward_s") = r.backward_s));
+                          py::arg("forward_s") = r.forward_s,
+                          py::arg("backward_s") = r.backward_s));
   for (const auto& r : profile.embedding)
     embedding.append(py::dict(py::arg("tokens") = r.tokens, py::arg("seconds") = r.seconds));
   for (const auto& r : profile.head)
@@ -174,9 +177,8 @@ void bind_runtime(py::module_& root) {
       m, "ChunkContext", py::dynamic_attr(),
       "One chunk as a stage module sees it: its slices (laid out in the rows back to back), "
       "each row's position in its sequence, and per-layer chunk attention.")
-      .def(py::init([](const std::vector<Slice>& slices,
-                       std::vector<kernels::SliceBuffers> kv, int chunk, at::Device device,
-                       double scale, const std::string& backend) {
+      .def(py::init([](const std::vector<Slice>& slices, std::vector<kernels::SliceBuffers> kv,
+                       int chunk, at::Device device, double scale, const std::string& backend) {
              runtime::ChunkContextOptions o;
              o.chunk = chunk;
              o.device = device;
@@ -185,8 +187,8 @@ void bind_runtime(py::module_& root) {
              return std::make_shared<ChunkContext>(slices, std::move(kv), o);
            }),
            py::arg("slices"), py::arg("kv") = std::vector<kernels::SliceBuffers>{},
-           py::arg("chunk") = 0, py::arg("device") = at::Device(at::kCPU),
-           py::arg("scale") = 0.0, py::arg("backend") = "auto",
+           py::arg("chunk") = 0, py::arg("device") = at::Device(at::kCPU), py::arg("scale") = 0.0,
+           py::arg("backend") = "auto",
            "A chunk's context outside the executor (a model run unpipelined, tests, C++ stage "
            "modules driven from Python): slices as Slice or (seq, start, end) tuples; "
            "kv[layer][i] the SequenceKV of slice i on that layer, None for a whole sequence "
@@ -225,8 +227,7 @@ void bind_runtime(py::module_& root) {
       });
 
   m.attr("IGNORE_INDEX") = runtime::kIgnoreIndex;
-  m.def("next_token_targets", &runtime::next_token_targets, py::arg("slices"),
-        py::arg("sequences"),
+  m.def("next_token_targets", &runtime::next_token_targets, py::arg("slices"), py::arg("sequences"),
         "Target ids [T] of a chunk's rows: each token's next token in its sequence, "
         "IGNORE_INDEX for a sequence's last token. sequences[seq]: sequence seq's token ids.");
   m.def("next_token_loss", &runtime::next_token_loss, py::arg("logits"), py::arg("targets"),
@@ -243,8 +244,8 @@ void bind_runtime(py::module_& root) {
       .def_property_readonly("has_head", &StageModule::has_head)
       .def("embed", &StageModule::embed, py::arg("tokens"), py::arg("ctx"),
            "tokens [T] -> hidden [T, hidden] (first stage only).")
-      .def("layer", &StageModule::layer, py::arg("local_index"), py::arg("hidden"),
-           py::arg("ctx"), "hidden [T, hidden] -> hidden [T, hidden] through local layer i.")
+      .def("layer", &StageModule::layer, py::arg("local_index"), py::arg("hidden"), py::arg("ctx"),
+           "hidden [T, hidden] -> hidden [T, hidden] through local layer i.")
       .def("head", &StageModule::head, py::arg("hidden"), py::arg("ctx"),
            "hidden [T, hidden] -> logits [T, vocab] (last stage only).")
       .def("parameters", &StageModule::parameters);
@@ -312,9 +313,8 @@ void bind_runtime(py::module_& root) {
       .def("set_after_action", &Executor::set_after_action, py::arg("probe"),
            "probe(action_text) is called after every action (None to remove).")
       .def_property_readonly("stage", [](const Executor& ex) { return ex.options().stage; })
-      .def_property_readonly("timeout_s", [](const Executor& ex) {
-        return ex.options().timeout.count() / 1000.0;
-      });
+      .def_property_readonly(
+          "timeout_s", [](const Executor& ex) { return ex.options().timeout.count() / 1000.0; });
 
   m.def(
       "profile_layer",
@@ -346,11 +346,10 @@ void bind_runtime(py::module_& root) {
         }
         return profile_dict(profile);
       },
-      py::arg("module"), py::arg("points"), py::arg("repeats"), py::arg("warmup"),
-      py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
-      py::arg("head_dim"), py::arg("vocab"), py::arg("seed") = 0,
-      py::arg("thread_cpu_time") = false, py::arg("attention_backend") = "auto",
-      py::arg("progress") = nullptr,
+      py::arg("module"), py::arg("points"), py::arg("repeats"), py::arg("warmup"), py::arg("dtype"),
+      py::arg("device"), py::arg("hidden"), py::arg("kv_heads"), py::arg("head_dim"),
+      py::arg("vocab"), py::arg("seed") = 0, py::arg("thread_cpu_time") = false,
+      py::arg("attention_backend") = "auto", py::arg("progress") = nullptr,
       "Times local layer 0 of a stage module (C++ or Python protocol, as Executor takes it) on "
       "chunks of one slice (tokens, context) as the executor runs them, and its embedding and "
       "head + loss per token count when it has them (runtime/layer_profiler.h). Returns the raw "

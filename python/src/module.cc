@@ -2,8 +2,8 @@
 //
 // Built against torch's bundled pybind11 headers and linked with libtorch_python, so the tensor,
 // dtype and device casters below are torch's own (see python/CMakeLists.txt).
-#include <pybind11/pybind11.h>
 #include <pybind11/operators.h>
+#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -23,8 +23,8 @@ kn::Backend parse_backend(const std::string& name) {
   if (name == "auto") return kn::Backend::Auto;
   if (name == "flash") return kn::Backend::Flash;
   if (name == "math") return kn::Backend::Math;
-  throw py::value_error("chunk_attention: backend must be 'auto', 'flash' or 'math', got '" +
-                        name + "'");
+  throw py::value_error("chunk_attention: backend must be 'auto', 'flash' or 'math', got '" + name +
+                        "'");
 }
 
 // The shared vocabulary (core/chunk.h): one Slice type for the planner, the executor, the
@@ -40,13 +40,12 @@ void bind_core(py::module_& m) {
       .def(py::init(make), py::arg("seq"), py::arg("start"), py::arg("end"),
            py::arg("seq_length") = py::none())
       .def(py::init([make](const py::tuple& t) {
-             if (t.size() != 3 && t.size() != 4)
-               throw py::value_error("Slice: a tuple must be (seq, start, end[, seq_length]), got " +
-                                     std::string(py::repr(t)));
-             return make(t[0].cast<int>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
-                         t.size() == 4 ? std::optional<int64_t>(t[3].cast<int64_t>())
-                                       : std::nullopt);
-           }))
+        if (t.size() != 3 && t.size() != 4)
+          throw py::value_error("Slice: a tuple must be (seq, start, end[, seq_length]), got " +
+                                std::string(py::repr(t)));
+        return make(t[0].cast<int>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                    t.size() == 4 ? std::optional<int64_t>(t[3].cast<int64_t>()) : std::nullopt);
+      }))
       .def_readonly("seq", &Slice::seq)
       .def_readonly("start", &Slice::start)
       .def_readonly("end", &Slice::end)
@@ -54,9 +53,10 @@ void bind_core(py::module_& m) {
       .def_property_readonly("length", &Slice::length)
       .def_property_readonly("context", &Slice::context)
       .def_property_readonly("whole", &Slice::whole)
-      .def("__iter__", [](const Slice& s) {
-        return py::iter(py::make_tuple(s.seq, s.start, s.end));
-      }, "(seq, start, end), so that `seq, start, end = slice` works")
+      .def(
+          "__iter__",
+          [](const Slice& s) { return py::iter(py::make_tuple(s.seq, s.start, s.end)); },
+          "(seq, start, end), so that `seq, start, end = slice` works")
       .def(py::self == py::self)
       .def("__repr__", [](const Slice& s) {
         std::ostringstream os;
@@ -72,8 +72,8 @@ void bind_kernels(py::module_& m) {
       m, "SequenceKV",
       "K/V buffer of one split sequence for one layer, with its gradient accumulators dk, dv; "
       "all [seq_length, kv_heads, head_dim].")
-      .def(py::init([](int64_t seq_length, int64_t kv_heads, int64_t head_dim,
-                       at::ScalarType dtype, at::Device device) {
+      .def(py::init([](int64_t seq_length, int64_t kv_heads, int64_t head_dim, at::ScalarType dtype,
+                       at::Device device) {
              return kn::SequenceKV::create(seq_length, kv_heads, head_dim, dtype, device);
            }),
            py::arg("seq_length"), py::arg("kv_heads"), py::arg("head_dim"),

@@ -7,13 +7,14 @@
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/checkpoint/memory_check.h"
-#include "problem_tools.h"
 #include "infinipipe/core/error.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 namespace {
 
-double recompute_seconds(const std::vector<Chunk>& chunks, const CostModel& cost, const Recompute& recompute) {
+double recompute_seconds(const std::vector<Chunk>& chunks, const CostModel& cost,
+                         const Recompute& recompute) {
   double total = 0;
   for (size_t k = 0; k < chunks.size(); ++k) {
     int layers = 0;
@@ -31,13 +32,14 @@ Recompute from_variables(const TiedProblem& problem, const std::vector<int>& val
 }
 
 // Fills recompute_s, and feasibility from the byte check; the reason says which moment failed.
-CheckpointResult finish(CheckpointResult result, const MemoryCheck& memory, const std::vector<Chunk>& chunks,
-                        const CostModel& cost) {
+CheckpointResult finish(CheckpointResult result, const MemoryCheck& memory,
+                        const std::vector<Chunk>& chunks, const CostModel& cost) {
   result.recompute_s = recompute_seconds(chunks, cost, result.recompute);
   const MemoryViolation violation = memory.worst_violation(result.recompute);
   result.feasible = violation.stage < 0;
   if (!result.feasible && result.reason.empty())
-    result.reason = memory.describe(violation, "the " + result.solver + " recompute assignment does not fit");
+    result.reason =
+        memory.describe(violation, "the " + result.solver + " recompute assignment does not fit");
   return result;
 }
 
@@ -48,16 +50,18 @@ CheckpointResult infeasible(const MemoryCheck& memory, const std::string& solver
   result.recompute = memory.full_recompute();
   const MemoryViolation violation = memory.worst_violation(result.recompute);
   if (violation.stage >= 0)
-    result.reason = memory.describe(violation, "the step does not fit in memory even with every layer recomputed");
+    result.reason = memory.describe(
+        violation, "the step does not fit in memory even with every layer recomputed");
   else
-    result.reason = "the " + solver + " method found no assignment although recomputing every layer fits; " +
+    result.reason = "the " + solver +
+                    " method found no assignment although recomputing every layer fits; " +
                     "use checkpointing method full or uniform";
   return result;
 }
 
 CheckpointResult solve_problem(const TiedProblem& problem, const MemoryCheck& memory,
-                               const std::vector<Chunk>& chunks, const CostModel& cost, bool use_milp,
-                               double time_limit_s) {
+                               const std::vector<Chunk>& chunks, const CostModel& cost,
+                               bool use_milp, double time_limit_s) {
   CheckpointResult result;
   if (problem.rows.empty()) {
     result.solver = "none needed";
@@ -65,7 +69,8 @@ CheckpointResult solve_problem(const TiedProblem& problem, const MemoryCheck& me
     return finish(result, memory, chunks, cost);
   }
   if (first_unsatisfiable_row(problem) >= 0) return infeasible(memory, use_milp ? "cbc" : "greedy");
-  const TiedSolution solution = use_milp ? solve_milp(problem, time_limit_s) : solve_greedy(problem);
+  const TiedSolution solution =
+      use_milp ? solve_milp(problem, time_limit_s) : solve_greedy(problem);
   if (!solution.feasible) return infeasible(memory, solution.solver);
   result.solver = solution.solver;
   result.recompute = from_variables(problem, solution.values);
@@ -80,15 +85,18 @@ CheckpointResult stage_aware(const Schedule& schedule, const std::vector<Chunk>&
   if (first_unsatisfiable_row(problem) >= 0 && memory.fits(memory.full_recompute())) {
     // A diagonal is capped by the smallest stage it crosses, so with uneven layer counts tying
     // can rule out an assignment that full recompute shows exists: solve untied instead.
-    const TiedProblem untied = build_untied_problem(schedule, chunks, cost, budget, memory.moments());
-    CheckpointResult result = solve_problem(untied, memory, chunks, cost, false, options.time_limit_s);
+    const TiedProblem untied =
+        build_untied_problem(schedule, chunks, cost, budget, memory.moments());
+    CheckpointResult result =
+        solve_problem(untied, memory, chunks, cost, false, options.time_limit_s);
     result.solver = "untied greedy (diagonal bounds too tight)";
     return result;
   }
   return solve_problem(problem, memory, chunks, cost, use_milp, options.time_limit_s);
 }
 
-CheckpointResult uniform(const MemoryCheck& memory, const CostModel& cost, const std::vector<Chunk>& chunks) {
+CheckpointResult uniform(const MemoryCheck& memory, const CostModel& cost,
+                         const std::vector<Chunk>& chunks) {
   int most = 0;
   for (int l : cost.layers_per_stage()) most = std::max(most, l);
   if (!memory.fits(memory.uniform_recompute(most))) return infeasible(memory, "uniform");
@@ -97,8 +105,10 @@ CheckpointResult uniform(const MemoryCheck& memory, const CostModel& cost, const
   int low = 0, high = most;  // high always fits
   while (low < high) {
     const int mid = (low + high) / 2;
-    if (memory.fits(memory.uniform_recompute(mid))) high = mid;
-    else low = mid + 1;
+    if (memory.fits(memory.uniform_recompute(mid)))
+      high = mid;
+    else
+      low = mid + 1;
   }
   CheckpointResult result;
   result.solver = "uniform";
@@ -128,7 +138,8 @@ CheckpointResult plan_checkpointing(const Schedule& schedule, const std::vector<
       if (!result.feasible) {
         const MemoryViolation violation = memory.worst_violation(result.recompute);
         result.reason = memory.describe(
-            violation, "the step does not fit in memory without recompute (choose a checkpointing method)");
+            violation,
+            "the step does not fit in memory without recompute (choose a checkpointing method)");
       }
       return result;
     }
@@ -147,9 +158,10 @@ CheckpointResult plan_checkpointing(const Schedule& schedule, const std::vector<
     case CheckpointMethod::kStageAwareGreedy:
       return stage_aware(schedule, chunks, cost, options, memory, false);
     case CheckpointMethod::kUntiedGreedy: {
-      const TiedProblem problem =
-          build_untied_problem(schedule, chunks, cost, options.memory_budget_bytes, memory.moments());
-      CheckpointResult result = solve_problem(problem, memory, chunks, cost, false, options.time_limit_s);
+      const TiedProblem problem = build_untied_problem(
+          schedule, chunks, cost, options.memory_budget_bytes, memory.moments());
+      CheckpointResult result =
+          solve_problem(problem, memory, chunks, cost, false, options.time_limit_s);
       if (result.solver == "greedy") result.solver = "untied greedy";
       return result;
     }

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "problem_tools.h"
 #include "infinipipe/core/error.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 

@@ -24,7 +24,9 @@ struct Span {
 };
 
 // Bytes a variable's next increment covers in a row still short by `remaining`.
-inline double covered(double coef, double remaining) { return remaining > 0 ? std::min(coef, remaining) : 0; }
+inline double covered(double coef, double remaining) {
+  return remaining > 0 ? std::min(coef, remaining) : 0;
+}
 
 // Free recompute goes first; among free variables the larger score still wins (scores stay
 // below 1e15 bytes, so the product cannot overflow).
@@ -56,7 +58,9 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
       for (size_t i = 0; i < row.var.size(); ++i) entries[fill[row.var[i]]++] = {r, row.coef[i]};
     }
   }
-  auto column = [&](int j) { return Span{entries.data() + start[j], entries.data() + start[j + 1]}; };
+  auto column = [&](int j) {
+    return Span{entries.data() + start[j], entries.data() + start[j + 1]};
+  };
 
   // remaining[r] > 0 exactly while row r is violated (the tolerance is folded in here).
   std::vector<double> remaining(num_rows);
@@ -68,7 +72,8 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
     if (remaining[r] <= 0) continue;
     ++violated;
     const TiedProblem::Row& row = problem.rows[r];
-    for (size_t i = 0; i < row.var.size(); ++i) score[row.var[i]] += covered(row.coef[i], remaining[r]);
+    for (size_t i = 0; i < row.var.size(); ++i)
+      score[row.var[i]] += covered(row.coef[i], remaining[r]);
   }
 
   // Bytes covered per second of recompute, 0 for variables at their bound: kept in one flat
@@ -123,7 +128,10 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
     while (values[j] > 0) {
       bool removable = true;
       for (const Entry& e : column(j))
-        if (slack[e.row] < e.coef) { removable = false; break; }
+        if (slack[e.row] < e.coef) {
+          removable = false;
+          break;
+        }
       if (!removable) break;
       --values[j];
       for (const Entry& e : column(j)) slack[e.row] -= e.coef;

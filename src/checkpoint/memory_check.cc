@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "problem_tools.h"
 #include "infinipipe/core/error.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 namespace {
@@ -24,7 +24,8 @@ MemoryCheck::MemoryCheck(const Schedule& schedule, const std::vector<Chunk>& chu
                          const CostModel& cost, double budget_bytes)
     : schedule_(schedule), chunks_(chunks), cost_(cost), budget_(budget_bytes) {
   moments_.reserve(schedule.num_stages());
-  for (int p = 0; p < schedule.num_stages(); ++p) moments_.push_back(memory_moments(schedule, p, chunks, cost));
+  for (int p = 0; p < schedule.num_stages(); ++p)
+    moments_.push_back(memory_moments(schedule, p, chunks, cost));
   unrecomputed_ = held_bytes(Recompute{});
 }
 
@@ -33,12 +34,14 @@ std::vector<std::vector<double>> MemoryCheck::held_bytes(const Recompute& recomp
   for (int p = 0; p < static_cast<int>(moments_.size()); ++p) {
     held[p].resize(chunks_.size());
     for (size_t k = 0; k < chunks_.size(); ++k)
-      held[p][k] = cost_.activation_bytes(chunks_[k], p, recompute_layers(recompute, p, static_cast<int>(k)));
+      held[p][k] = cost_.activation_bytes(chunks_[k], p,
+                                          recompute_layers(recompute, p, static_cast<int>(k)));
   }
   return held;
 }
 
-double MemoryCheck::bytes_at(int stage, int moment, const std::vector<std::vector<double>>& held) const {
+double MemoryCheck::bytes_at(int stage, int moment,
+                             const std::vector<std::vector<double>>& held) const {
   // moment_bytes' sum, in its order, with each chunk's bytes looked up once rather than at every
   // moment it is in flight (this check runs for every candidate plan of the planner's sweep).
   const MemoryMoment& m = moments_[stage][moment];
@@ -80,7 +83,8 @@ Recompute MemoryCheck::full_recompute() const {
   return uniform_recompute(most);
 }
 
-std::string MemoryCheck::describe(const MemoryViolation& violation, const std::string& what_failed) const {
+std::string MemoryCheck::describe(const MemoryViolation& violation,
+                                  const std::string& what_failed) const {
   check(violation.stage >= 0, "MemoryCheck::describe: no violation to describe");
   const MemoryMoment& moment = moments_[violation.stage][violation.moment];
   const Action& action = schedule_.stages[violation.stage][moment.action_index];
@@ -99,8 +103,9 @@ std::string MemoryCheck::describe(const MemoryViolation& violation, const std::s
   if (longest != nullptr)
     text += "; the longest sequence in flight is sequence " + std::to_string(longest->seq) + " (" +
             std::to_string(longest->seq_length) + " tokens)";
-  text += ". Use more pipeline stages, a larger memory budget, or a larger slice count K so long "
-          "sequences are cut into smaller slices.";
+  text +=
+      ". Use more pipeline stages, a larger memory budget, or a larger slice count K so long "
+      "sequences are cut into smaller slices.";
   return text;
 }
 

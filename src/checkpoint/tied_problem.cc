@@ -5,14 +5,15 @@
 #include <vector>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "problem_tools.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/sim/memory_timeline.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 namespace {
 
-void check_inputs(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost) {
+void check_inputs(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                  const CostModel& cost) {
   check(schedule.num_stages() > 0, "checkpoint planning: the schedule has no stages");
   check(cost.num_stages() == schedule.num_stages(),
         "checkpoint planning: the schedule has " + std::to_string(schedule.num_stages()) +
@@ -20,7 +21,8 @@ void check_inputs(const Schedule& schedule, const std::vector<Chunk>& chunks, co
             "; build both for the same pipeline");
   for (const auto& actions : schedule.stages)
     for (const Action& a : actions)
-      if (a.chunk < 0 || a.chunk >= static_cast<int>(chunks.size()))  // message built only on failure
+      if (a.chunk < 0 ||
+          a.chunk >= static_cast<int>(chunks.size()))  // message built only on failure
         throw Error("checkpoint planning: action " + a.text() + " names a chunk outside the " +
                     std::to_string(chunks.size()) + " chunks given");
 }
@@ -29,8 +31,8 @@ void check_inputs(const Schedule& schedule, const std::vector<Chunk>& chunks, co
                   const std::vector<std::vector<MemoryMoment>>& moments) {
   check_inputs(schedule, chunks, cost);
   check(static_cast<int>(moments.size()) == schedule.num_stages(),
-        "checkpoint planning: memory moments for " + std::to_string(moments.size()) + " stages, schedule has " +
-            std::to_string(schedule.num_stages()));
+        "checkpoint planning: memory moments for " + std::to_string(moments.size()) +
+            " stages, schedule has " + std::to_string(schedule.num_stages()));
 }
 
 std::vector<int> backward_order(const std::vector<Action>& actions) {
@@ -42,7 +44,8 @@ std::vector<int> backward_order(const std::vector<Action>& actions) {
 
 std::string join(const std::vector<int>& values) {
   std::string out;
-  for (size_t i = 0; i < values.size() && i < 16; ++i) out += (i ? " " : "") + std::to_string(values[i]);
+  for (size_t i = 0; i < values.size() && i < 16; ++i)
+    out += (i ? " " : "") + std::to_string(values[i]);
   if (values.size() > 16) out += " ...";
   return out;
 }
@@ -66,22 +69,25 @@ std::vector<int> backward_positions(const Schedule& schedule, int num_chunks) {
     const std::vector<int> other = backward_order(schedule.stages[p]);
     if (other != order)
       throw Error("checkpoint planning: stage " + std::to_string(p) +
-                  " runs backwards in a different order than stage 0 (" + join(other) + " vs " + join(order) +
-                  "); diagonal tying needs one backward order on every stage");
+                  " runs backwards in a different order than stage 0 (" + join(other) + " vs " +
+                  join(order) + "); diagonal tying needs one backward order on every stage");
   }
   return position;
 }
 
-std::vector<std::vector<MemoryMoment>> all_moments(const Schedule& schedule, const std::vector<Chunk>& chunks,
+std::vector<std::vector<MemoryMoment>> all_moments(const Schedule& schedule,
+                                                   const std::vector<Chunk>& chunks,
                                                    const CostModel& cost) {
   std::vector<std::vector<MemoryMoment>> moments;
-  for (int p = 0; p < schedule.num_stages(); ++p) moments.push_back(memory_moments(schedule, p, chunks, cost));
+  for (int p = 0; p < schedule.num_stages(); ++p)
+    moments.push_back(memory_moments(schedule, p, chunks, cost));
   return moments;
 }
 
 // Rows for every moment over budget, with the variables already in problem.var_of.
-void add_rows(const std::vector<std::vector<MemoryMoment>>& moments, const std::vector<Chunk>& chunks,
-              const CostModel& cost, double budget, TiedProblem& problem) {
+void add_rows(const std::vector<std::vector<MemoryMoment>>& moments,
+              const std::vector<Chunk>& chunks, const CostModel& cost, double budget,
+              TiedProblem& problem) {
   const int num_vars = static_cast<int>(problem.cost.size());
   std::vector<double> coef_of_var(num_vars, 0);  // scratch, to merge repeated variables
   for (int p = 0; p < static_cast<int>(moments.size()); ++p) {
@@ -118,7 +124,8 @@ void add_rows(const std::vector<std::vector<MemoryMoment>>& moments, const std::
 TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk>& chunks,
                                const CostModel& cost, double memory_budget_bytes) {
   check_inputs(schedule, chunks, cost);
-  return build_tied_problem(schedule, chunks, cost, memory_budget_bytes, all_moments(schedule, chunks, cost));
+  return build_tied_problem(schedule, chunks, cost, memory_budget_bytes,
+                            all_moments(schedule, chunks, cost));
 }
 
 TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk>& chunks,
@@ -206,7 +213,8 @@ void check_problem_shape(const TiedProblem& problem) {
   // Messages are built only on failure: this runs on every solve inside the planner's sweep.
   if (problem.cost.size() != problem.upper.size())
     throw Error("checkpoint problem: " + std::to_string(problem.cost.size()) + " costs but " +
-                std::to_string(problem.upper.size()) + " upper bounds; give one of each per variable");
+                std::to_string(problem.upper.size()) +
+                " upper bounds; give one of each per variable");
   const int num_vars = static_cast<int>(problem.upper.size());
   for (int j = 0; j < num_vars; ++j)
     if (problem.upper[j] < 0 || !(problem.cost[j] >= 0))

@@ -62,8 +62,8 @@ std::vector<Chunk> batch_chunks(const std::vector<int64_t>& lengths, int64_t tok
 
 std::vector<Chunk> fixed_size_chunks(const std::vector<int64_t>& lengths, int64_t chunk_tokens) {
   check_lengths(lengths);
-  check(chunk_tokens >= 1, "chunk size " + std::to_string(chunk_tokens) +
-                               " is invalid: it must be at least 1 token");
+  check(chunk_tokens >= 1,
+        "chunk size " + std::to_string(chunk_tokens) + " is invalid: it must be at least 1 token");
   std::vector<int> longest_first(lengths.size());
   std::iota(longest_first.begin(), longest_first.end(), 0);
   std::stable_sort(longest_first.begin(), longest_first.end(),

@@ -38,8 +38,8 @@ void add_slice(Bucket& bucket, const Slice& slice, const CostModel& cost) {
 // Bucket for a short sequence of `tokens` and `time` under the limits, or -1. Among the buckets
 // that fit, the one with the fewest tail tokens, then the lowest time: tails carry context, so
 // they fill their chunk's time faster than their tokens suggest.
-int pick_bucket(const std::vector<Bucket>& buckets, int64_t tokens, double time,
-                int64_t token_cap, double time_target) {
+int pick_bucket(const std::vector<Bucket>& buckets, int64_t tokens, double time, int64_t token_cap,
+                double time_target) {
   int best = -1;
   for (int i = 0; i < static_cast<int>(buckets.size()); ++i) {
     const Bucket& b = buckets[i];
@@ -67,7 +67,8 @@ SplitMesh cap_mesh_slices(const SplitMesh& mesh, int64_t max_slice_tokens, const
     std::vector<int64_t> cuts{from, to};
     // Equal-cost pieces put the most tokens in the first one (it has the least context), so the
     // fewest pieces that respect the cap may be more than the token count alone suggests.
-    for (int64_t pieces = (to - from + max_slice_tokens - 1) / max_slice_tokens; pieces > 1; ++pieces) {
+    for (int64_t pieces = (to - from + max_slice_tokens - 1) / max_slice_tokens; pieces > 1;
+         ++pieces) {
       cuts.assign(1, from);
       const double base = prefix_cost(from), step = (prefix_cost(to) - base) / double(pieces);
       bool fits = true;
@@ -77,7 +78,10 @@ SplitMesh cap_mesh_slices(const SplitMesh& mesh, int64_t max_slice_tokens, const
           int64_t lo = cuts.back() + 1, hi = to;
           while (lo < hi) {
             const int64_t mid = lo + (hi - lo) / 2;
-            if (prefix_cost(mid) >= base + double(i) * step) hi = mid; else lo = mid + 1;
+            if (prefix_cost(mid) >= base + double(i) * step)
+              hi = mid;
+            else
+              lo = mid + 1;
           }
           cut = std::min(lo, to - 1);
         }
@@ -99,10 +103,11 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const 
   return epp_chunks(lengths, options, cost);
 }
 
-std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChunkingOptions& options,
-                              const CostModel& cost) {
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
+                              const EppChunkingOptions& options, const CostModel& cost) {
   check_lengths(lengths);
-  check(options.max_chunk_tokens >= 0, "the chunk token cap " + std::to_string(options.max_chunk_tokens) +
+  check(options.max_chunk_tokens >= 0, "the chunk token cap " +
+                                           std::to_string(options.max_chunk_tokens) +
                                            " is invalid: use 0 for none or a positive token count");
   check(options.drain_chunks >= 0 && options.drain_split >= 1,
         "the drain taper needs drain_chunks >= 0 and drain_split >= 1, got " +
@@ -188,12 +193,14 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChun
     for (const Slice& slice : pool) {
       Bucket* lightest = nullptr;
       for (Bucket& b : finer)
-        if (b.tokens + slice.length() <= token_cap && (lightest == nullptr || b.time < lightest->time))
+        if (b.tokens + slice.length() <= token_cap &&
+            (lightest == nullptr || b.time < lightest->time))
           lightest = &b;
       if (lightest == nullptr) lightest = &finer.emplace_back();
       add_slice(*lightest, slice, cost);
     }
-    std::stable_sort(finer.begin(), finer.end(), [](const Bucket& a, const Bucket& b) { return a.time > b.time; });
+    std::stable_sort(finer.begin(), finer.end(),
+                     [](const Bucket& a, const Bucket& b) { return a.time > b.time; });
     for (Bucket& b : finer)
       if (!b.slices.empty()) buckets.push_back(std::move(b));
   }
@@ -211,7 +218,8 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChun
 
 std::vector<Chunk> seq1f1b_chunks(const std::vector<int64_t>& lengths, int64_t token_cap, int k,
                                   const CostModel& cost) {
-  check(k >= 1, "Seq1F1B slice count k = " + std::to_string(k) + " is invalid: k must be at least 1");
+  check(k >= 1,
+        "Seq1F1B slice count k = " + std::to_string(k) + " is invalid: k must be at least 1");
   std::vector<Chunk> chunks;
   for (const Chunk& micro_batch : batch_chunks(lengths, token_cap)) {
     std::vector<int64_t> run;
@@ -226,7 +234,8 @@ std::vector<Chunk> seq1f1b_chunks(const std::vector<int64_t>& lengths, int64_t t
       for (size_t i = first_seq; i < run.size() && offset < cuts[p + 1]; offset += run[i++]) {
         const Slice& whole = micro_batch.slices[i];
         const int64_t from = std::max(cuts[p], offset), to = std::min(cuts[p + 1], offset + run[i]);
-        if (from < to) chunk.slices.push_back(Slice{whole.seq, from - offset, to - offset, whole.seq_length});
+        if (from < to)
+          chunk.slices.push_back(Slice{whole.seq, from - offset, to - offset, whole.seq_length});
         if (offset + run[i] <= cuts[p + 1]) {  // sequence ends in this piece
           first_seq = i + 1;
           first_offset = offset + run[i];

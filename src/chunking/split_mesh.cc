@@ -21,8 +21,9 @@ SplitMesh cost_balanced_mesh(int64_t longest, int k, const CostModel& cost) {
   auto prefix_cost = [&](int64_t x) { return cost.slice_layer_time(0, x); };
   const double total = prefix_cost(longest);
   check(total > 0 && std::isfinite(total),
-        "the cost model gives a sequence of " + std::to_string(longest) + " tokens a per-layer time of " +
-            std::to_string(total) + " s; the split mesh needs positive slice costs (check a1 and a2)");
+        "the cost model gives a sequence of " + std::to_string(longest) +
+            " tokens a per-layer time of " + std::to_string(total) +
+            " s; the split mesh needs positive slice costs (check a1 and a2)");
   const double target = total / k;
   const CostCoefficients& co = cost.coefficients();
   // Real root of a1 x^2 + a2 x = y, in the form that stays exact when a1 or a2 is zero.
@@ -69,9 +70,9 @@ std::vector<int64_t> equal_cost_cuts(const std::vector<int64_t>& lengths, int pi
     cost_before_seq[i + 1] = cost_before_seq[i] + cost.slice_layer_time(0, lengths[i]);
   }
   const int64_t total_tokens = offsets[n];
-  check(pieces >= 1 && pieces <= total_tokens,
-        "cannot cut " + std::to_string(total_tokens) + " tokens into " + std::to_string(pieces) +
-            " pieces: need 1 <= pieces <= tokens");
+  check(pieces >= 1 && pieces <= total_tokens, "cannot cut " + std::to_string(total_tokens) +
+                                                   " tokens into " + std::to_string(pieces) +
+                                                   " pieces: need 1 <= pieces <= tokens");
   // Per-layer cost of the first x tokens of the run; strictly increasing in x.
   auto cost_before = [&](int64_t x) {
     size_t i = std::upper_bound(offsets.begin(), offsets.end(), x) - offsets.begin() - 1;
@@ -86,7 +87,10 @@ std::vector<int64_t> equal_cost_cuts(const std::vector<int64_t>& lengths, int pi
     int64_t lo = 0, hi = total_tokens;       // smallest x with cost_before(x) >= goal
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
-      if (cost_before(mid) >= goal) hi = mid; else lo = mid + 1;
+      if (cost_before(mid) >= goal)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     if (lo > 0 && goal - cost_before(lo - 1) < cost_before(lo) - goal) --lo;
     cuts[j] = std::clamp<int64_t>(lo, cuts[j - 1] + 1, total_tokens - (pieces - j));

@@ -1,9 +1,9 @@
 #include "infinipipe/core/chunk.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
-#include <functional>
 
 #include "infinipipe/core/error.h"
 
@@ -11,9 +11,12 @@ namespace infinipipe {
 
 const char* to_string(ChunkKind kind) {
   switch (kind) {
-    case ChunkKind::kPacked: return "packed";
-    case ChunkKind::kSplit: return "split";
-    case ChunkKind::kHybrid: return "hybrid";
+    case ChunkKind::kPacked:
+      return "packed";
+    case ChunkKind::kSplit:
+      return "split";
+    case ChunkKind::kHybrid:
+      return "hybrid";
   }
   return "?";
 }

@@ -73,8 +73,8 @@ std::optional<double> fit_per_token(const std::vector<TokenSample>& samples, con
   std::vector<double> tokens, seconds;
   for (size_t i = 0; i < samples.size(); ++i) {
     const std::string what = std::string(part) + " sample " + std::to_string(i);
-    check(samples[i].tokens >= 1, "calibration: " + what + " has " +
-                                      std::to_string(samples[i].tokens) + " tokens");
+    check(samples[i].tokens >= 1,
+          "calibration: " + what + " has " + std::to_string(samples[i].tokens) + " tokens");
     check_positive_time(samples[i].seconds, what);
     tokens.push_back(double(samples[i].tokens));
     seconds.push_back(samples[i].seconds);
@@ -108,9 +108,12 @@ Statistic parse_statistic(const std::string& name) {
 
 std::string to_string(Statistic statistic) {
   switch (statistic) {
-    case Statistic::Min: return "min";
-    case Statistic::Median: return "median";
-    case Statistic::TrimmedMean: return "trimmed_mean";
+    case Statistic::Min:
+      return "min";
+    case Statistic::Median:
+      return "median";
+    case Statistic::TrimmedMean:
+      return "trimmed_mean";
   }
   return "?";
 }
@@ -119,8 +122,10 @@ double robust_time(std::vector<double> runs, Statistic statistic) {
   check(!runs.empty(), "robust_time: no runs");
   std::sort(runs.begin(), runs.end());
   switch (statistic) {
-    case Statistic::Min: return runs.front();
-    case Statistic::Median: return median(runs);
+    case Statistic::Min:
+      return runs.front();
+    case Statistic::Median:
+      return median(runs);
     case Statistic::TrimmedMean: {
       const size_t cut = runs.size() / 4;
       double sum = 0;
@@ -210,16 +215,15 @@ std::vector<int> held_out_indices(const std::vector<LayerSample>& samples,
         "calibration: holdout_fraction must be in [0, 1), got " +
             std::to_string(options.holdout_fraction));
   if (samples.empty()) return {};
-  auto [s_lo, s_hi] = std::minmax_element(samples.begin(), samples.end(), [](auto& a, auto& b) {
-    return a.tokens < b.tokens;
-  });
-  auto [c_lo, c_hi] = std::minmax_element(samples.begin(), samples.end(), [](auto& a, auto& b) {
-    return a.context < b.context;
-  });
+  auto [s_lo, s_hi] = std::minmax_element(samples.begin(), samples.end(),
+                                          [](auto& a, auto& b) { return a.tokens < b.tokens; });
+  auto [c_lo, c_hi] = std::minmax_element(samples.begin(), samples.end(),
+                                          [](auto& a, auto& b) { return a.context < b.context; });
   std::vector<int> candidates;
   for (int i = 0; i < int(samples.size()); ++i) {
-    const bool corner = (samples[i].tokens == s_lo->tokens || samples[i].tokens == s_hi->tokens) &&
-                        (samples[i].context == c_lo->context || samples[i].context == c_hi->context);
+    const bool corner =
+        (samples[i].tokens == s_lo->tokens || samples[i].tokens == s_hi->tokens) &&
+        (samples[i].context == c_lo->context || samples[i].context == c_hi->context);
     if (!corner) candidates.push_back(i);
   }
   const int n = int(samples.size());
@@ -300,7 +304,8 @@ CostModel apply_calibration(const CostModel& base, const Calibration& calibratio
   c.backward_a1 = calibration.backward_a1;
   c.backward_a2 = calibration.backward_a2;
   c.backward_b = calibration.backward_b;
-  if (calibration.embedding_s_per_token) c.embedding_s_per_token = *calibration.embedding_s_per_token;
+  if (calibration.embedding_s_per_token)
+    c.embedding_s_per_token = *calibration.embedding_s_per_token;
   if (calibration.head_s_per_token) c.head_s_per_token = *calibration.head_s_per_token;
   return CostModel(base.shape(), base.layers_per_stage(), c);
 }

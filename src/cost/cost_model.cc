@@ -108,8 +108,7 @@ void CostCoefficients::validate() const {
   };
   auto positive = [](double value, const char* field) {
     check(std::isfinite(value) && value > 0, std::string("cost coefficients: ") + field +
-                                                 " must be positive, got " +
-                                                 std::to_string(value));
+                                                 " must be positive, got " + std::to_string(value));
   };
   at_least_zero(a1, "a1");
   at_least_zero(a2, "a2");
@@ -190,17 +189,18 @@ CostModel::CostModel(ModelShape shape, std::vector<int> layers_per_stage,
       coefficients_(coefficients) {
   shape_.validate();
   coefficients_.validate();
-  check(!layers_per_stage_.empty(), "cost model: layers_per_stage is empty; give one entry per "
-                                    "pipeline stage");
+  check(!layers_per_stage_.empty(),
+        "cost model: layers_per_stage is empty; give one entry per "
+        "pipeline stage");
   for (size_t p = 0; p < layers_per_stage_.size(); ++p) {
     check(layers_per_stage_[p] >= 1, "cost model: stage " + std::to_string(p) + " has " +
                                          std::to_string(layers_per_stage_[p]) +
                                          " layers; every stage needs at least one");
   }
   const int total = std::accumulate(layers_per_stage_.begin(), layers_per_stage_.end(), 0);
-  check(total == shape_.layers, "cost model: layers_per_stage adds up to " +
-                                    std::to_string(total) + " but model '" + shape_.name +
-                                    "' has " + std::to_string(shape_.layers) + " layers");
+  check(total == shape_.layers, "cost model: layers_per_stage adds up to " + std::to_string(total) +
+                                    " but model '" + shape_.name + "' has " +
+                                    std::to_string(shape_.layers) + " layers");
 }
 
 CostModel CostModel::analytic(const ModelShape& shape, const Hardware& hw, int stages) {
@@ -252,8 +252,9 @@ double CostModel::forward_time(const Chunk& chunk, int stage) const {
 double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
   check_stage(*this, stage);
   if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
-    throw Error("cost model: " + std::to_string(checkpointed_layers) + " checkpointed layers on stage " +
-            std::to_string(stage) + ", which has " + std::to_string(layers(stage)));
+    throw Error("cost model: " + std::to_string(checkpointed_layers) +
+                " checkpointed layers on stage " + std::to_string(stage) + ", which has " +
+                std::to_string(layers(stage)));
   const double layer_forward = layer_forward_time(chunk);
   const double recompute = checkpointed_layers * layer_forward;
   const double g = coefficients_.backward_ratio;
@@ -289,8 +290,9 @@ double full_layer_bytes(const CostCoefficients& c, const Chunk& chunk) {
 double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpointed_layers) const {
   check_stage(*this, stage);
   if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
-    throw Error("cost model: " + std::to_string(checkpointed_layers) + " checkpointed layers on stage " +
-            std::to_string(stage) + ", which has " + std::to_string(layers(stage)));
+    throw Error("cost model: " + std::to_string(checkpointed_layers) +
+                " checkpointed layers on stage " + std::to_string(stage) + ", which has " +
+                std::to_string(layers(stage)));
   const double tokens = double(chunk.tokens());
   double bytes = (layers(stage) - checkpointed_layers) * full_layer_bytes(coefficients_, chunk) +
                  checkpointed_layers * tokens * coefficients_.checkpoint_bytes;

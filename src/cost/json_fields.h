@@ -25,8 +25,8 @@ class JsonFields {
     check(it != j_.end(), what_ + ": missing field '" + key + "'");
     if constexpr (std::is_integral_v<T>) {
       // nlohmann would silently truncate 3.5 to 3.
-      check(it->is_number_integer(), what_ + ": field '" + key + "' must be an integer, got " +
-                                         it->dump());
+      check(it->is_number_integer(),
+            what_ + ": field '" + key + "' must be an integer, got " + it->dump());
     } else if constexpr (std::is_floating_point_v<T>) {
       check(it->is_number(), what_ + ": field '" + key + "' must be a number, got " + it->dump());
     }
@@ -40,8 +40,10 @@ class JsonFields {
   // A field that older files may lack: left as it is when absent.
   template <typename T>
   void get_optional(const std::string& key, T& value) {
-    if (j_.contains(key)) get(key, value);
-    else known_.insert(key);
+    if (j_.contains(key))
+      get(key, value);
+    else
+      known_.insert(key);
   }
 
   // Rejects fields nobody asked for: a misspelt optional field would otherwise be ignored.

@@ -28,8 +28,8 @@ void ModelShape::validate() const {
   positive(kv_heads, "kv_heads");
   positive(ffn, "ffn");
   positive(vocab, "vocab");
-  check(hidden % heads == 0, where + "heads (" + std::to_string(heads) +
-                                 ") must divide hidden (" + std::to_string(hidden) + ")");
+  check(hidden % heads == 0, where + "heads (" + std::to_string(heads) + ") must divide hidden (" +
+                                 std::to_string(hidden) + ")");
   check(heads % kv_heads == 0, where + "kv_heads (" + std::to_string(kv_heads) +
                                    ") must divide heads (" + std::to_string(heads) + ")");
   check(bytes_per_element == 2 || bytes_per_element == 4 || bytes_per_element == 8,
@@ -59,9 +59,10 @@ std::vector<std::string> ModelShape::builtin_names() {
 }
 
 void to_json(nlohmann::json& j, const ModelShape& s) {
-  j = nlohmann::json{{"name", s.name},   {"layers", s.layers},     {"hidden", s.hidden},
-                     {"heads", s.heads}, {"kv_heads", s.kv_heads}, {"ffn", s.ffn},
-                     {"vocab", s.vocab}, {"bytes_per_element", s.bytes_per_element}};
+  j = nlohmann::json{{"name", s.name},         {"layers", s.layers},
+                     {"hidden", s.hidden},     {"heads", s.heads},
+                     {"kv_heads", s.kv_heads}, {"ffn", s.ffn},
+                     {"vocab", s.vocab},       {"bytes_per_element", s.bytes_per_element}};
 }
 
 void from_json(const nlohmann::json& j, ModelShape& s) {

@@ -59,9 +59,9 @@ struct SegmentForward {
 // Gradients of one segment. The key/value gradient is split into the context part
 // [0, start) (undefined when start == 0) and the segment's own part [start, start + s).
 struct SegmentBackward {
-  Tensor dq;               // [s, H, D]
-  Tensor dk_ctx, dv_ctx;   // [start, kv, D]
-  Tensor dk_own, dv_own;   // [s, kv, D]
+  Tensor dq;              // [s, H, D]
+  Tensor dk_ctx, dv_ctx;  // [start, kv, D]
+  Tensor dk_own, dv_own;  // [s, kv, D]
 };
 
 // [L, H, D] -> [1, H, L, D] (a view, as ATen's SDPA kernels take them)
@@ -100,8 +100,8 @@ SegmentForward flash_forward(const Tensor& q, const Tensor& K, const Tensor& V, 
 }
 
 SegmentBackward flash_backward(const Tensor& dout, const Tensor& q, const Tensor& K,
-                               const Tensor& V, const Tensor& out, const Tensor& lse,
-                               int64_t start, double scale) {
+                               const Tensor& V, const Tensor& out, const Tensor& lse, int64_t start,
+                               double scale) {
   const int64_t s = q.size(0);
   auto dout4 = to_bhld(dout), q4 = to_bhld(q), out4 = to_bhld(out);
   auto lse3 = lse.unsqueeze(0);
@@ -114,8 +114,8 @@ SegmentBackward flash_backward(const Tensor& dout, const Tensor& q, const Tensor
   r.dv_own = from_bhld(std::get<2>(diag));
   if (start > 0) {
     auto ctx = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        dout4, q4, to_bhld(K.narrow(0, 0, start)), to_bhld(V.narrow(0, 0, start)), out4, lse3,
-        0.0, /*is_causal=*/false, /*attn_mask=*/std::nullopt, scale);
+        dout4, q4, to_bhld(K.narrow(0, 0, start)), to_bhld(V.narrow(0, 0, start)), out4, lse3, 0.0,
+        /*is_causal=*/false, /*attn_mask=*/std::nullopt, scale);
     r.dq = r.dq + from_bhld(std::get<0>(ctx));
     r.dk_ctx = from_bhld(std::get<1>(ctx));
     r.dv_ctx = from_bhld(std::get<2>(ctx));
@@ -159,26 +159,25 @@ SegmentForward math_forward(const Tensor& q, const Tensor& K, const Tensor& V, i
                             double scale) {
   auto m = math_layout(q, K, V, start);
   Tensor S = math_scores(m, scale);
-  Tensor lse = S.logsumexp(-1, /*keepdim=*/true);       // [kv, g*s, 1]
+  Tensor lse = S.logsumexp(-1, /*keepdim=*/true);  // [kv, g*s, 1]
   Tensor P = S.sub_(lse).exp_();
-  Tensor O = at::bmm(P, m.Vh);                          // [kv, g*s, D]
+  Tensor O = at::bmm(P, m.Vh);  // [kv, g*s, D]
   const int64_t H = q.size(1), D = q.size(2);
   return {O.view({H, m.s, D}).permute({1, 0, 2}), lse.view({H, m.s})};
 }
 
-SegmentBackward math_backward(const Tensor& dout, const Tensor& q, const Tensor& K,
-                              const Tensor& V, const Tensor& out, const Tensor& lse,
-                              int64_t start, double scale) {
+SegmentBackward math_backward(const Tensor& dout, const Tensor& q, const Tensor& K, const Tensor& V,
+                              const Tensor& out, const Tensor& lse, int64_t start, double scale) {
   auto m = math_layout(q, K, V, start);
   const int64_t H = q.size(1), D = q.size(2);
   Tensor P = math_scores(m, scale).sub_(lse.view({m.kvh, m.g * m.s, 1})).exp_();
   Tensor dOh = dout.permute({1, 0, 2}).reshape({m.kvh, m.g * m.s, D});
   Tensor Oh = out.permute({1, 0, 2}).reshape({m.kvh, m.g * m.s, D});
   Tensor rowsum = (dOh * Oh).sum(-1, /*keepdim=*/true);
-  Tensor dV = at::bmm(P.transpose(1, 2), dOh);           // [kv, end, D]
+  Tensor dV = at::bmm(P.transpose(1, 2), dOh);  // [kv, end, D]
   Tensor dS = at::bmm(dOh, m.Vh.transpose(1, 2)).sub_(rowsum).mul_(P).mul_(scale);
-  Tensor dq = at::bmm(dS, m.Kh);                         // [kv, g*s, D]
-  Tensor dK = at::bmm(dS.transpose(1, 2), m.qh);         // [kv, end, D]
+  Tensor dq = at::bmm(dS, m.Kh);                  // [kv, g*s, D]
+  Tensor dK = at::bmm(dS.transpose(1, 2), m.qh);  // [kv, end, D]
   dK = dK.permute({1, 0, 2});
   dV = dV.permute({1, 0, 2});
   SegmentBackward r;
@@ -241,8 +240,7 @@ class ChunkAttentionFunction : public torch::autograd::Function<ChunkAttentionFu
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    auto plan = c10::static_intrusive_pointer_cast<ChunkPlan>(
-        ctx->saved_data["plan"].toCapsule());
+    auto plan = c10::static_intrusive_pointer_cast<ChunkPlan>(ctx->saved_data["plan"].toCapsule());
     auto saved = ctx->get_saved_variables();
     const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3];
     Tensor dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
@@ -296,11 +294,10 @@ void check_tensors(const Tensor& q, const Tensor& k, const Tensor& v) {
               k.sizes(), ", ", v.sizes());
   TORCH_CHECK(k.sizes() == v.sizes(), "chunk_attention: k ", k.sizes(), " and v ", v.sizes(),
               " differ in shape");
-  TORCH_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2),
-              "chunk_attention: q ", q.sizes(), " and k ", k.sizes(),
-              " differ in tokens or head_dim");
-  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "chunk_attention: heads (",
-              q.size(1), ") must be a multiple of kv_heads (", k.size(1), ")");
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2), "chunk_attention: q ", q.sizes(),
+              " and k ", k.sizes(), " differ in tokens or head_dim");
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "chunk_attention: heads (", q.size(1),
+              ") must be a multiple of kv_heads (", k.size(1), ")");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
               "chunk_attention: q, k, v must share a dtype");
   TORCH_CHECK(q.device() == k.device() && q.device() == v.device(),
@@ -332,14 +329,15 @@ void check_buffer(const SequenceKV& kv, const Segment& s, size_t i, const Tensor
 std::vector<Segment> segments_of(const Tensor& k, const std::vector<Slice>& slices,
                                  const SliceBuffers& kv) {
   TORCH_CHECK(kv.empty() || kv.size() == slices.size(), "chunk_attention: ", kv.size(),
-              " K/V buffers for ", slices.size(), " slices; give one per slice (null for a "
+              " K/V buffers for ", slices.size(),
+              " slices; give one per slice (null for a "
               "whole sequence) or none");
   std::vector<Segment> segments;
   int64_t row = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
-    TORCH_CHECK(s.start >= 0 && s.end > s.start, "chunk_attention: slice ", i, " [", s.start,
-                ", ", s.end, ") of sequence ", s.seq, " is empty or negative");
+    TORCH_CHECK(s.start >= 0 && s.end > s.start, "chunk_attention: slice ", i, " [", s.start, ", ",
+                s.end, ") of sequence ", s.seq, " is empty or negative");
     Segment seg{row, s.start, s.length(), kv.empty() ? nullptr : kv[i]};
     if (!seg.kv) {
       TORCH_CHECK(s.start == 0, "chunk_attention: slice ", i, " starts at ", s.start,
@@ -368,12 +366,16 @@ at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::T
   plan->segments = segments_of(k, slices, kv);
   plan->scale = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   switch (backend) {
-    case Backend::Auto: plan->flash = q.device().is_cpu(); break;
+    case Backend::Auto:
+      plan->flash = q.device().is_cpu();
+      break;
     case Backend::Flash:
       TORCH_CHECK(q.device().is_cpu(), "chunk_attention: the flash backend is CPU only");
       plan->flash = true;
       break;
-    case Backend::Math: plan->flash = false; break;
+    case Backend::Math:
+      plan->flash = false;
+      break;
   }
   return ChunkAttentionFunction::apply(q, k, v, std::move(plan));
 }

@@ -15,9 +15,7 @@ namespace infinipipe::models {
 namespace {
 
 // Norms and rotary tables run in at least float32, as the Python model and transformers do.
-at::ScalarType compute_dtype(at::ScalarType dtype) {
-  return at::promote_types(dtype, at::kFloat);
-}
+at::ScalarType compute_dtype(at::ScalarType dtype) { return at::promote_types(dtype, at::kFloat); }
 
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
@@ -47,20 +45,20 @@ std::string layer_prefix(int global_index) {
 // --- config ---------------------------------------------------------------------------------
 
 void LlamaConfig::validate() const {
-  const std::pair<const char*, int64_t> sizes[] = {{"vocab", vocab}, {"hidden", hidden},
-                                                   {"layers", layers}, {"heads", heads},
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab", vocab},       {"hidden", hidden},
+                                                   {"layers", layers},     {"heads", heads},
                                                    {"kv_heads", kv_heads}, {"ffn", ffn}};
   for (const auto& [name, value] : sizes)
-    check(value > 0, std::string("LlamaConfig.") + name + " must be positive, got " +
-                         std::to_string(value));
+    check(value > 0,
+          std::string("LlamaConfig.") + name + " must be positive, got " + std::to_string(value));
   check(hidden % heads == 0, "LlamaConfig: heads (" + std::to_string(heads) +
                                  ") must divide hidden (" + std::to_string(hidden) + ")");
   check(heads % kv_heads == 0, "LlamaConfig: kv_heads (" + std::to_string(kv_heads) +
                                    ") must divide heads (" + std::to_string(heads) + ")");
   check(head_dim() % 2 == 0, "LlamaConfig: head_dim (" + std::to_string(head_dim()) +
                                  ") must be even for rotary positions");
-  check(at::isFloatingType(dtype), std::string("LlamaConfig.dtype must be floating point, got ") +
-                                       c10::toString(dtype));
+  check(at::isFloatingType(dtype),
+        std::string("LlamaConfig.dtype must be floating point, got ") + c10::toString(dtype));
   check(rope_theta > 0 && rms_eps > 0, "LlamaConfig: rope_theta and rms_eps must be positive");
 }
 
@@ -103,8 +101,7 @@ uint32_t crc32(const std::string& text) {
 
 uint64_t parameter_seed(uint64_t seed, const std::string& name) {
   // Python: (seed * 1_000_003 + zlib.crc32(name)) % (2**63 - 1), in exact integers.
-  const unsigned __int128 value =
-      static_cast<unsigned __int128>(seed) * 1000003u + crc32(name);
+  const unsigned __int128 value = static_cast<unsigned __int128>(seed) * 1000003u + crc32(name);
   return static_cast<uint64_t>(value % ((static_cast<unsigned __int128>(1) << 63) - 1));
 }
 
@@ -148,11 +145,10 @@ LlamaStage::LlamaStage(LlamaConfig config, int first_layer, int last_layer, bool
   if (seed) {
     // The Python init_weights: normal(0, 0.02) in float32 from a generator per parameter name.
     for (auto& [name, p] : named_parameters()) {
-      const bool is_norm = name == "norm.weight" ||
-                           (name.size() >= 16 &&
-                            name.compare(name.size() - 16, 16, "layernorm.weight") == 0);
-      if (is_norm)
-        continue;  // already ones
+      const bool is_norm =
+          name == "norm.weight" ||
+          (name.size() >= 16 && name.compare(name.size() - 16, 16, "layernorm.weight") == 0);
+      if (is_norm) continue;  // already ones
       at::Generator generator = at::detail::createCPUGenerator(parameter_seed(*seed, name));
       p.copy_(at::randn(p.sizes(), generator, at::TensorOptions().dtype(at::kFloat)) * 0.02);
     }
@@ -162,9 +158,8 @@ LlamaStage::LlamaStage(LlamaConfig config, int first_layer, int last_layer, bool
 }
 
 std::string LlamaStage::describe() const {
-  return "LlamaStage(layers [" + std::to_string(first_layer_) + ", " +
-         std::to_string(last_layer_) + ")" + (has_embedding() ? ", embedding" : "") +
-         (has_head() ? ", head" : "") + ")";
+  return "LlamaStage(layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) +
+         ")" + (has_embedding() ? ", embedding" : "") + (has_head() ? ", head" : "") + ")";
 }
 
 std::vector<std::pair<std::string, at::Tensor>> LlamaStage::named_parameters() const {
@@ -296,10 +291,10 @@ at::Tensor LlamaStage::layer(int local_index, const at::Tensor& hidden,
   const int64_t d = config_.head_dim();
 
   const at::Tensor x = rms_norm(hidden, l.input_layernorm);
-  const at::Tensor q = apply_rotary(at::linear(x, l.q_proj).view({t, config_.heads, d}),
-                                    rot.cos, rot.sin);
-  const at::Tensor k = apply_rotary(at::linear(x, l.k_proj).view({t, config_.kv_heads, d}),
-                                    rot.cos, rot.sin);
+  const at::Tensor q =
+      apply_rotary(at::linear(x, l.q_proj).view({t, config_.heads, d}), rot.cos, rot.sin);
+  const at::Tensor k =
+      apply_rotary(at::linear(x, l.k_proj).view({t, config_.kv_heads, d}), rot.cos, rot.sin);
   const at::Tensor v = at::linear(x, l.v_proj).view({t, config_.kv_heads, d});
   const at::Tensor attended = ctx.attention(local_index, q, k, v);
   const at::Tensor after_attention =
@@ -329,9 +324,8 @@ std::shared_ptr<LlamaStage> build_stage(const LlamaConfig& config,
     if (s < stage) first += layers_per_stage[s];
     total += layers_per_stage[s];
   }
-  check(total == config.layers, "build_stage: the layer split adds up to " +
-                                    std::to_string(total) + " layers, the model has " +
-                                    std::to_string(config.layers));
+  check(total == config.layers, "build_stage: the layer split adds up to " + std::to_string(total) +
+                                    " layers, the model has " + std::to_string(config.layers));
   return std::make_shared<LlamaStage>(config, first, first + layers_per_stage[stage], stage == 0,
                                       stage == stages - 1, seed, device);
 }

@@ -52,7 +52,8 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
     recompute = std::move(ck.recompute);
     chosen.uniform_recompute = 0;
     for (const auto& stage : recompute)
-      for (int layers : stage) chosen.uniform_recompute = std::max(chosen.uniform_recompute, layers);
+      for (int layers : stage)
+        chosen.uniform_recompute = std::max(chosen.uniform_recompute, layers);
     solver = ck.solver;
   }
   const SimResult sim = predict(schedule, chunks, cost, recompute, options.memory_budget_bytes);

@@ -45,8 +45,8 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   for (int p = 0; p < num_stages; ++p) {
     for (const Chunk& c : cand.chunks) {
       cand.busy[p] += cost.forward_time(c, p) + cost.backward_time(c, p, 0);
-      cand.saving_rate[p] = std::max(cand.saving_rate[p],
-                                     cost.checkpoint_saving_bytes(c, p) / cost.layer_forward_time(c));
+      cand.saving_rate[p] = std::max(
+          cand.saving_rate[p], cost.checkpoint_saving_bytes(c, p) / cost.layer_forward_time(c));
     }
     if (p + 1 < num_stages) {
       cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first);
@@ -109,8 +109,8 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
     }
     cand.excess[p] = std::max(0.0, fixed + most - budget_bytes);
     const double rate = cand.saving_rate[p];
-    cand.recompute_floor[p] =
-        rate > 0 ? std::max(disjoint_excess, cand.excess[p]) / rate : (cand.excess[p] > 0 ? kInfinity : 0);
+    cand.recompute_floor[p] = rate > 0 ? std::max(disjoint_excess, cand.excess[p]) / rate
+                                       : (cand.excess[p] > 0 ? kInfinity : 0);
   }
   cand.key = search_key(cand);
 }

@@ -17,11 +17,13 @@ struct Candidate {
   // stages before it, the last chunk's backward through them, and how many bytes one second of
   // recompute can save there at most.
   std::vector<double> busy, fill, drain, saving_rate;
-  double bound = 0;       // no one-wave plan of these chunks without recompute is faster
-  double optimistic = 0;  // one wave without recompute, simulated with memory ignored (or the bound)
+  double bound = 0;  // no one-wave plan of these chunks without recompute is faster
+  double optimistic =
+      0;  // one wave without recompute, simulated with memory ignored (or the bound)
   std::vector<double> excess;  // bytes over the budget per stage, at least (0 when it may fit)
-  std::vector<double> recompute_floor;  // seconds of recompute per stage that one wave needs at least
-  double key = 0;         // what the search ranks by: see search_key
+  std::vector<double>
+      recompute_floor;  // seconds of recompute per stage that one wave needs at least
+  double key = 0;       // what the search ranks by: see search_key
   bool simulated = false;
   // The plan, once evaluated.
   std::vector<Wave> waves;

@@ -9,7 +9,8 @@
 
 namespace infinipipe::planning {
 
-void one_wave_without_recompute(Candidate& cand, const CostModel& cost, const PlannerOptions& options) {
+void one_wave_without_recompute(Candidate& cand, const CostModel& cost,
+                                const PlannerOptions& options) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = options.num_stages;
   cand.waves = {all_chunks(cand.chunks.size())};
@@ -24,9 +25,11 @@ void one_wave_without_recompute(Candidate& cand, const CostModel& cost, const Pl
   cand.simulated = true;
   // The simulated peaks count buffers and workspaces too.
   for (size_t p = 0; p < cand.excess.size(); ++p) {
-    cand.excess[p] = std::max(cand.excess[p], cand.sim.peak_memory_bytes[p] - options.memory_budget_bytes);
+    cand.excess[p] =
+        std::max(cand.excess[p], cand.sim.peak_memory_bytes[p] - options.memory_budget_bytes);
     if (cand.excess[p] > 0 && cand.saving_rate[p] > 0)
-      cand.recompute_floor[p] = std::max(cand.recompute_floor[p], cand.excess[p] / cand.saving_rate[p]);
+      cand.recompute_floor[p] =
+          std::max(cand.recompute_floor[p], cand.excess[p] / cand.saving_rate[p]);
   }
   cand.key = search_key(cand);
 }
@@ -43,8 +46,9 @@ bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostMod
   return false;
 }
 
-bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group, const CostModel& cost,
-                         const PlannerOptions& options, std::string& reason, bool& grouped) {
+bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
+                         const CostModel& cost, const PlannerOptions& options, std::string& reason,
+                         bool& grouped) {
   Candidate one = cand;
   const bool one_fits = one_wave_key(cand) < time_to_beat &&
                         one_wave_with_recompute(one, time_to_beat, cost, options, reason);
@@ -53,8 +57,9 @@ bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group, c
   grouped = may_group && (!one_fits || waves_key(cand) < goal);
   const bool waves_fit = grouped && grouped_waves(waves, goal, cost, options, reason);
   if (!one_fits && !waves_fit) return false;
-  cand = (waves_fit && (!one_fits || waves.sim.step_time_s < one.sim.step_time_s)) ? std::move(waves)
-                                                                                   : std::move(one);
+  cand = (waves_fit && (!one_fits || waves.sim.step_time_s < one.sim.step_time_s))
+             ? std::move(waves)
+             : std::move(one);
   return true;
 }
 

@@ -23,10 +23,10 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
                       std::chrono::steady_clock::time_point started) {
   PlanResult result;
   result.feasible = true;
-  result.plan = make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks),
-                          std::move(best.waves), std::move(best.schedule),
-                          std::move(best.checkpoint.recompute), cost, best.sim,
-                          best.checkpoint.solver);
+  result.plan =
+      make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks), std::move(best.waves),
+                std::move(best.schedule), std::move(best.checkpoint.recompute), cost, best.sim,
+                best.checkpoint.solver);
   result.plan.plan_ms = elapsed_ms(started);
   return result;
 }
@@ -49,9 +49,10 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setti
   if (cand.sim.over_budget) {
     std::string reason;
     bool grouped = false;
-    if (!plan_with_recompute(cand, kInfinity, true, cost, options, reason, grouped)) return infeasible(reason);
-    choose_checkpointing(cand, {CheckpointMethod::kUntiedGreedy, CheckpointMethod::kStageAware}, cost,
-                         options);
+    if (!plan_with_recompute(cand, kInfinity, true, cost, options, reason, grouped))
+      return infeasible(reason);
+    choose_checkpointing(cand, {CheckpointMethod::kUntiedGreedy, CheckpointMethod::kStageAware},
+                         cost, options);
   }
   return finish_epp(std::move(cand), lengths, cost, started);
 }
@@ -75,11 +76,15 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   for (int p = 0; p < cost.num_stages(); ++p) {
     const double floor = cost.model_state_bytes(p) + 2 * cost.kv_buffer_bytes(longest, p);
     if (floor > options.memory_budget_bytes)
-      return infeasible("sequence " + std::to_string(longest_index) + " (" + std::to_string(longest) +
-                        " tokens) cannot fit on stage " + std::to_string(p) + " however it is sliced: its K/V "
-                        "buffers and their gradients take " + gib(2 * cost.kv_buffer_bytes(longest, p)) +
-                        " on top of " + gib(cost.model_state_bytes(p)) + " of model state, against a budget of " +
-                        gib(options.memory_budget_bytes) + ". Use more pipeline stages (fewer layers per "
+      return infeasible("sequence " + std::to_string(longest_index) + " (" +
+                        std::to_string(longest) + " tokens) cannot fit on stage " +
+                        std::to_string(p) +
+                        " however it is sliced: its K/V "
+                        "buffers and their gradients take " +
+                        gib(2 * cost.kv_buffer_bytes(longest, p)) + " on top of " +
+                        gib(cost.model_state_bytes(p)) + " of model state, against a budget of " +
+                        gib(options.memory_budget_bytes) +
+                        ". Use more pipeline stages (fewer layers per "
                         "stage), a larger memory budget, or a shorter context.");
   }
 
@@ -146,8 +151,9 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       setting.chunker = baseline;
       Candidate cand;
       if (!chunked(setting, cand)) continue;
-      if (std::none_of(candidates.begin(), candidates.end(),
-                       [&](const Candidate& other) { return same_chunks(other.chunks, cand.chunks); }))
+      if (std::none_of(candidates.begin(), candidates.end(), [&](const Candidate& other) {
+            return same_chunks(other.chunks, cand.chunks);
+          }))
         add(std::move(cand));
     }
   }
@@ -161,7 +167,8 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   // the baselines' (whose bounds are often tight but whose recompute is heavy: sharing one limit,
   // they would crowd out the chunks that fit memory better).
   auto later = [&](int a, int b) {
-    return candidates[a].key > candidates[b].key || (candidates[a].key == candidates[b].key && a > b);
+    return candidates[a].key > candidates[b].key ||
+           (candidates[a].key == candidates[b].key && a > b);
   };
   std::priority_queue<int, std::vector<int>, decltype(later)> queue(later);
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
@@ -169,7 +176,8 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
   int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
   auto keep = [&](Candidate& cand) {
-    if (cand.setting.chunker == Method::kEpp && (!have_own || cand.sim.step_time_s < best_own.sim.step_time_s)) {
+    if (cand.setting.chunker == Method::kEpp &&
+        (!have_own || cand.sim.step_time_s < best_own.sim.step_time_s)) {
       best_own = cand;
       have_own = true;
     }
@@ -198,16 +206,17 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     ++evaluated[family];
     const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
-    const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity, may_group,
-                                          cost, options, reason, grouped);
+    const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity,
+                                          may_group, cost, options, reason, grouped);
     groupings[family] += grouped;
     if (fits) keep(cand);
   }
   candidates.clear();
   if (!have_best)
-    return infeasible("no EPP setting (slice count K up to " + std::to_string(options.max_k) +
-                      ", chunk token caps, packing, the baselines' chunkings) fits the memory budget" +
-                      (reason.empty() ? std::string() : "; the last one tried: " + reason));
+    return infeasible(
+        "no EPP setting (slice count K up to " + std::to_string(options.max_k) +
+        ", chunk token caps, packing, the baselines' chunkings) fits the memory budget" +
+        (reason.empty() ? std::string() : "; the last one tried: " + reason));
 
   // Drain tapers of the best of the sequence processor's chunks (the winner, or close behind a
   // baseline's chunking) when it runs as one wave without recompute; a tapered plan is kept if
@@ -215,18 +224,19 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   if (have_own && best_own.waves.size() == 1 && best_own.checkpoint.recompute_s == 0) {
     const Setting untapered = best_own.setting;
     for (int drain : options.drain_taper_chunks)
-    for (int split : options.drain_taper_splits) {
-      Candidate tapered;
-      tapered.setting = untapered;
-      tapered.setting.drain_chunks = drain;
-      tapered.setting.drain_split = split;
-      tapered.chunks = setting_chunks(Method::kEpp, lengths, tapered.setting, cost);
-      if (same_chunks(tapered.chunks, best_own.chunks)) continue;
-      pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
-      if (tapered.bound >= best.sim.step_time_s) continue;
-      one_wave_without_recompute(tapered, cost, options);
-      if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s) best = std::move(tapered);
-    }
+      for (int split : options.drain_taper_splits) {
+        Candidate tapered;
+        tapered.setting = untapered;
+        tapered.setting.drain_chunks = drain;
+        tapered.setting.drain_split = split;
+        tapered.chunks = setting_chunks(Method::kEpp, lengths, tapered.setting, cost);
+        if (same_chunks(tapered.chunks, best_own.chunks)) continue;
+        pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
+        if (tapered.bound >= best.sim.step_time_s) continue;
+        one_wave_without_recompute(tapered, cost, options);
+        if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s)
+          best = std::move(tapered);
+      }
   }
   choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
   return finish_epp(std::move(best), lengths, cost, started);

@@ -133,9 +133,15 @@ void describe_chunking(std::ostream& out, Method method, const Setting& s) {
       if (s.strict_packing) out << " strict";
       if (s.drain_chunks > 0) out << " drain=" << s.drain_chunks << "/" << s.drain_split;
       break;
-    case Method::kBatch: out << "cap=" << s.token_cap; break;
-    case Method::kSeq1F1B: out << "cap=" << s.token_cap << " k=" << s.k; break;
-    case Method::kChunkFlow: out << "chunk=" << s.chunk_tokens; break;
+    case Method::kBatch:
+      out << "cap=" << s.token_cap;
+      break;
+    case Method::kSeq1F1B:
+      out << "cap=" << s.token_cap << " k=" << s.k;
+      break;
+    case Method::kChunkFlow:
+      out << "chunk=" << s.chunk_tokens;
+      break;
   }
 }
 
@@ -151,7 +157,10 @@ std::string describe(Method method, const Setting& s) {
   describe_chunking(out, method, s);
   if (method != Method::kEpp) {
     out << " recompute=";
-    if (s.uniform_recompute < 0) out << "auto"; else out << s.uniform_recompute;
+    if (s.uniform_recompute < 0)
+      out << "auto";
+    else
+      out << s.uniform_recompute;
   }
   return out.str();
 }
@@ -306,8 +315,8 @@ void Plan::validate() const {
   validate_schedule(schedule, chunks);
   const int stages = schedule.num_stages();
   check(static_cast<int>(layers_per_stage.size()) == stages,
-        "plan: layers_per_stage has " + std::to_string(layers_per_stage.size()) +
-            " entries for " + std::to_string(stages) + " stages");
+        "plan: layers_per_stage has " + std::to_string(layers_per_stage.size()) + " entries for " +
+            std::to_string(stages) + " stages");
   if (recompute.empty()) return;
   check(static_cast<int>(recompute.size()) == stages,
         "plan: recompute must have one row per stage");
@@ -316,8 +325,8 @@ void Plan::validate() const {
           "plan: recompute[" + std::to_string(p) + "] must have one entry per chunk");
     for (size_t c = 0; c < chunks.size(); ++c)
       check(recompute[p][c] >= 0 && recompute[p][c] <= layers_per_stage[p],
-            "plan: recompute[" + std::to_string(p) + "][" + std::to_string(c) + "] = " +
-                std::to_string(recompute[p][c]) + " is outside [0, " +
+            "plan: recompute[" + std::to_string(p) + "][" + std::to_string(c) +
+                "] = " + std::to_string(recompute[p][c]) + " is outside [0, " +
                 std::to_string(layers_per_stage[p]) + "]");
   }
 }

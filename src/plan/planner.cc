@@ -24,11 +24,12 @@ Plan plan_step(Method method, const std::vector<int64_t>& lengths, const CostMod
     result = plan_epp(lengths, cost, options);
   } else {
     check_lengths(lengths);
-    if (setting.token_cap == 0) setting.token_cap = *std::max_element(lengths.begin(), lengths.end());
+    if (setting.token_cap == 0)
+      setting.token_cap = *std::max_element(lengths.begin(), lengths.end());
     result = plan_with_setting(method, lengths, setting, cost, options);
   }
-  check(result.feasible, std::string("no ") + to_string(method) + " plan fits this step: " +
-                             result.reason +
+  check(result.feasible, std::string("no ") + to_string(method) +
+                             " plan fits this step: " + result.reason +
                              " (raise the memory budget, or change the method's setting)");
   result.plan.validate();
   return std::move(result.plan);

@@ -14,8 +14,8 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
                   const PlannerOptions& options) {
   check_lengths(lengths);
-  check(options.num_stages >= 1, "the number of stages must be at least 1, got " +
-                                     std::to_string(options.num_stages));
+  check(options.num_stages >= 1,
+        "the number of stages must be at least 1, got " + std::to_string(options.num_stages));
   check(options.num_stages == cost.num_stages(),
         "the planner was asked for " + std::to_string(options.num_stages) +
             " stages but the cost model splits the layers over " +
@@ -56,8 +56,8 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
   return plan;
 }
 
-SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks,
-                  const CostModel& cost, const Recompute& recompute, double budget) {
+SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
+                  const Recompute& recompute, double budget) {
   SimOptions sim_options;
   sim_options.memory_budget_bytes = budget;
   sim_options.record_events = false;

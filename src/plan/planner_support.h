@@ -23,8 +23,8 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
                Recompute recompute, const CostModel& cost, const SimResult& sim,
                std::string solver);
 // The simulator without events, checking `budget`.
-SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks,
-                  const CostModel& cost, const Recompute& recompute, double budget);
+SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
+                  const Recompute& recompute, double budget);
 // Shortest slice of a mesh; short slices under-use the device, so the search stops before them.
 int64_t shortest_slice(const SplitMesh& mesh);
 std::string label(const Setting& setting);  // an EPP setting's text

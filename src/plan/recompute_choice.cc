@@ -18,12 +18,14 @@ bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chun
                         std::string& reason) {
   bool found = false;
   for (CheckpointMethod method : methods) {
-    CheckpointResult solved = plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
+    CheckpointResult solved =
+        plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
     if (!solved.feasible) {
       if (reason.empty()) reason = solved.reason;
       continue;
     }
-    SimResult simulated = predict(schedule, chunks, cost, solved.recompute, options.memory_budget_bytes);
+    SimResult simulated =
+        predict(schedule, chunks, cost, solved.recompute, options.memory_budget_bytes);
     if (simulated.over_budget) {
       if (reason.empty()) reason = simulated.over_budget_message;
       continue;
@@ -50,12 +52,13 @@ bool search_checkpointing(Candidate& cand, double time_to_beat, const CostModel&
                           options, cand.checkpoint, cand.sim, why))
     return best_checkpointing(cand.schedule, cand.chunks, {CheckpointMethod::kUntiedGreedy}, cost,
                               options, cand.checkpoint, cand.sim, why);
-  if (cand.checkpoint.recompute_s > 0 && cand.sim.step_time_s < time_to_beat * (1 + kUntiedWithin)) {
+  if (cand.checkpoint.recompute_s > 0 &&
+      cand.sim.step_time_s < time_to_beat * (1 + kUntiedWithin)) {
     CheckpointResult untied;
     SimResult sim;
     std::string ignored;
-    if (best_checkpointing(cand.schedule, cand.chunks, {CheckpointMethod::kUntiedGreedy}, cost, options,
-                           untied, sim, ignored) &&
+    if (best_checkpointing(cand.schedule, cand.chunks, {CheckpointMethod::kUntiedGreedy}, cost,
+                           options, untied, sim, ignored) &&
         sim.step_time_s < cand.sim.step_time_s) {
       cand.checkpoint = std::move(untied);
       cand.sim = std::move(sim);
@@ -69,12 +72,14 @@ void choose_checkpointing(Candidate& cand, const std::vector<CheckpointMethod>& 
   if (cand.checkpoint.recompute_s == 0) return;  // nothing to recompute, nothing to choose
   std::vector<CheckpointMethod> allowed;
   for (CheckpointMethod m : methods)  // CBC's time limit makes its answer load-dependent
-    if (m != CheckpointMethod::kStageAware || options.checkpoint_time_limit_s > 0) allowed.push_back(m);
+    if (m != CheckpointMethod::kStageAware || options.checkpoint_time_limit_s > 0)
+      allowed.push_back(m);
   if (allowed.empty()) return;
   CheckpointResult checkpoint;
   SimResult sim;
   std::string reason;
-  if (!best_checkpointing(cand.schedule, cand.chunks, allowed, cost, options, checkpoint, sim, reason))
+  if (!best_checkpointing(cand.schedule, cand.chunks, allowed, cost, options, checkpoint, sim,
+                          reason))
     return;
   if (sim.step_time_s < cand.sim.step_time_s) {
     cand.checkpoint = std::move(checkpoint);

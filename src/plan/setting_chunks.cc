@@ -19,10 +19,14 @@ std::vector<Chunk> setting_chunks(Method method, const std::vector<int64_t>& len
                                   const Setting& setting, const CostModel& cost) {
   if (method == Method::kEpp && setting.chunker != Method::kEpp) method = setting.chunker;
   switch (method) {
-    case Method::kEpp: return epp_chunks(lengths, epp_chunking(setting), cost);
-    case Method::kBatch: return batch_chunks(lengths, setting.token_cap);
-    case Method::kSeq1F1B: return seq1f1b_chunks(lengths, setting.token_cap, setting.k, cost);
-    case Method::kChunkFlow: return fixed_size_chunks(lengths, setting.chunk_tokens);
+    case Method::kEpp:
+      return epp_chunks(lengths, epp_chunking(setting), cost);
+    case Method::kBatch:
+      return batch_chunks(lengths, setting.token_cap);
+    case Method::kSeq1F1B:
+      return seq1f1b_chunks(lengths, setting.token_cap, setting.k, cost);
+    case Method::kChunkFlow:
+      return fixed_size_chunks(lengths, setting.chunk_tokens);
   }
   throw Error("unknown method");
 }

@@ -19,7 +19,8 @@ std::vector<int64_t> candidate_caps(int64_t longest) {
   const double factors[] = {1, 1.25, 1.5, 2, 3, 4};
   std::vector<int64_t> caps;
   for (double f : factors) {
-    const int64_t cap = round_up(static_cast<int64_t>(f * static_cast<double>(longest) + 0.5), 1024);
+    const int64_t cap =
+        round_up(static_cast<int64_t>(f * static_cast<double>(longest) + 0.5), 1024);
     if (caps.empty() || caps.back() != cap) caps.push_back(cap);
   }
   return caps;
@@ -114,7 +115,8 @@ BaselineComparison compare_baseline(Method method, const std::vector<std::vector
       }
       if (!plans[i].feasible) {
         ok = false;
-        if (!out.static_feasible) out.static_reason = "step " + std::to_string(i) + ": " + plans[i].reason;
+        if (!out.static_feasible)
+          out.static_reason = "step " + std::to_string(i) + ": " + plans[i].reason;
         break;
       }
       total += plans[i].plan.step_time_s;
@@ -146,13 +148,12 @@ BaselineComparison compare_baseline(Method method, const std::vector<std::vector
   }
   if (!out.static_feasible)
     out.static_reason = "none of the " + std::to_string(out.candidates_tried) + " " +
-                        to_string(method) + " settings fits every step; the last tried: " +
-                        out.static_reason;
+                        to_string(method) +
+                        " settings fits every step; the last tried: " + out.static_reason;
   for (size_t i = 0; i < n; ++i)
     if (!out.per_step_best[i].feasible)
-      out.per_step_best[i].reason = "no " + std::string(to_string(method)) +
-                                    " setting fits step " + std::to_string(i) + "; last: " +
-                                    step_reason[i];
+      out.per_step_best[i].reason = "no " + std::string(to_string(method)) + " setting fits step " +
+                                    std::to_string(i) + "; last: " + step_reason[i];
   return out;
 }
 

@@ -33,7 +33,8 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   const int groups = static_cast<int>(lengths.size());
   std::vector<int> group_of(n), group_chunks(groups, 0);
   for (int c = 0; c < n; ++c) {
-    group_of[c] = static_cast<int>(std::find(lengths.begin(), lengths.end(), chain_length[c]) - lengths.begin());
+    group_of[c] = static_cast<int>(std::find(lengths.begin(), lengths.end(), chain_length[c]) -
+                                   lengths.begin());
     ++group_chunks[group_of[c]];
   }
   std::vector<char> cut_allowed(groups + 1, 1);

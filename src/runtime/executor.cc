@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: one step's state machine (Executor::Step), whose actions share the
+// step's bookkeeping; executor.h lists the actions.
 #include "infinipipe/runtime/executor.h"
 
 #include <ATen/ATen.h>
@@ -37,11 +39,11 @@ std::string stage_text(int stage) { return "stage " + std::to_string(stage); }
 }  // namespace
 
 void ExecutorOptions::validate() const {
-  check(num_stages >= 1, "executor: num_stages must be at least 1, got " +
-                             std::to_string(num_stages));
+  check(num_stages >= 1,
+        "executor: num_stages must be at least 1, got " + std::to_string(num_stages));
   check(stage >= 0 && stage < num_stages, "executor: stage " + std::to_string(stage) +
-                                              " is out of range for " +
-                                              std::to_string(num_stages) + " stages");
+                                              " is out of range for " + std::to_string(num_stages) +
+                                              " stages");
   check(hidden > 0, "executor: hidden must be positive, got " + std::to_string(hidden));
   check(kv_heads > 0, "executor: kv_heads must be positive, got " + std::to_string(kv_heads));
   check(head_dim > 0, "executor: head_dim must be positive, got " + std::to_string(head_dim));
@@ -73,7 +75,10 @@ struct Executor::ChunkState {
 class Executor::Step {
  public:
   Step(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences)
-      : ex_(ex), opt_(ex.options_), plan_(plan), sequences_(sequences),
+      : ex_(ex),
+        opt_(ex.options_),
+        plan_(plan),
+        sequences_(sequences),
         last_stage_(opt_.stage == opt_.num_stages - 1) {}
 
   void check_inputs();
@@ -97,9 +102,9 @@ class Executor::Step {
   const Plan& plan_;
   const std::vector<at::Tensor>& sequences_;
   const bool last_stage_;
-  std::vector<bool> split_;       // per sequence: cut into several slices
+  std::vector<bool> split_;  // per sequence: cut into several slices
   int64_t target_tokens_ = 0;
-  double loss_sum_ = 0;           // last stage: sum of the chunks' losses
+  double loss_sum_ = 0;  // last stage: sum of the chunks' losses
   StepStats stats_;
 };
 
@@ -132,12 +137,12 @@ void Executor::Step::check_inputs() {
               std::to_string(plan_.lengths[i]) + " tokens (the plan's length)");
     target_tokens_ += plan_.lengths[i] - 1;
   }
-  check(target_tokens_ > 0, where + "the batch has no target tokens (every sequence has one "
-                                    "token); give sequences of at least two tokens");
+  check(target_tokens_ > 0, where +
+                                "the batch has no target tokens (every sequence has one "
+                                "token); give sequences of at least two tokens");
   const int n = static_cast<int>(plan_.chunks.size());
-  check(plan_.recompute.empty() ||
-            (static_cast<int>(plan_.recompute.size()) == opt_.num_stages &&
-             static_cast<int>(plan_.recompute[stage].size()) == n),
+  check(plan_.recompute.empty() || (static_cast<int>(plan_.recompute.size()) == opt_.num_stages &&
+                                    static_cast<int>(plan_.recompute[stage].size()) == n),
         where + "recompute must be [stages][chunks]");
   for (int c = 0; c < n; ++c) {
     const int r = recompute_layers(plan_.recompute, stage, c);
@@ -177,8 +182,7 @@ std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
         kernels::SliceBuffers per_layer;
         for (int l = 0; l < layers; ++l)
           per_layer.push_back(kernels::SequenceKV::create(plan_.lengths[s.seq], opt_.kv_heads,
-                                                          opt_.head_dim, opt_.dtype,
-                                                          opt_.device));
+                                                          opt_.head_dim, opt_.dtype, opt_.device));
         it = ex_.kv_.emplace(s.seq, std::move(per_layer)).first;
       }
       buffers = &it->second;
@@ -284,12 +288,12 @@ void Executor::Step::forward(int chunk) {
           stage_text(opt_.stage) + ": the head must return logits [tokens, vocab]");
     // Summed over the chunk's targets, divided by the whole step's: the chunks' losses add up
     // to the step's mean loss.
-    at::Tensor loss = next_token_loss(logits, chunk_targets(chunk), static_cast<double>(target_tokens_));
+    at::Tensor loss =
+        next_token_loss(logits, chunk_targets(chunk), static_cast<double>(target_tokens_));
     loss_sum_ += loss.detach().item<double>();
     st.output = loss;
   } else {
-    check(hidden.dim() == 2 && hidden.size(0) == chunk_rows(chunk) &&
-              hidden.size(1) == opt_.hidden,
+    check(hidden.dim() == 2 && hidden.size(0) == chunk_rows(chunk) && hidden.size(1) == opt_.hidden,
           stage_text(opt_.stage) + ": the stage's output must be [tokens, hidden] = [" +
               std::to_string(chunk_rows(chunk)) + ", " + std::to_string(opt_.hidden) + "]");
     check(hidden.scalar_type() == opt_.dtype,
@@ -384,11 +388,19 @@ StepStats Executor::Step::run() {
   for (const Action& action : plan_.schedule.stages[opt_.stage]) {
     switch (action.type) {
       case ActionType::kRecvForward:
-      case ActionType::kRecvBackward: recv(action); break;
+      case ActionType::kRecvBackward:
+        recv(action);
+        break;
       case ActionType::kSendForward:
-      case ActionType::kSendBackward: send(action); break;
-      case ActionType::kForward: forward(action.chunk); break;
-      case ActionType::kBackward: backward(action.chunk); break;
+      case ActionType::kSendBackward:
+        send(action);
+        break;
+      case ActionType::kForward:
+        forward(action.chunk);
+        break;
+      case ActionType::kBackward:
+        backward(action.chunk);
+        break;
     }
     sample_memory();
     if (opt_.after_action) opt_.after_action(action.text());
@@ -412,10 +424,12 @@ void Executor::Step::finish() {
   const std::string where = stage_text(opt_.stage) + ", plan " + plan_.hash() + ": ";
   check(ex_.pipes_.pending_recvs() == 0,
         where + "the step ended with receives nobody waited for (the schedule is inconsistent)");
-  check(ex_.chunks_.empty(), where + "the step ended with chunks whose backward did not run "
-                                     "or whose input gradient was not sent");
-  check(ex_.kv_.empty(), where + "the step ended with K/V buffers of sequences whose first "
-                                 "slice never ran backward");
+  check(ex_.chunks_.empty(), where +
+                                 "the step ended with chunks whose backward did not run "
+                                 "or whose input gradient was not sent");
+  check(ex_.kv_.empty(), where +
+                             "the step ended with K/V buffers of sequences whose first "
+                             "slice never ran backward");
 }
 
 Executor::Executor(std::shared_ptr<StageModule> module,
@@ -435,8 +449,8 @@ Executor::Executor(std::shared_ptr<StageModule> module,
             " ranks but the pipeline has " + std::to_string(options_.num_stages) +
             " stages; launch one process per stage");
   check(group_ptr->getRank() == rank_of_stage(options_.stage),
-        "executor: this process is rank " + std::to_string(group_ptr->getRank()) +
-            " but stage " + std::to_string(options_.stage) + " belongs to rank " +
+        "executor: this process is rank " + std::to_string(group_ptr->getRank()) + " but stage " +
+            std::to_string(options_.stage) + " belongs to rank " +
             std::to_string(rank_of_stage(options_.stage)));
 }
 

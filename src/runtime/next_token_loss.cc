@@ -12,10 +12,11 @@ at::Tensor next_token_targets(const std::vector<Slice>& slices,
                               const std::vector<at::Tensor>& sequences) {
   std::vector<at::Tensor> parts;
   for (const Slice& s : slices) {
-    check(s.seq >= 0 && s.seq < static_cast<int>(sequences.size()) &&
-              sequences[s.seq].defined() && sequences[s.seq].dim() == 1,
-          "next_token_targets: sequence " + std::to_string(s.seq) + " was not given as a 1-D "
-          "tensor of token ids");
+    check(s.seq >= 0 && s.seq < static_cast<int>(sequences.size()) && sequences[s.seq].defined() &&
+              sequences[s.seq].dim() == 1,
+          "next_token_targets: sequence " + std::to_string(s.seq) +
+              " was not given as a 1-D "
+              "tensor of token ids");
     const at::Tensor& seq = sequences[s.seq];
     const int64_t n = seq.size(0);
     check(s.start >= 0 && s.end > s.start && s.end <= n,

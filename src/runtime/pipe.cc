@@ -100,12 +100,13 @@ void Pipes::wait_collective(c10d::Work& work, const std::string& what) {
   }
   const auto newline = detail.find('\n');
   if (newline != std::string::npos) detail = detail.substr(0, newline);
-  const bool timed_out = std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
-  throw Error("the " + what + " " +
-              (timed_out ? "did not complete within " + format_duration(timeout_)
-                         : std::string("failed")) +
-              ": another rank may have died or failed; check the other ranks' logs [backend: " +
-              detail + "]");
+  const bool timed_out =
+      std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
+  throw Error(
+      "the " + what + " " +
+      (timed_out ? "did not complete within " + format_duration(timeout_) : std::string("failed")) +
+      ": another rank may have died or failed; check the other ranks' logs [backend: " + detail +
+      "]");
 }
 
 double Pipes::all_reduce_sum(double value, at::Device device) {

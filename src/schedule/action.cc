@@ -18,7 +18,7 @@ struct TypeName {
 };
 // Longest prefixes first, so that "F" does not claim what is not a plain forward.
 constexpr TypeName kTypeNames[] = {
-    {ActionType::kSendForward, "SEND_F"}, {ActionType::kRecvForward, "RECV_F"},
+    {ActionType::kSendForward, "SEND_F"},  {ActionType::kRecvForward, "RECV_F"},
     {ActionType::kSendBackward, "SEND_B"}, {ActionType::kRecvBackward, "RECV_B"},
     {ActionType::kForward, "F"},           {ActionType::kBackward, "B"},
 };
@@ -29,17 +29,21 @@ const char* prefix_of(ActionType type) {
   return "?";
 }
 
-const char* const kForms = "F<k>, B<k>, SEND_F<k>, RECV_F<k>, SEND_B<k> or RECV_B<k>, k a chunk id >= 0";
+const char* const kForms =
+    "F<k>, B<k>, SEND_F<k>, RECV_F<k>, SEND_B<k> or RECV_B<k>, k a chunk id >= 0";
 
 }  // namespace
 
 int Action::peer(int stage) const {
   switch (type) {
     case ActionType::kSendForward:
-    case ActionType::kRecvBackward: return stage + 1;
+    case ActionType::kRecvBackward:
+      return stage + 1;
     case ActionType::kRecvForward:
-    case ActionType::kSendBackward: return stage - 1;
-    default: break;
+    case ActionType::kSendBackward:
+      return stage - 1;
+    default:
+      break;
   }
   throw Error("peer() asked of the compute action " + text() + ": only SEND and RECV have a peer");
 }
@@ -52,11 +56,13 @@ Action Action::parse(const std::string& text) {
     if (text.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string digits = text.substr(prefix.size());
     // Strict digits only: "F+3", "F 3" and "F3x" are typos, not actions.
-    const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
-      return std::isdigit(static_cast<unsigned char>(c));
-    });
+    const bool all_digits =
+        !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c));
+        });
     check(all_digits, "\"" + text + "\" is not an action: expected " + kForms);
-    check(digits.size() <= 9, "\"" + text + "\": chunk id " + digits + " is too large (at most 999999999)");
+    check(digits.size() <= 9,
+          "\"" + text + "\": chunk id " + digits + " is too large (at most 999999999)");
     return Action{t.type, std::stoi(digits)};
   }
   throw Error("\"" + text + "\" is not an action: expected " + kForms);
@@ -95,7 +101,8 @@ std::string Schedule::grid(int mark_stage, int mark_index) const {
   };
   std::ostringstream out;
   out << pad("step", step_width);
-  for (size_t s = 0; s < stages.size(); ++s) out << " |  " << pad("stage " + std::to_string(s), width[s]);
+  for (size_t s = 0; s < stages.size(); ++s)
+    out << " |  " << pad("stage " + std::to_string(s), width[s]);
   out << "\n";
   // A step of a real plan has thousands of rows: around a mark, show only its neighbourhood.
   constexpr size_t kContext = 12;
@@ -108,7 +115,8 @@ std::string Schedule::grid(int mark_stage, int mark_index) const {
   for (size_t r = first; r < last; ++r) {
     std::string line = std::string(step_width - std::to_string(r).size(), ' ') + std::to_string(r);
     for (size_t s = 0; s < stages.size(); ++s) {
-      const bool here = marked && static_cast<int>(s) == mark_stage && static_cast<int>(r) == mark_index;
+      const bool here =
+          marked && static_cast<int>(s) == mark_stage && static_cast<int>(r) == mark_index;
       std::string cell = r < stages[s].size() ? stages[s][r].text() : (here ? kMissing : "");
       line += " |" + std::string(here ? ">>" : " ") + (here ? "" : " ") + pad(cell, width[s]);
     }
@@ -131,7 +139,8 @@ void to_json(nlohmann::json& j, const Schedule& s) {
 
 void from_json(const nlohmann::json& j, Schedule& s) {
   const std::string expected = "expected {\"stages\": [[\"F0\", \"SEND_F0\", ...], ...]}";
-  check(j.is_object() && j.contains("stages"), "schedule JSON has no \"stages\" field: " + expected);
+  check(j.is_object() && j.contains("stages"),
+        "schedule JSON has no \"stages\" field: " + expected);
   const nlohmann::json& stages = j.at("stages");
   check(stages.is_array(), "schedule JSON: \"stages\" is " + std::string(stages.type_name()) +
                                ", not an array: " + expected);
@@ -142,8 +151,10 @@ void from_json(const nlohmann::json& j, Schedule& s) {
                                std::string(list.type_name()) + ", not an array of actions");
     std::vector<Action> actions;
     for (size_t i = 0; i < list.size(); ++i) {
-      const std::string where = "schedule JSON: stages[" + std::to_string(p) + "][" + std::to_string(i) + "]";
-      check(list[i].is_string(), where + " is " + std::string(list[i].type_name()) + ", not an action string");
+      const std::string where =
+          "schedule JSON: stages[" + std::to_string(p) + "][" + std::to_string(i) + "]";
+      check(list[i].is_string(),
+            where + " is " + std::string(list[i].type_name()) + ", not an action string");
       try {
         actions.push_back(Action::parse(list[i].get<std::string>()));
       } catch (const Error& e) {

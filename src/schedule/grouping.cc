@@ -30,7 +30,8 @@ std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveC
   auto cost_of = [&](const Wave& wave) {
     const double cost = wave_cost(wave);
     check(!std::isnan(cost), "the wave cost function returned NaN for a wave of " +
-                                 std::to_string(wave.size()) + " chunks; it must return a time or +infinity");
+                                 std::to_string(wave.size()) +
+                                 " chunks; it must return a time or +infinity");
     return cost;
   };
 
@@ -57,9 +58,11 @@ std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveC
       lengths += std::to_string(group_start[g + 1] - group_start[g]) + " chain(s) of " +
                  std::to_string(sorted[group_start[g]].size()) + " chunk(s)";
     }
-    throw Error("no grouping of the step's chunks into waves fits: the smallest possible wave, all chains "
-                "of one length, has infinite cost (does not fit memory) for " + lengths +
-                "; use smaller chunks (a larger slice count K or a lower token cap) or more memory");
+    throw Error(
+        "no grouping of the step's chunks into waves fits: the smallest possible wave, all chains "
+        "of one length, has infinite cost (does not fit memory) for " +
+        lengths +
+        "; use smaller chunks (a larger slice count K or a lower token cap) or more memory");
   }
   std::vector<Wave> waves;
   for (size_t j = groups; j > 0; j = cut[j]) waves.push_back(wave_of(cut[j], j));

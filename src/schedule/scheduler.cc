@@ -73,7 +73,8 @@ std::vector<Action> gpipe(const WaveOrder& order) {
 // it, and its RECV posted kRecvLookahead computes ahead. RECVs are posted in compute order and
 // every stage runs the same forward order and the same backward order, so each channel's
 // receives come in the order of the peer's sends.
-std::vector<Action> with_communication(const std::vector<Action>& computes, int stage, int num_stages) {
+std::vector<Action> with_communication(const std::vector<Action>& computes, int stage,
+                                       int num_stages) {
   auto recv_for = [&](const Action& a, Action& recv) {
     if (a.type == ActionType::kForward && stage > 0) {
       recv = {ActionType::kRecvForward, a.chunk};
@@ -94,15 +95,18 @@ std::vector<Action> with_communication(const std::vector<Action>& computes, int 
     }
     const Action& a = computes[i];
     out.push_back(a);
-    if (a.type == ActionType::kForward && stage < num_stages - 1) out.push_back({ActionType::kSendForward, a.chunk});
-    if (a.type == ActionType::kBackward && stage > 0) out.push_back({ActionType::kSendBackward, a.chunk});
+    if (a.type == ActionType::kForward && stage < num_stages - 1)
+      out.push_back({ActionType::kSendForward, a.chunk});
+    if (a.type == ActionType::kBackward && stage > 0)
+      out.push_back({ActionType::kSendBackward, a.chunk});
   }
   return out;
 }
 
 }  // namespace
 
-WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave, const ScheduleOptions& options) {
+WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
+                     const ScheduleOptions& options) {
   const int n = static_cast<int>(chunks.size());
   const std::vector<std::vector<int>> all_chains = chains(chunks);
   std::vector<int> chain_of(n, -1);
@@ -113,8 +117,8 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave, const S
   std::vector<size_t> in_wave(all_chains.size(), 0);
   std::vector<int> wave_chains;  // in order of first appearance in `wave`
   for (int id : wave) {
-    check(id >= 0 && id < n, "wave holds chunk id " + std::to_string(id) + ", but the step has only " +
-                                 std::to_string(n) + " chunks");
+    check(id >= 0 && id < n, "wave holds chunk id " + std::to_string(id) +
+                                 ", but the step has only " + std::to_string(n) + " chunks");
     check(!seen[id], "chunk " + std::to_string(id) + " appears twice in one wave");
     seen[id] = 1;
     if (in_wave[chain_of[id]]++ == 0) wave_chains.push_back(chain_of[id]);
@@ -123,15 +127,17 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave, const S
     const std::vector<int>& chain = all_chains[c];
     if (in_wave[c] == chain.size()) continue;
     for (int id : chain)
-      check(seen[id], "the wave holds part of the chain starting at chunk " + std::to_string(chain.front()) +
-                          " but not its chunk " + std::to_string(id) +
+      check(seen[id], "the wave holds part of the chain starting at chunk " +
+                          std::to_string(chain.front()) + " but not its chunk " +
+                          std::to_string(id) +
                           ": chunks with slices of one sequence must run in the same wave");
   }
   if (!options.keep_chain_order) {
     // Longest first, so the warm-up of k_max - 1 extra forwards covers every chain (see
     // one_f_one_b); equal lengths keep a stable order by their first chunk.
     std::stable_sort(wave_chains.begin(), wave_chains.end(), [&](int a, int b) {
-      if (all_chains[a].size() != all_chains[b].size()) return all_chains[a].size() > all_chains[b].size();
+      if (all_chains[a].size() != all_chains[b].size())
+        return all_chains[a].size() > all_chains[b].size();
       return all_chains[a].front() < all_chains[b].front();
     });
   }
@@ -152,16 +158,18 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
   std::vector<int> wave_of(n, -1);
   for (size_t w = 0; w < waves.size(); ++w) {
     for (int id : waves[w]) {
-      check(id >= 0 && id < n, "wave " + std::to_string(w) + " holds chunk id " + std::to_string(id) +
-                                   ", but the step has only " + std::to_string(n) + " chunks");
+      check(id >= 0 && id < n, "wave " + std::to_string(w) + " holds chunk id " +
+                                   std::to_string(id) + ", but the step has only " +
+                                   std::to_string(n) + " chunks");
       check(wave_of[id] == -1 || wave_of[id] == static_cast<int>(w),
-            "chunk " + std::to_string(id) + " is in waves " + std::to_string(wave_of[id]) + " and " +
-                std::to_string(w) + ": every chunk must be in exactly one wave");
+            "chunk " + std::to_string(id) + " is in waves " + std::to_string(wave_of[id]) +
+                " and " + std::to_string(w) + ": every chunk must be in exactly one wave");
       wave_of[id] = static_cast<int>(w);
     }
   }
   for (int id = 0; id < n; ++id)
-    check(wave_of[id] != -1, "chunk " + std::to_string(id) + " is in no wave: every chunk must be in exactly one");
+    check(wave_of[id] != -1,
+          "chunk " + std::to_string(id) + " is in no wave: every chunk must be in exactly one");
 
   std::vector<std::vector<Action>> computes(d);
   std::vector<int> cooldown(d, 0);  // of the stage's previous wave
@@ -171,7 +179,8 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
     // k_max: the length of the wave's first chain, which ends where the first backward's chunk
     // (the first chain's last) stands in the forward order.
     const int first_backward_pos = static_cast<int>(
-        std::find(order.forward.begin(), order.forward.end(), order.backward.front()) - order.forward.begin());
+        std::find(order.forward.begin(), order.forward.end(), order.backward.front()) -
+        order.forward.begin());
     const int k_max = first_backward_pos + 1;
     std::vector<char> forwarded(n, 0);
     for (int p = 0; p < d; ++p) {

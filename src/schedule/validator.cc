@@ -38,28 +38,34 @@ Positions check_structure(const Schedule& schedule, int num_chunks) {
       const Action& a = list[i];
       const std::string name = a.text();
       if (a.chunk < 0 || a.chunk >= num_chunks)
-        fail(schedule, p, i, name + " at " + at(p, i) + " names chunk " + std::to_string(a.chunk) +
-                                 ", but the step has only " + std::to_string(num_chunks) + " chunks");
+        fail(schedule, p, i,
+             name + " at " + at(p, i) + " names chunk " + std::to_string(a.chunk) +
+                 ", but the step has only " + std::to_string(num_chunks) + " chunks");
       if (!a.is_compute()) {
         const int peer = a.peer(p);
         if (peer < 0 || peer >= d)
-          fail(schedule, p, i, name + " at " + at(p, i) + " talks to stage " + std::to_string(peer) +
-                                   ", which does not exist (" + std::to_string(d) + " stages)");
+          fail(schedule, p, i,
+               name + " at " + at(p, i) + " talks to stage " + std::to_string(peer) +
+                   ", which does not exist (" + std::to_string(d) + " stages)");
       }
       int& slot = positions[p][static_cast<int>(a.type)][a.chunk];
       if (slot != -1)
-        fail(schedule, p, i, name + " appears twice on stage " + std::to_string(p) + " (steps " +
-                                 std::to_string(slot) + " and " + std::to_string(i) + ")");
+        fail(schedule, p, i,
+             name + " appears twice on stage " + std::to_string(p) + " (steps " +
+                 std::to_string(slot) + " and " + std::to_string(i) + ")");
       slot = i;
       const std::string chunk = std::to_string(a.chunk);
       auto before = [&](ActionType type) { return pos(positions, p, type, a.chunk) != -1; };
       if (a.type == ActionType::kBackward && !before(ActionType::kForward))
-        fail(schedule, p, i, name + " at " + at(p, i) + " runs before F" + chunk +
-                                 ": a chunk's backward needs its forward on the same stage");
+        fail(schedule, p, i,
+             name + " at " + at(p, i) + " runs before F" + chunk +
+                 ": a chunk's backward needs its forward on the same stage");
       if (a.type == ActionType::kSendForward && !before(ActionType::kForward))
-        fail(schedule, p, i, name + " at " + at(p, i) + " sends an activation before F" + chunk + " computed it");
+        fail(schedule, p, i,
+             name + " at " + at(p, i) + " sends an activation before F" + chunk + " computed it");
       if (a.type == ActionType::kSendBackward && !before(ActionType::kBackward))
-        fail(schedule, p, i, name + " at " + at(p, i) + " sends a gradient before B" + chunk + " computed it");
+        fail(schedule, p, i,
+             name + " at " + at(p, i) + " sends a gradient before B" + chunk + " computed it");
     }
     for (int c = 0; c < num_chunks; ++c) {
       const int f = pos(positions, p, ActionType::kForward, c);
@@ -70,8 +76,9 @@ Positions check_structure(const Schedule& schedule, int num_chunks) {
              "stage " + std::to_string(p) + " never runs F" + chunk + " (nor B" + chunk +
                  "): every chunk goes forward and backward once on every stage");
       if (b == -1)
-        fail(schedule, p, f, "F" + chunk + " at " + at(p, f) + " is never followed by B" + chunk +
-                                 ": every chunk goes forward and backward once on every stage");
+        fail(schedule, p, f,
+             "F" + chunk + " at " + at(p, f) + " is never followed by B" + chunk +
+                 ": every chunk goes forward and backward once on every stage");
     }
   }
   return positions;
@@ -89,29 +96,33 @@ std::vector<SliceEdge> slice_edges(const std::vector<Chunk>& chunks) {
   for (auto& [seq, list] : by_seq) {
     std::sort(list.begin(), list.end());
     for (size_t i = 1; i < list.size(); ++i)
-      if (list[i].second != list[i - 1].second) edges.push_back({list[i - 1].second, list[i].second, seq});
+      if (list[i].second != list[i - 1].second)
+        edges.push_back({list[i - 1].second, list[i].second, seq});
   }
   return edges;
 }
 
-void check_slice_order(const Schedule& schedule, const std::vector<Chunk>& chunks, const Positions& positions) {
+void check_slice_order(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                       const Positions& positions) {
   const std::vector<SliceEdge> edges = slice_edges(chunks);
   for (int p = 0; p < schedule.num_stages(); ++p) {
     for (const SliceEdge& e : edges) {
       const std::string a = std::to_string(e.earlier), b = std::to_string(e.later);
-      const std::string why = "chunk " + b + " holds a later slice of sequence " + std::to_string(e.seq) +
-                              " than chunk " + a;
+      const std::string why = "chunk " + b + " holds a later slice of sequence " +
+                              std::to_string(e.seq) + " than chunk " + a;
       const int fa = pos(positions, p, ActionType::kForward, e.earlier);
       const int fb = pos(positions, p, ActionType::kForward, e.later);
       if (fb < fa)
-        fail(schedule, p, fb, "F" + b + " at " + at(p, fb) + " runs before F" + a + ", but " + why +
-                                  " and attends to its keys/values: forwards go in slice order");
+        fail(schedule, p, fb,
+             "F" + b + " at " + at(p, fb) + " runs before F" + a + ", but " + why +
+                 " and attends to its keys/values: forwards go in slice order");
       const int ba = pos(positions, p, ActionType::kBackward, e.earlier);
       const int bb = pos(positions, p, ActionType::kBackward, e.later);
       if (ba < bb)
-        fail(schedule, p, ba, "B" + a + " at " + at(p, ba) + " runs before B" + b + ", but " + why +
-                                  ", whose backward adds to chunk " + a +
-                                  "'s dK/dV: backwards go in reverse slice order");
+        fail(schedule, p, ba,
+             "B" + a + " at " + at(p, ba) + " runs before B" + b + ", but " + why +
+                 ", whose backward adds to chunk " + a +
+                 "'s dK/dV: backwards go in reverse slice order");
     }
   }
 }
@@ -143,10 +154,10 @@ std::vector<std::pair<int, int>> occurrences(const Schedule& schedule, int stage
 std::string ordinal(size_t i) {
   const size_t n = i + 1;
   const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th"
-                       : n % 10 == 1                     ? "st"
-                       : n % 10 == 2                     ? "nd"
-                       : n % 10 == 3                     ? "rd"
-                                                         : "th";
+                       : n % 10 == 1                    ? "st"
+                       : n % 10 == 2                    ? "nd"
+                       : n % 10 == 3                    ? "rd"
+                                                        : "th";
   return std::to_string(n) + suffix;
 }
 
@@ -160,8 +171,8 @@ void check_channels(const Schedule& schedule, const Positions& positions) {
         const Action send{ch.send, sends[i].first};
         fail(schedule, ch.sender, sends[i].second,
              send.text() + " at " + at(ch.sender, sends[i].second) + " has no matching " +
-                 Action{ch.recv, sends[i].first}.text() + " on stage " + std::to_string(ch.receiver) +
-                 ": a send blocks until its peer posts the receive");
+                 Action{ch.recv, sends[i].first}.text() + " on stage " +
+                 std::to_string(ch.receiver) + ": a send blocks until its peer posts the receive");
       }
       if (i < recvs.size() && pos(positions, ch.sender, ch.send, recvs[i].first) == -1) {
         const Action recv{ch.recv, recvs[i].first};
@@ -175,7 +186,8 @@ void check_channels(const Schedule& schedule, const Positions& positions) {
                std::to_string(ch.receiver) + "'s " + ordinal(i) + " receive from stage " +
                std::to_string(ch.sender) + ", but that stage's " + ordinal(i) + " send is " +
                Action{ch.send, sends[i].first}.text() +
-               ": messages on one channel are matched in order, so receives must follow the sends' order");
+               ": messages on one channel are matched in order, so receives must follow the sends' "
+               "order");
     }
   }
 }
@@ -196,9 +208,10 @@ void check_inputs(const Schedule& schedule, const Positions& positions) {
         continue;
       const int r = pos(positions, p, recv.type, a.chunk);
       if (r == -1 || r > i)
-        fail(schedule, p, i, a.text() + " at " + at(p, i) + " has no " + recv.text() + " before it: its " +
-                                 (a.type == ActionType::kForward ? "activation" : "output gradient") +
-                                 " from stage " + std::to_string(recv.peer(p)) + " is never received");
+        fail(schedule, p, i,
+             a.text() + " at " + at(p, i) + " has no " + recv.text() + " before it: its " +
+                 (a.type == ActionType::kForward ? "activation" : "output gradient") +
+                 " from stage " + std::to_string(recv.peer(p)) + " is never received");
     }
   }
 }
@@ -213,15 +226,22 @@ void check_deadlock(const Schedule& schedule, const Positions& positions) {
   for (int p = 0; p < d; ++p) {
     int nf = 0, nb = 0;
     for (const Action& a : schedule.stages[p])
-      recv_slot[p].push_back(a.type == ActionType::kRecvForward ? nf++ : a.type == ActionType::kRecvBackward ? nb++ : -1);
+      recv_slot[p].push_back(a.type == ActionType::kRecvForward    ? nf++
+                             : a.type == ActionType::kRecvBackward ? nb++
+                                                                   : -1);
   }
-  auto slot_of = [&](int p, ActionType recv, int chunk) { return recv_slot[p][pos(positions, p, recv, chunk)]; };
+  auto slot_of = [&](int p, ActionType recv, int chunk) {
+    return recv_slot[p][pos(positions, p, recv, chunk)];
+  };
   auto ready = [&](int p, const Action& a) {
     switch (a.type) {
       case ActionType::kRecvForward:
-      case ActionType::kRecvBackward: return true;
-      case ActionType::kSendForward: return fwd_posted[p] > fwd_sent[p];
-      case ActionType::kSendBackward: return bwd_posted[p - 1] > bwd_sent[p - 1];
+      case ActionType::kRecvBackward:
+        return true;
+      case ActionType::kSendForward:
+        return fwd_posted[p] > fwd_sent[p];
+      case ActionType::kSendBackward:
+        return bwd_posted[p - 1] > bwd_sent[p - 1];
       case ActionType::kForward:
         return p == 0 || fwd_sent[p - 1] > slot_of(p, ActionType::kRecvForward, a.chunk);
       case ActionType::kBackward:
@@ -232,20 +252,34 @@ void check_deadlock(const Schedule& schedule, const Positions& positions) {
   auto waits_for = [&](int p, const Action& a) {
     const std::string k = std::to_string(a.chunk);
     switch (a.type) {
-      case ActionType::kSendForward: return "stage " + std::to_string(p + 1) + " to post RECV_F" + k;
-      case ActionType::kSendBackward: return "stage " + std::to_string(p - 1) + " to post RECV_B" + k;
-      case ActionType::kForward: return "stage " + std::to_string(p - 1) + " to send SEND_F" + k;
-      case ActionType::kBackward: return "stage " + std::to_string(p + 1) + " to send SEND_B" + k;
-      default: return std::string("nothing");
+      case ActionType::kSendForward:
+        return "stage " + std::to_string(p + 1) + " to post RECV_F" + k;
+      case ActionType::kSendBackward:
+        return "stage " + std::to_string(p - 1) + " to post RECV_B" + k;
+      case ActionType::kForward:
+        return "stage " + std::to_string(p - 1) + " to send SEND_F" + k;
+      case ActionType::kBackward:
+        return "stage " + std::to_string(p + 1) + " to send SEND_B" + k;
+      default:
+        return std::string("nothing");
     }
   };
   auto run = [&](int p, const Action& a) {
     switch (a.type) {
-      case ActionType::kRecvForward: ++fwd_posted[p - 1]; break;
-      case ActionType::kRecvBackward: ++bwd_posted[p]; break;
-      case ActionType::kSendForward: ++fwd_sent[p]; break;
-      case ActionType::kSendBackward: ++bwd_sent[p - 1]; break;
-      default: break;
+      case ActionType::kRecvForward:
+        ++fwd_posted[p - 1];
+        break;
+      case ActionType::kRecvBackward:
+        ++bwd_posted[p];
+        break;
+      case ActionType::kSendForward:
+        ++fwd_sent[p];
+        break;
+      case ActionType::kSendBackward:
+        ++bwd_sent[p - 1];
+        break;
+      default:
+        break;
     }
   };
   std::vector<size_t> next(d, 0);
@@ -266,10 +300,12 @@ void check_deadlock(const Schedule& schedule, const Positions& positions) {
     if (next[p] == list.size()) continue;
     if (first_stuck == -1) first_stuck = p;
     const int i = static_cast<int>(next[p]);
-    waits += (waits.empty() ? "" : "; ") + at(p, i) + " " + list[i].text() + " waits for " + waits_for(p, list[i]);
+    waits += (waits.empty() ? "" : "; ") + at(p, i) + " " + list[i].text() + " waits for " +
+             waits_for(p, list[i]);
   }
   if (first_stuck != -1)
-    fail(schedule, first_stuck, static_cast<int>(next[first_stuck]), "deadlock, no stage can move: " + waits);
+    fail(schedule, first_stuck, static_cast<int>(next[first_stuck]),
+         "deadlock, no stage can move: " + waits);
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ constexpr double kMicrosecondsPerSecond = 1e6;  // the trace format counts micro
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 nlohmann::json thread_name(int tid, const std::string& name) {
-  return {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", name}}}};
+  return {
+      {"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", name}}}};
 }
 
 }  // namespace

@@ -101,10 +101,11 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
 std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
                                          const std::vector<Chunk>& chunks, const CostModel& cost) {
   std::vector<MemoryMoment> moments;
-  for_each_memory_moment(schedule, stage, chunks, cost,
-                         [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
-                           moments.push_back({action_index, fixed_bytes, in_flight});
-                         });
+  for_each_memory_moment(
+      schedule, stage, chunks, cost,
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+        moments.push_back({action_index, fixed_bytes, in_flight});
+      });
   return moments;
 }
 

@@ -25,18 +25,23 @@ std::string gib(double bytes) {
 // receives and the direction: forward data into stage q is channel q, backward data into stage
 // q is channel d + q.
 struct Channel {
-  std::vector<int> posted_chunks;   // RECVs posted by the receiver, in order
+  std::vector<int> posted_chunks;  // RECVs posted by the receiver, in order
   std::vector<double> posted_at;
-  size_t matched = 0;               // SENDs already matched (messages match in order)
-  double free_at = 0;               // the link carries one transfer at a time
+  size_t matched = 0;  // SENDs already matched (messages match in order)
+  double free_at = 0;  // the link carries one transfer at a time
 };
 
 class Simulation {
  public:
   Simulation(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
              const Recompute& recompute, const SimOptions& options)
-      : schedule_(schedule), chunks_(chunks), cost_(cost), recompute_(recompute), options_(options),
-        d_(schedule.num_stages()), n_(static_cast<int>(chunks.size())) {}
+      : schedule_(schedule),
+        chunks_(chunks),
+        cost_(cost),
+        recompute_(recompute),
+        options_(options),
+        d_(schedule.num_stages()),
+        n_(static_cast<int>(chunks.size())) {}
 
   SimResult run();
 
@@ -74,15 +79,16 @@ class Simulation {
 };
 
 void Simulation::fail(int stage, int index, const std::string& what) const {
-  throw Error("simulate: stage " + std::to_string(stage) + " step " + std::to_string(index) +
-              ": " + what + "; fix the schedule (validate_schedule explains the rules)\n" +
+  throw Error("simulate: stage " + std::to_string(stage) + " step " + std::to_string(index) + ": " +
+              what + "; fix the schedule (validate_schedule explains the rules)\n" +
               schedule_.grid(stage, index));
 }
 
 void Simulation::check_chunk(int stage, int index, const Action& action) const {
   if (action.chunk < 0 || action.chunk >= n_)
-    fail(stage, index, action.text() + " names chunk " + std::to_string(action.chunk) +
-                           " but the step has " + std::to_string(n_) + " chunks");
+    fail(stage, index,
+         action.text() + " names chunk " + std::to_string(action.chunk) + " but the step has " +
+             std::to_string(n_) + " chunks");
   bool peer_missing = (action.type == ActionType::kSendForward && stage == d_ - 1) ||
                       (action.type == ActionType::kRecvBackward && stage == d_ - 1) ||
                       (action.type == ActionType::kSendBackward && stage == 0) ||
@@ -158,9 +164,9 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       if (channel.matched >= channel.posted_chunks.size()) return Step::kBlocked;
       int posted = channel.posted_chunks[channel.matched];
       if (posted != c)
-        fail(p, pc_[p], a.text() + " meets " + (forward ? "RECV_F" : "RECV_B") +
-                            std::to_string(posted) + " on stage " + std::to_string(peer) +
-                            " (messages on a link match in order)");
+        fail(p, pc_[p],
+             a.text() + " meets " + (forward ? "RECV_F" : "RECV_B") + std::to_string(posted) +
+                 " on stage " + std::to_string(peer) + " (messages on a link match in order)");
       if (!(forward ? forwarded_ : backwarded_)[cell(p, c)])
         fail(p, pc_[p], a.text() + " sends before the compute that produces it");
       clock = std::max(clock, channel.posted_at[channel.matched]);
@@ -222,7 +228,8 @@ void Simulation::measure_memory(int p) {
         double bytes = fixed_bytes;
         for (int c : in_flight) {
           if (activation[c] == kUnknown)
-            activation[c] = cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
+            activation[c] =
+                cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
           bytes += activation[c];
         }
         timeline.emplace_back(moment_time_[p][action_index], bytes);
@@ -235,11 +242,11 @@ void Simulation::measure_memory(int p) {
   if (peak_index < 0) peak = cost_.model_state_bytes(p);
   result_.peak_memory_bytes[p] = peak;
   if (peak > options_.memory_budget_bytes) {
-    result_.over_budget_message += std::string(result_.over_budget ? "; " : "") + "stage " +
-                                   std::to_string(p) + " needs " + gib(peak) + " at " +
-                                   (peak_index >= 0 ? schedule_.stages[p][peak_index].text()
-                                                    : std::string("idle")) +
-                                   ", over its budget of " + gib(options_.memory_budget_bytes);
+    result_.over_budget_message +=
+        std::string(result_.over_budget ? "; " : "") + "stage " + std::to_string(p) + " needs " +
+        gib(peak) + " at " +
+        (peak_index >= 0 ? schedule_.stages[p][peak_index].text() : std::string("idle")) +
+        ", over its budget of " + gib(options_.memory_budget_bytes);
     result_.over_budget = true;
   }
 }
@@ -249,9 +256,9 @@ SimResult Simulation::run() {
         "simulate: the schedule has " + std::to_string(d_) + " stages but the cost model " +
             std::to_string(cost_.num_stages()) + "; build both for the same pipeline");
   if (!recompute_.empty()) {
-    check(static_cast<int>(recompute_.size()) == d_,
-          "simulate: recompute has " + std::to_string(recompute_.size()) + " stages, expected " +
-              std::to_string(d_));
+    check(static_cast<int>(recompute_.size()) == d_, "simulate: recompute has " +
+                                                         std::to_string(recompute_.size()) +
+                                                         " stages, expected " + std::to_string(d_));
     for (int p = 0; p < d_; ++p)
       check(static_cast<int>(recompute_[p].size()) == n_,
             "simulate: recompute of stage " + std::to_string(p) + " has " +
@@ -302,7 +309,8 @@ SimResult Simulation::run() {
   for (int p = 0; p < d_; ++p) result_.step_time_s = std::max(result_.step_time_s, clock_[p]);
   result_.bubble_fraction.assign(d_, 0.0);
   for (int p = 0; p < d_; ++p)
-    if (result_.step_time_s > 0) result_.bubble_fraction[p] = 1 - result_.busy_s[p] / result_.step_time_s;
+    if (result_.step_time_s > 0)
+      result_.bubble_fraction[p] = 1 - result_.busy_s[p] / result_.step_time_s;
   for (int p = 0; p < d_; ++p) measure_memory(p);
   if (result_.over_budget)
     result_.over_budget_message +=

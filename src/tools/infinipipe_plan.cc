@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: one command line tool, its options and its two outputs (a table,
+// JSON lines) read best together.
 // infinipipe-plan: plans sampled or given steps with EPP and the baselines and prints what the
 // simulator predicts for each, as a table or as JSON lines.
 #include <algorithm>
@@ -95,8 +97,9 @@ ip::CostModel build_cost_model(const Args& args) {
     }
   } else {
     const auto names = ip::ModelShape::builtin_names();
-    ip::check(std::find(names.begin(), names.end(), args.model) != names.end(),
-              "--model " + args.model + " is neither a file nor a built-in model (" + join(names) + ")");
+    ip::check(
+        std::find(names.begin(), names.end(), args.model) != names.end(),
+        "--model " + args.model + " is neither a file nor a built-in model (" + join(names) + ")");
     shape = ip::ModelShape::builtin(args.model);
   }
   shape.validate();
@@ -140,7 +143,8 @@ ip::CostModel build_cost_model(const Args& args) {
 
 // Only called after build_cost_model has accepted --hardware.
 double default_memory_gib(const Args& args) {
-  if (is_file(args.hardware)) return read_json_file(args.hardware).get<ip::Hardware>().memory_bytes / kGiB;
+  if (is_file(args.hardware))
+    return read_json_file(args.hardware).get<ip::Hardware>().memory_bytes / kGiB;
   return ip::Hardware::builtin(args.hardware).memory_bytes / kGiB;
 }
 
@@ -191,7 +195,8 @@ nlohmann::json checkpoint_comparison(const ip::Plan& plan, const ip::CostModel& 
       ip::SimOptions sim_options;
       sim_options.memory_budget_bytes = budget;
       sim_options.record_events = false;
-      const ip::SimResult sim = ip::simulate(plan.schedule, plan.chunks, cost, ck.recompute, sim_options);
+      const ip::SimResult sim =
+          ip::simulate(plan.schedule, plan.chunks, cost, ck.recompute, sim_options);
       entry["solver"] = ck.solver;
       entry["recompute_s"] = ck.recompute_s;
       entry["step_time_s"] = sim.step_time_s;
@@ -225,7 +230,8 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   j["peak_memory_gib"] = to_gib(plan.peak_memory_bytes);
   j["num_chunks"] = plan.chunks.size();
   nlohmann::json kinds = {{"packed", 0}, {"split", 0}, {"hybrid", 0}};
-  for (const ip::Chunk& c : plan.chunks) kinds[ip::to_string(c.kind())] = kinds[ip::to_string(c.kind())].get<int>() + 1;
+  for (const ip::Chunk& c : plan.chunks)
+    kinds[ip::to_string(c.kind())] = kinds[ip::to_string(c.kind())].get<int>() + 1;
   j["chunks_by_kind"] = kinds;
   j["num_waves"] = plan.waves.size();
   j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
@@ -259,9 +265,15 @@ void print_row(std::ostream& out, const Row& row, double budget) {
   int packed = 0, split = 0, hybrid = 0;
   for (const ip::Chunk& c : plan.chunks) {
     switch (c.kind()) {
-      case ip::ChunkKind::kPacked: ++packed; break;
-      case ip::ChunkKind::kSplit: ++split; break;
-      case ip::ChunkKind::kHybrid: ++hybrid; break;
+      case ip::ChunkKind::kPacked:
+        ++packed;
+        break;
+      case ip::ChunkKind::kSplit:
+        ++split;
+        break;
+      case ip::ChunkKind::kHybrid:
+        ++hybrid;
+        break;
     }
   }
   out << "      setting    " << ip::describe(plan.method, plan.setting) << "\n"
@@ -272,38 +284,62 @@ void print_row(std::ostream& out, const Row& row, double budget) {
       << ", hybrid " << hybrid << "), waves " << plan.waves.size()
       << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n"
       << "      recompute s per stage  " << list(plan.stage_recompute_s, 3) << "\n"
-      << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1)
-      << "  (budget " << fixed(budget / kGiB, 1) << ")\n";
+      << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1) << "  (budget "
+      << fixed(budget / kGiB, 1) << ")\n";
 }
 
 int run(int argc, char** argv) {
   Args args;
-  CLI::App app{"Plans training steps with elastic pipeline parallelism (EPP) and the baselines, "
-               "and prints the predicted step time, bubbles, recompute and memory of each."};
+  CLI::App app{
+      "Plans training steps with elastic pipeline parallelism (EPP) and the baselines, "
+      "and prints the predicted step time, bubbles, recompute and memory of each."};
   app.name("infinipipe-plan");
-  auto* lengths_opt = app.add_option("--lengths", args.lengths_file, "file with one sequence length per line (one step)");
-  auto* dist_opt = app.add_option("--distribution", args.distribution,
-                                  "built-in length distribution to sample steps from (" +
-                                      join(ip::distribution_names()) + ")");
+  auto* lengths_opt = app.add_option("--lengths", args.lengths_file,
+                                     "file with one sequence length per line (one step)");
+  auto* dist_opt = app.add_option(
+      "--distribution", args.distribution,
+      "built-in length distribution to sample steps from (" + join(ip::distribution_names()) + ")");
   lengths_opt->excludes(dist_opt);
   app.add_option("--batch", args.batch, "sequences per sampled step")->capture_default_str();
-  app.add_option("--context", args.context, "context length: sampled sequences are truncated to it")->capture_default_str();
+  app.add_option("--context", args.context, "context length: sampled sequences are truncated to it")
+      ->capture_default_str();
   app.add_option("--seed", args.seed, "seed of the first sampled step")->capture_default_str();
-  app.add_option("--steps", args.steps, "sampled steps (seeds seed..seed+steps-1); static baselines are chosen over all of them")->capture_default_str();
-  app.add_option("--model", args.model, "built-in model (" + join(ip::ModelShape::builtin_names()) + ") or a model shape / cost model JSON file")->capture_default_str();
-  app.add_option("--hardware", args.hardware, "built-in hardware (" + join(ip::Hardware::builtin_names()) + ") or a hardware JSON file")->capture_default_str();
+  app.add_option(
+         "--steps", args.steps,
+         "sampled steps (seeds seed..seed+steps-1); static baselines are chosen over all of them")
+      ->capture_default_str();
+  app.add_option("--model", args.model,
+                 "built-in model (" + join(ip::ModelShape::builtin_names()) +
+                     ") or a model shape / cost model JSON file")
+      ->capture_default_str();
+  app.add_option(
+         "--hardware", args.hardware,
+         "built-in hardware (" + join(ip::Hardware::builtin_names()) + ") or a hardware JSON file")
+      ->capture_default_str();
   app.add_option("--stages", args.stages, "pipeline stages")->capture_default_str();
-  app.add_option("--memory-gib", args.memory_gib, "memory budget per stage in GiB, model state included (default: the device memory)");
-  app.add_option("--layers-per-stage", args.layers_per_stage, "layers of each stage, comma separated (default: as even as possible)")->delimiter(',');
-  app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")->capture_default_str();
+  app.add_option(
+      "--memory-gib", args.memory_gib,
+      "memory budget per stage in GiB, model state included (default: the device memory)");
+  app.add_option("--layers-per-stage", args.layers_per_stage,
+                 "layers of each stage, comma separated (default: as even as possible)")
+      ->delimiter(',');
+  app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")
+      ->capture_default_str();
   app.add_option("--max-k", args.max_k, "EPP: largest slice count K tried")->capture_default_str();
   app.add_option("--checkpoint-seconds", args.checkpoint_seconds,
                  "EPP: CBC time limit for the winner's checkpointing; 0 skips CBC (the greedy "
-                 "solvers alone: deterministic, as the trainer plans)")->capture_default_str();
-  app.add_flag("--waves-back-to-back", args.waves_back_to_back, "EPP: never overlap waves (the paper's schedule, for ablations)");
-  app.add_flag("--json", args.json, "one JSON object per line per method (and step) instead of the table");
-  app.add_option("--plan", args.plan_out, "write the EPP plan (or the single --method's plan) of the first step to this JSON file");
-  app.add_option("--trace", args.trace_out, "write that plan's simulated timeline as a Chrome trace (chrome://tracing, Perfetto)");
+                 "solvers alone: deterministic, as the trainer plans)")
+      ->capture_default_str();
+  app.add_flag("--waves-back-to-back", args.waves_back_to_back,
+               "EPP: never overlap waves (the paper's schedule, for ablations)");
+  app.add_flag("--json", args.json,
+               "one JSON object per line per method (and step) instead of the table");
+  app.add_option(
+      "--plan", args.plan_out,
+      "write the EPP plan (or the single --method's plan) of the first step to this JSON file");
+  app.add_option(
+      "--trace", args.trace_out,
+      "write that plan's simulated timeline as a Chrome trace (chrome://tracing, Perfetto)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -319,8 +355,10 @@ int run(int argc, char** argv) {
   ip::check(args.stages >= 1, "--stages must be at least 1");
 
   std::vector<ip::Method> methods;
-  if (args.method == "all") methods = ip::all_methods();
-  else methods.push_back(ip::parse_method(args.method));
+  if (args.method == "all")
+    methods = ip::all_methods();
+  else
+    methods.push_back(ip::parse_method(args.method));
 
   const ip::CostModel cost = build_cost_model(args);
   const double memory_gib = args.memory_gib > 0 ? args.memory_gib : default_memory_gib(args);
@@ -344,7 +382,8 @@ int run(int argc, char** argv) {
       baselines.push_back(ip::compare_baseline(m, steps, cost, options));
     }
   }
-  const bool with_epp = std::find(methods.begin(), methods.end(), ip::Method::kEpp) != methods.end();
+  const bool with_epp =
+      std::find(methods.begin(), methods.end(), ip::Method::kEpp) != methods.end();
 
   // A baseline with no static setting that fits every step reports why on every step.
   std::vector<ip::PlanResult> no_static(baselines.size());
@@ -354,8 +393,8 @@ int run(int argc, char** argv) {
     if (with_epp) rows.push_back({i, ip::Method::kEpp, false, &epp[i]});
     for (size_t b = 0; b < baselines.size(); ++b) {
       const auto& base = baselines[b];
-      rows.push_back({i, base.method, true,
-                      base.static_feasible ? &base.static_plans[i] : &no_static[b]});
+      rows.push_back(
+          {i, base.method, true, base.static_feasible ? &base.static_plans[i] : &no_static[b]});
       // Over one step the static setting is that step's best: print it once.
       if (n > 1) rows.push_back({i, base.method, false, &base.per_step_best[i]});
     }
@@ -364,9 +403,10 @@ int run(int argc, char** argv) {
   if (args.json) {
     for (const Row& row : rows) {
       nlohmann::json j = row_json(row, steps[row.step], options.memory_budget_bytes);
-      if (row.method == ip::Method::kEpp && row.result->feasible && row.result->plan.recompute_s > 0)
-        j["checkpoint_compare"] = checkpoint_comparison(row.result->plan, cost, options.memory_budget_bytes,
-                                                        options.checkpoint_time_limit_s);
+      if (row.method == ip::Method::kEpp && row.result->feasible &&
+          row.result->plan.recompute_s > 0)
+        j["checkpoint_compare"] = checkpoint_comparison(
+            row.result->plan, cost, options.memory_budget_bytes, options.checkpoint_time_limit_s);
       std::cout << j.dump() << "\n";
     }
   } else {
@@ -376,10 +416,11 @@ int run(int argc, char** argv) {
     for (int i = 0; i < n; ++i) {
       const auto& lengths = steps[i];
       std::cout << "\nstep " << i;
-      if (args.lengths_file.empty()) std::cout << " (seed " << args.seed + static_cast<uint64_t>(i) << ")";
+      if (args.lengths_file.empty())
+        std::cout << " (seed " << args.seed + static_cast<uint64_t>(i) << ")";
       std::cout << ": " << lengths.size() << " sequences, "
-                << std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) << " tokens, longest "
-                << *std::max_element(lengths.begin(), lengths.end()) << "\n";
+                << std::accumulate(lengths.begin(), lengths.end(), int64_t{0})
+                << " tokens, longest " << *std::max_element(lengths.begin(), lengths.end()) << "\n";
       for (const Row& row : rows)
         if (row.step == i) print_row(std::cout, row, options.memory_budget_bytes);
     }
@@ -394,20 +435,24 @@ int run(int argc, char** argv) {
         }
         return fixed(total / n, 3) + " s";
       };
-      if (with_epp) std::cout << "  epp                " << mean_of([&](int i) { return &epp[i]; }) << "\n";
+      if (with_epp)
+        std::cout << "  epp                " << mean_of([&](int i) { return &epp[i]; }) << "\n";
       for (size_t b = 0; b < baselines.size(); ++b) {
         const auto& base = baselines[b];
         std::string name = ip::to_string(base.method);
         name.resize(10, ' ');
-        std::cout << "  " << name << " static  "
-                  << mean_of([&](int i) { return base.static_feasible ? &base.static_plans[i] : &no_static[b]; })
-                  << "   per-step best  " << mean_of([&](int i) { return &base.per_step_best[i]; }) << "\n";
+        std::cout << "  " << name << " static  " << mean_of([&](int i) {
+          return base.static_feasible ? &base.static_plans[i] : &no_static[b];
+        }) << "   per-step best  "
+                  << mean_of([&](int i) { return &base.per_step_best[i]; }) << "\n";
       }
     }
   }
 
   if (!args.plan_out.empty() || !args.trace_out.empty()) {
-    const ip::PlanResult& first = with_epp ? epp[0] : baselines[0].static_feasible ? baselines[0].static_plans[0] : no_static[0];
+    const ip::PlanResult& first = with_epp                       ? epp[0]
+                                  : baselines[0].static_feasible ? baselines[0].static_plans[0]
+                                                                 : no_static[0];
     ip::check(first.feasible, "no feasible " + std::string(ip::to_string(methods[0])) +
                                   " plan to write: " + first.reason);
     if (!args.plan_out.empty()) ip::save_plan(first.plan, args.plan_out);

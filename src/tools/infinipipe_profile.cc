@@ -30,13 +30,13 @@ namespace ip = infinipipe;
 namespace {
 
 struct Args {
-  ip::models::LlamaConfig config = ip::models::LlamaConfig::from_shape(
-      ip::ModelShape::builtin("tiny"), at::kFloat);
+  ip::models::LlamaConfig config =
+      ip::models::LlamaConfig::from_shape(ip::ModelShape::builtin("tiny"), at::kFloat);
   std::vector<int> layers_per_stage;  // empty: two even stages
   std::string dtype = "float32";
   int threads = 1;
   std::string grid = "full";
-  int repeats = 0;  // 0: the grid's
+  int repeats = 0;                   // 0: the grid's
   std::string statistic = "median";  // see LayerProfile::samples
   double holdout = 0.25;
   uint64_t seed = 0;
@@ -106,46 +106,56 @@ int run(const Args& args) {
       if (done == total) std::fprintf(stderr, "\n");
     };
   const ip::runtime::LayerProfile profile = ip::runtime::profile_layer(stage, options);
-  const ip::Calibration cal =
-      ip::calibrate(profile.samples(statistic), {args.holdout, args.seed});
+  const ip::Calibration cal = ip::calibrate(profile.samples(statistic), {args.holdout, args.seed});
 
   const ip::ModelShape shape = config.shape("model");  // as python -m infinipipe profile
-  const ip::CostModel base(shape, split,
-                           ip::CostCoefficients::analytic(shape, ip::Hardware::builtin(args.hardware)));
+  const ip::CostModel base(
+      shape, split, ip::CostCoefficients::analytic(shape, ip::Hardware::builtin(args.hardware)));
   ip::save_cost_model(ip::apply_calibration(base, cal), args.output);
   ip::load_cost_model(args.output);  // fail here, not in the planner
 
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& r : profile.layer)
-    runs.push_back({{"tokens", r.point.tokens}, {"context", r.point.context},
-                    {"forward_s", r.forward_s}, {"backward_s", r.backward_s}});
+    runs.push_back({{"tokens", r.point.tokens},
+                    {"context", r.point.context},
+                    {"forward_s", r.forward_s},
+                    {"backward_s", r.backward_s}});
   auto part = [](const std::vector<ip::runtime::PartRuns>& parts) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : parts) out.push_back({{"tokens", r.tokens}, {"seconds", r.seconds}});
     return out;
   };
-  const nlohmann::json meta{
-      {"date", utc_now()}, {"cpu", cpu_model()}, {"threads", args.threads},
-      {"torch", TORCH_VERSION}, {"stage", "cpp"}, {"grid", args.grid},
-      {"repeats", options.repeats}, {"dtype", args.dtype}, {"statistic", args.statistic}, {"clock", options.thread_cpu_time ? "thread_cpu" : "wall"},
-      {"calibration", cal}, {"layer_runs", runs}, {"embedding_runs", part(profile.embedding)},
-      {"head_runs", part(profile.head)}};
+  const nlohmann::json meta{{"date", utc_now()},
+                            {"cpu", cpu_model()},
+                            {"threads", args.threads},
+                            {"torch", TORCH_VERSION},
+                            {"stage", "cpp"},
+                            {"grid", args.grid},
+                            {"repeats", options.repeats},
+                            {"dtype", args.dtype},
+                            {"statistic", args.statistic},
+                            {"clock", options.thread_cpu_time ? "thread_cpu" : "wall"},
+                            {"calibration", cal},
+                            {"layer_runs", runs},
+                            {"embedding_runs", part(profile.embedding)},
+                            {"head_runs", part(profile.head)}};
   std::string meta_path = args.output;
   if (meta_path.size() > 5 && meta_path.substr(meta_path.size() - 5) == ".json")
     meta_path.resize(meta_path.size() - 5);
   meta_path += ".meta.json";
   std::ofstream(meta_path) << meta.dump(2) << "\n";
 
-  std::printf("forward a1=%.4g a2=%.4g b=%.4g; backward a1=%.4g a2=%.4g b=%.4g; g=%.3f "
-              "embedding=%.3g s/token head=%.3g s/token\n",
-              cal.a1, cal.a2, cal.b, cal.backward_a1, cal.backward_a2, cal.backward_b,
-              cal.backward_ratio, cal.embedding_s_per_token.value_or(0),
-              cal.head_s_per_token.value_or(0));
-  std::printf("held-out forward error: median %s, max %s; backward: median %s, max %s (%zu of "
-              "%zu points)\n",
-              percent(cal.forward_median_error).c_str(), percent(cal.forward_max_error).c_str(),
-              percent(cal.backward_median_error).c_str(), percent(cal.backward_max_error).c_str(),
-              cal.held_out.size(), profile.layer.size());
+  std::printf(
+      "forward a1=%.4g a2=%.4g b=%.4g; backward a1=%.4g a2=%.4g b=%.4g; g=%.3f "
+      "embedding=%.3g s/token head=%.3g s/token\n",
+      cal.a1, cal.a2, cal.b, cal.backward_a1, cal.backward_a2, cal.backward_b, cal.backward_ratio,
+      cal.embedding_s_per_token.value_or(0), cal.head_s_per_token.value_or(0));
+  std::printf(
+      "held-out forward error: median %s, max %s; backward: median %s, max %s (%zu of "
+      "%zu points)\n",
+      percent(cal.forward_median_error).c_str(), percent(cal.forward_max_error).c_str(),
+      percent(cal.backward_median_error).c_str(), percent(cal.backward_max_error).c_str(),
+      cal.held_out.size(), profile.layer.size());
   std::printf("wrote %s and %s\n", args.output.c_str(), meta_path.c_str());
   return 0;
 }

@@ -7,15 +7,16 @@
 // so recompute on one stage lines up with the delay it causes on the others. That leaves
 // n + d - 1 integer variables. The integer program:
 //   minimise    sum_j cost[j] * C[j]
-//   subject to  fixed(p, t) + sum_{k in flight at t} (act(p, k) - saving(p, k) * C[j(p, k)]) <= budget
+//   subject to  fixed(p, t) + sum_{k in flight at t} (act(p, k) - saving(p, k) * C[j(p, k)]) <=
+//   budget
 //               0 <= C[j] <= upper[j]  (the fewest layers of the stages the diagonal touches)
 // where cost[j] is the largest per-layer forward time on diagonal j (its delay to the pipeline),
 // plus 1e-6 of the diagonal's summed layer time to break ties toward less total recompute.
 #include <string>
 #include <vector>
 
-#include "infinipipe/core/recompute.h"
 #include "infinipipe/core/chunk.h"
+#include "infinipipe/core/recompute.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
 
@@ -23,16 +24,16 @@ namespace infinipipe {
 
 // The integer program above in plain numbers, so solvers can be tested against each other.
 struct TiedProblem {
-  struct Row {                   // sum_i coef[i] * C[var[i]] >= need
+  struct Row {  // sum_i coef[i] * C[var[i]] >= need
     std::vector<int> var;
-    std::vector<double> coef;    // saving bytes, > 0
-    double need = 0;             // bytes over budget without recompute
+    std::vector<double> coef;  // saving bytes, > 0
+    double need = 0;           // bytes over budget without recompute
     int stage = 0;
-    int action_index = 0;        // the moment, for error messages
+    int action_index = 0;  // the moment, for error messages
   };
-  std::vector<double> cost;      // per variable, seconds per layer
-  std::vector<int> upper;        // per variable
-  std::vector<Row> rows;         // only moments that exceed the budget without recompute
+  std::vector<double> cost;  // per variable, seconds per layer
+  std::vector<int> upper;    // per variable
+  std::vector<Row> rows;     // only moments that exceed the budget without recompute
   // Map back: variable of (stage, chunk).
   std::vector<std::vector<int>> var_of;  // [stage][chunk]
 };
@@ -42,21 +43,21 @@ TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk
 
 struct TiedSolution {
   bool feasible = false;
-  bool optimal = false;       // proven optimal by the solver
-  std::vector<int> values;    // C[j]
+  bool optimal = false;     // proven optimal by the solver
+  std::vector<int> values;  // C[j]
   double objective = 0;
-  std::string solver;         // "cbc", "exhaustive", "greedy"
+  std::string solver;  // "cbc", "exhaustive", "greedy"
 };
 
-TiedSolution solve_milp(const TiedProblem& problem, double time_limit_s);   // CBC
-TiedSolution solve_exhaustive(const TiedProblem& problem);                  // tests only: tiny instances
-TiedSolution solve_greedy(const TiedProblem& problem);                      // fast, feasible when any is
+TiedSolution solve_milp(const TiedProblem& problem, double time_limit_s);  // CBC
+TiedSolution solve_exhaustive(const TiedProblem& problem);  // tests only: tiny instances
+TiedSolution solve_greedy(const TiedProblem& problem);      // fast, feasible when any is
 
 enum class CheckpointMethod {
-  kNone,        // no recompute
-  kFull,        // every layer of every chunk
-  kUniform,     // the same count on every stage and chunk, the smallest that fits
-  kStageAware,  // diagonal-tied integer program (CBC, greedy fallback)
+  kNone,              // no recompute
+  kFull,              // every layer of every chunk
+  kUniform,           // the same count on every stage and chunk, the smallest that fits
+  kStageAware,        // diagonal-tied integer program (CBC, greedy fallback)
   kStageAwareGreedy,  // the same problem, greedy only (fast, for sweeps)
   kUntiedGreedy,      // per (stage, chunk) greedy without tying (the paper's comparison)
 };
@@ -69,10 +70,10 @@ struct CheckpointOptions {
 
 struct CheckpointResult {
   bool feasible = false;
-  Recompute recompute;        // [stage][chunk]
-  double recompute_s = 0;     // the objective: sum over stages and chunks of recompute time
+  Recompute recompute;     // [stage][chunk]
+  double recompute_s = 0;  // the objective: sum over stages and chunks of recompute time
   std::string solver;
-  std::string reason;         // when infeasible: names the sequence, the stage and the bytes
+  std::string reason;  // when infeasible: names the sequence, the stage and the bytes
 };
 
 CheckpointResult plan_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chunks,

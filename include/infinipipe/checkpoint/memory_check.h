@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "infinipipe/core/recompute.h"
 #include "infinipipe/core/chunk.h"
+#include "infinipipe/core/recompute.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
 #include "infinipipe/sim/memory_timeline.h"
@@ -14,10 +14,10 @@
 namespace infinipipe {
 
 struct MemoryViolation {
-  int stage = -1;            // -1: none
-  int moment = -1;           // index into the stage's moments
-  double bytes = 0;          // at that moment
-  double excess_bytes = 0;   // bytes - budget
+  int stage = -1;           // -1: none
+  int moment = -1;          // index into the stage's moments
+  double bytes = 0;         // at that moment
+  double excess_bytes = 0;  // bytes - budget
 };
 
 class MemoryCheck {
@@ -49,7 +49,8 @@ class MemoryCheck {
   const CostModel& cost_;
   double budget_;
   std::vector<std::vector<MemoryMoment>> moments_;  // [stage]
-  std::vector<std::vector<double>> unrecomputed_;   // activation bytes without recompute, [stage][chunk]
+  std::vector<std::vector<double>>
+      unrecomputed_;  // activation bytes without recompute, [stage][chunk]
 };
 
 }  // namespace infinipipe

@@ -50,8 +50,8 @@ struct EppChunkingOptions {
   int drain_chunks = 0;
   int drain_split = 1;
 };
-std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, const EppChunkingOptions& options,
-                              const CostModel& cost);
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
+                              const EppChunkingOptions& options, const CostModel& cost);
 
 // Batch-level: whole sequences, best-fit-decreasing into micro-batches of at most `token_cap`
 // tokens. Error when a sequence is longer than the cap.

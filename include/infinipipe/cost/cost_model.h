@@ -23,9 +23,9 @@ namespace infinipipe {
 
 struct CostCoefficients {
   // Time, per layer.
-  double a1 = 0;  // s per unit of ((c+s)^2 - c^2): causal attention over the prefix
-  double a2 = 0;  // s per token: the layer's GEMMs and element-wise work
-  double b = 0;   // s per chunk: fixed overhead of running a layer on one chunk
+  double a1 = 0;              // s per unit of ((c+s)^2 - c^2): causal attention over the prefix
+  double a2 = 0;              // s per token: the layer's GEMMs and element-wise work
+  double b = 0;               // s per chunk: fixed overhead of running a layer on one chunk
   double backward_ratio = 2;  // g: backward time over forward time
   // The layer's backward on its own (a1', a2', b' above), when measured. All zero (the analytic
   // model) means g times the layer's forward. They exist because a measured backward does not
@@ -38,10 +38,11 @@ struct CostCoefficients {
   double embedding_s_per_token = 0;  // first stage
   double head_s_per_token = 0;       // last stage: final norm, LM head, loss (forward only)
   // Memory, per token per layer unless said otherwise.
-  double activation_bytes = 0;    // what one layer keeps for its backward (K/V included)
-  double checkpoint_bytes = 0;    // what a checkpointed layer keeps: its input
-  double kv_bytes = 0;            // keys and values of one layer: a split sequence's K/V buffer (and dK/dV) per token
-  double logits_bytes = 0;        // per token, last stage: final norm and loss, kept for the backward
+  double activation_bytes = 0;  // what one layer keeps for its backward (K/V included)
+  double checkpoint_bytes = 0;  // what a checkpointed layer keeps: its input
+  double kv_bytes =
+      0;  // keys and values of one layer: a split sequence's K/V buffer (and dK/dV) per token
+  double logits_bytes = 0;  // per token, last stage: final norm and loss, kept for the backward
   double model_state_bytes_per_param = 16;  // weights, gradients, optimizer state
   // Point to point.
   double p2p_bytes_per_token = 0;  // one activation (or its gradient) per token
@@ -96,7 +97,8 @@ class CostModel {
   // tables, token ids on the first stage and the loss's on the last. Linear in the checkpointed
   // layers. The derivation of every term is in CostCoefficients::analytic (cost_model.cc).
   double activation_bytes(const Chunk& chunk, int stage, int checkpointed_layers) const;
-  // What checkpointing one more layer of this chunk saves: activation_bytes(c) - activation_bytes(c+1).
+  // What checkpointing one more layer of this chunk saves: activation_bytes(c) -
+  // activation_bytes(c+1).
   double checkpoint_saving_bytes(const Chunk& chunk, int stage) const;
   // Transient during the chunk's backward: one layer's activations (recomputed or being
   // differentiated) and their gradients.

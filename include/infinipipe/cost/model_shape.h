@@ -15,7 +15,7 @@ struct ModelShape {
   int hidden = 0;
   int heads = 0;
   int kv_heads = 0;
-  int ffn = 0;    // SwiGLU intermediate size
+  int ffn = 0;  // SwiGLU intermediate size
   int vocab = 0;
   int bytes_per_element = 2;  // activations and weights (bf16 on GPU, 4 or 8 on CPU tests)
 

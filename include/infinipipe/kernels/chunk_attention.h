@@ -43,9 +43,8 @@ struct SequenceKV {
   at::Tensor dk, dv;  // gradient contributions of later slices to earlier ones; undefined until
                       // the first backward
 
-  static std::shared_ptr<SequenceKV> create(int64_t seq_length, int64_t kv_heads,
-                                            int64_t head_dim, at::ScalarType dtype,
-                                            at::Device device = at::kCPU);
+  static std::shared_ptr<SequenceKV> create(int64_t seq_length, int64_t kv_heads, int64_t head_dim,
+                                            at::ScalarType dtype, at::Device device = at::kCPU);
   int64_t seq_length() const { return k.size(0); }
   int64_t kv_heads() const { return k.size(1); }
   int64_t head_dim() const { return k.size(2); }

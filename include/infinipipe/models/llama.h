@@ -55,8 +55,8 @@ class LlamaStage : public runtime::StageModule {
   // 0.02) drawn in float32 from a generator seeded by (seed, parameter name), ones for norms), so
   // a C++ stage holds exactly the weights of the Python stage built with the same seed; nullopt
   // leaves matrices zero (load weights with load_state_dict).
-  LlamaStage(LlamaConfig config, int first_layer, int last_layer, bool has_embedding,
-             bool has_head, std::optional<uint64_t> seed = 0, at::Device device = at::kCPU);
+  LlamaStage(LlamaConfig config, int first_layer, int last_layer, bool has_embedding, bool has_head,
+             std::optional<uint64_t> seed = 0, at::Device device = at::kCPU);
 
   // --- StageModule ---
   int num_layers() const override { return last_layer_ - first_layer_; }

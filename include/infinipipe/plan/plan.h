@@ -8,8 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "infinipipe/core/recompute.h"
 #include "infinipipe/core/chunk.h"
+#include "infinipipe/core/recompute.h"
 #include "infinipipe/schedule/action.h"
 #include "infinipipe/schedule/scheduler.h"
 
@@ -22,23 +22,25 @@ enum class Method {
   kChunkFlow,  // fixed-size chunks
 };
 
-const char* to_string(Method method);                 // "epp", "batch", "seq1f1b", "chunkflow"
-Method parse_method(const std::string& name);         // Error listing the valid names
-std::vector<Method> all_methods();                    // in the order above
+const char* to_string(Method method);          // "epp", "batch", "seq1f1b", "chunkflow"
+Method parse_method(const std::string& name);  // Error listing the valid names
+std::vector<Method> all_methods();             // in the order above
 
 // The knobs of a method. EPP sets k, token_cap (its chunk token cap, 0 for none),
 // strict_packing and the drain taper; each baseline reads its own. An EPP plan may also take a
 // baseline's chunks (chunker, with that baseline's knobs) and give them EPP's waves and
 // recompute: its search weighs those too, so no baseline's chunking beats it on a step.
 struct Setting {
-  int k = 1;                   // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
-  int64_t token_cap = 0;       // batch, Seq1F1B: tokens per micro-batch; EPP: max chunk tokens (0: T_m)
+  int k = 1;              // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
+  int64_t token_cap = 0;  // batch, Seq1F1B: tokens per micro-batch; EPP: max chunk tokens (0: T_m)
   int64_t chunk_tokens = 0;    // ChunkFlow: tokens per chunk
   int uniform_recompute = -1;  // baselines: layers recomputed everywhere; -1 = smallest that fits
-  bool strict_packing = false;  // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
-  int drain_chunks = 0;         // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
+  bool strict_packing =
+      false;  // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
+  int drain_chunks = 0;  // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
   int drain_split = 1;
-  Method chunker = Method::kEpp;  // EPP: whose chunking made the chunks (kEpp: the sequence processor)
+  Method chunker =
+      Method::kEpp;  // EPP: whose chunking made the chunks (kEpp: the sequence processor)
 
   bool operator==(const Setting& o) const {
     return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&
@@ -47,7 +49,8 @@ struct Setting {
   }
 };
 
-// "K=4", "K=24 cap=1024 strict drain=32/4", "cap=98304 k=2 recompute=3", ...: the knobs that matter for `method`.
+// "K=4", "K=24 cap=1024 strict drain=32/4", "cap=98304 k=2 recompute=3", ...: the knobs that matter
+// for `method`.
 std::string describe(Method method, const Setting& setting);
 
 struct Plan {
@@ -58,14 +61,14 @@ struct Plan {
   std::vector<Chunk> chunks;
   std::vector<Wave> waves;
   Schedule schedule;
-  Recompute recompute;              // [stage][chunk]
+  Recompute recompute;  // [stage][chunk]
   std::vector<int> layers_per_stage;
   // --- prediction ---
   double step_time_s = 0;
-  double recompute_s = 0;           // summed over stages
+  double recompute_s = 0;                 // summed over stages
   std::vector<double> stage_recompute_s;  // per stage
-  std::vector<double> busy_s;       // per stage
-  double bubble_fraction = 0;       // mean over stages
+  std::vector<double> busy_s;             // per stage
+  double bubble_fraction = 0;             // mean over stages
   std::vector<double> peak_memory_bytes;  // per stage
   std::string checkpoint_solver;
   double plan_ms = 0;

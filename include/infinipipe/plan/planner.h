@@ -9,13 +9,13 @@
 // to 32, every fourth beyond), a chunk token cap (chunk_token_caps), and packing that relaxes
 // T_t (the paper's) or never does; and the baselines' chunkings (Seq1F1B's sliced micro-batches,
 // ChunkFlow's fixed-size chunks, at their static search's settings), which then get EPP's waves
-// and recompute, so no baseline's chunking beats EPP on a step. Every setting gets a cheap bound (no plan of its chunks in
-// one wave is faster: busiest stage plus the first chunk's fill and the last chunk's drain) and
-// the activation bytes 1F1B keeps in flight; settings are then looked at best first, the
-// simulator on one wave without recompute, then recompute (the tied greedy program; the untied
-// one too when close to the best) and the grouping into waves for those that do not fit, until
-// no setting can beat the best found. The winner gets drain tapers (finer last chunks) and the
-// exact tied program (CBC), each kept only if the simulator finds it faster.
+// and recompute, so no baseline's chunking beats EPP on a step. Every setting gets a cheap bound
+// (no plan of its chunks in one wave is faster: busiest stage plus the first chunk's fill and the
+// last chunk's drain) and the activation bytes 1F1B keeps in flight; settings are then looked at
+// best first, the simulator on one wave without recompute, then recompute (the tied greedy program;
+// the untied one too when close to the best) and the grouping into waves for those that do not fit,
+// until no setting can beat the best found. The winner gets drain tapers (finer last chunks) and
+// the exact tied program (CBC), each kept only if the simulator finds it faster.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,9 +27,9 @@
 namespace infinipipe {
 
 struct PlannerOptions {
-  int num_stages = 1;                 // must equal the cost model's
-  double memory_budget_bytes = 0;     // per stage, model state included
-  int max_k = 64;                     // EPP: largest slice count tried
+  int num_stages = 1;              // must equal the cost model's
+  double memory_budget_bytes = 0;  // per stage, model state included
+  int max_k = 64;                  // EPP: largest slice count tried
   // EPP: CBC time limit for the winner's checkpointing (CBC can overrun it by tens of ms).
   // Zero or less skips CBC: what CBC finds within a time limit depends on the machine's load, so
   // ranks that plan independently and must agree (the trainer) plan with the greedy solvers only.

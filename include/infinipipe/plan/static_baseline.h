@@ -23,14 +23,14 @@ struct BaselineComparison {
   Method method = Method::kBatch;
   // Static: one setting for every step.
   bool static_feasible = false;
-  std::string static_reason;           // when no candidate fits every step
-  Setting static_setting;              // uniform_recompute = the worst step's need
+  std::string static_reason;             // when no candidate fits every step
+  Setting static_setting;                // uniform_recompute = the worst step's need
   std::vector<PlanResult> static_plans;  // per step
   double static_total_s = 0;
   // Per step: each step's best candidate with its own smallest recompute count, among the
   // static candidates and those sized from the step's own longest sequence.
   std::vector<PlanResult> per_step_best;  // infeasible entries when no candidate fits the step
-  int candidates_tried = 0;  // static candidates
+  int candidates_tried = 0;               // static candidates
 };
 
 BaselineComparison compare_baseline(Method method, const std::vector<std::vector<int64_t>>& steps,

@@ -52,14 +52,14 @@ struct ExecutorOptions {
 };
 
 struct StepStats {
-  double loss = 0;             // mean loss over the step's target tokens (the same on every rank)
+  double loss = 0;  // mean loss over the step's target tokens (the same on every rank)
   int64_t target_tokens = 0;
   // This stage, measured.
   double total_s = 0;
-  double forward_s = 0;        // forwards (recorded and checkpointed layers, head, loss)
-  double backward_s = 0;       // backwards, recompute included
-  double recompute_s = 0;      // re-running checkpointed layers
-  double wait_s = 0;           // blocked on receives and sends
+  double forward_s = 0;    // forwards (recorded and checkpointed layers, head, loss)
+  double backward_s = 0;   // backwards, recompute included
+  double recompute_s = 0;  // re-running checkpointed layers
+  double wait_s = 0;       // blocked on receives and sends
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t peak_kv_bytes = 0;          // K/V buffers (with their dK/dV accumulators)

@@ -16,15 +16,26 @@
 
 namespace infinipipe {
 
-enum class ActionType { kForward, kBackward, kSendForward, kRecvForward, kSendBackward, kRecvBackward };
+enum class ActionType {
+  kForward,
+  kBackward,
+  kSendForward,
+  kRecvForward,
+  kSendBackward,
+  kRecvBackward
+};
 
 struct Action {
   ActionType type = ActionType::kForward;
   int chunk = 0;
 
   bool is_compute() const { return type == ActionType::kForward || type == ActionType::kBackward; }
-  bool is_send() const { return type == ActionType::kSendForward || type == ActionType::kSendBackward; }
-  bool is_recv() const { return type == ActionType::kRecvForward || type == ActionType::kRecvBackward; }
+  bool is_send() const {
+    return type == ActionType::kSendForward || type == ActionType::kSendBackward;
+  }
+  bool is_recv() const {
+    return type == ActionType::kRecvForward || type == ActionType::kRecvBackward;
+  }
   // The stage a SEND goes to or a RECV comes from, seen from `stage`.
   int peer(int stage) const;
 
@@ -48,7 +59,7 @@ struct Schedule {
   std::string grid(int mark_stage = -1, int mark_index = -1) const;
 };
 
-void to_json(nlohmann::json& j, const Schedule& s);    // {"stages": [["F0", "SEND_F0", ...], ...]}
+void to_json(nlohmann::json& j, const Schedule& s);  // {"stages": [["F0", "SEND_F0", ...], ...]}
 void from_json(const nlohmann::json& j, Schedule& s);
 
 }  // namespace infinipipe

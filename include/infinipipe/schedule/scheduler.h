@@ -14,9 +14,9 @@
 // ahead: the RECV for compute i+1 comes before compute i (across wave boundaries too). In the
 // steady state a stage sends F_k while its neighbour sends B_j, both rendezvous sends; both
 // succeed because on each side the compute right after the send is the one that needs the
-// other's message, so its RECV is already posted. Posting just before the compute deadlocks there; one ahead passed the validator's
-// deadlock check on ~190k random instances (1-16 stages, up to 30 chains of 1-10 chunks, 1-5
-// waves; 1F1B, short-first and GPipe).
+// other's message, so its RECV is already posted. Posting just before the compute deadlocks there;
+// one ahead passed the validator's deadlock check on ~190k random instances (1-16 stages, up to 30
+// chains of 1-10 chunks, 1-5 waves; 1F1B, short-first and GPipe).
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -47,7 +47,8 @@ struct WaveOrder {
   std::vector<int> forward;
   std::vector<int> backward;
 };
-WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave, const ScheduleOptions& options);
+WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
+                     const ScheduleOptions& options);
 
 Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave>& waves,
                         const ScheduleOptions& options);

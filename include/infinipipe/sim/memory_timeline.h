@@ -11,17 +11,19 @@
 //   - during every backward: the same plus the chunk's backward workspace.
 #include <vector>
 
-#include "infinipipe/core/recompute.h"
 #include "infinipipe/core/chunk.h"
+#include "infinipipe/core/recompute.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
 
 namespace infinipipe {
 
 struct MemoryMoment {
-  int action_index = 0;    // the F or B in the stage's action list
-  double fixed_bytes = 0;  // everything checkpointing cannot change: model state, buffers, workspace
-  std::vector<int> in_flight;  // chunks whose activations are held: each adds activation_bytes(chunk, stage, recompute)
+  int action_index = 0;  // the F or B in the stage's action list
+  double fixed_bytes =
+      0;  // everything checkpointing cannot change: model state, buffers, workspace
+  std::vector<int> in_flight;  // chunks whose activations are held: each adds
+                               // activation_bytes(chunk, stage, recompute)
 };
 
 std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
