@@ -190,7 +190,7 @@ def test_hybrid_chunk(backend, dtype):
 def test_random_schedule_of_several_split_sequences(backend, seed):
     """Several long sequences cut at random, slices interleaved across chunks with whole
     sequences; forward in chunk order, backward sequences first-in-first-out and slices
-    last-in-first-out (the 1F1B order of DESIGN.md)."""
+    last-in-first-out (docs/design.md, "1F1B chunk scheduler")."""
     rng, gen = random.Random(100 + seed), torch.Generator().manual_seed(100 + seed)
     n_long, n_short = rng.randint(1, 3), rng.randint(0, 6)
     lengths = [rng.randint(20, 120) for _ in range(n_long)] + \

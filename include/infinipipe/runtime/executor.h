@@ -1,5 +1,5 @@
 #pragma once
-// Runs one stage's part of a plan (DESIGN.md, "Executor (per rank)"): the stage's action list,
+// Runs one stage's part of a plan (docs/design.md, "Executor"): the stage's action list,
 // in order, on a stage module, with its activations and gradients travelling through Pipes.
 //
 //   RECV_F c / RECV_B c  post the receive into a buffer of the chunk's shape [tokens, hidden]
