@@ -7,10 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# libgloo-dev: only gloo's headers, for the C++ trainer example's ProcessGroupGloo (never
-# linked: the symbols come from libtorch_cpu; docs/runtime.md, "From C++ alone").
-APT_PACKAGES=(build-essential ninja-build pkg-config libgtest-dev
-              nlohmann-json3-dev coinor-libcbc-dev libcli11-dev libgloo-dev)
+ALL=false; [ "${1:-}" = "--all" ] && ALL=true
+APT_PACKAGES=(build-essential ninja-build pkg-config nlohmann-json3-dev coinor-libcbc-dev
+              libcli11-dev)
+# For the tests and the C++ example: GoogleTest, clang-format (tests/check_format.sh), and
+# libgloo-dev, only gloo's headers, for the C++ example's ProcessGroupGloo (never linked: the
+# symbols come from libtorch_cpu; docs/runtime.md, "From C++ alone").
+$ALL && APT_PACKAGES+=(libgtest-dev clang-format libgloo-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,14 +30,13 @@ fi
 .venv/bin/pip install -q -r requirements-dev.txt -r tests/python/requirements.txt \
   -r benchmarks/requirements.txt
 
-target=(--target infinipipe_C)
-[ "${1:-}" = "--all" ] && target=()
+if $ALL; then target=(); tests=ON; else target=(--target infinipipe_C); tests=OFF; fi
 echo "setup: building ${target[1]:-everything} (build/)"
 # LibTorch comes from the torch installed in .venv (never from pip's isolated build env, which
 # would pull a CUDA torch); the Python module uses torch's bundled pybind11 (DEVELOPERS.md).
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFINIPIPE_WITH_TORCH=ON \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$PWD/.venv/bin/python" -DINFINIPIPE_BUILD_TESTS=$tests >/dev/null
 cmake --build build "${target[@]}"
 # Make `import infinipipe` work in .venv without PYTHONPATH (the package lives in python/, with
 # the extension module built into it).

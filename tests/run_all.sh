@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./setup.sh --all
+tests/check_format.sh
 (cd build && ctest --output-on-failure -j2)
 .venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 bash benchmarks/run_all.sh --smoke
