@@ -144,12 +144,7 @@ Plan build_plan(const std::vector<int64_t>& lengths,
   SimOptions sim_options;
   sim_options.record_events = false;
   const SimResult sim = simulate(plan.schedule, plan.chunks, cost, plan.recompute, sim_options);
-  plan.step_time_s = sim.step_time_s;
-  plan.recompute_s = sim.total_recompute_s();
-  plan.stage_recompute_s = sim.recompute_s;
-  plan.busy_s = sim.busy_s;
-  plan.bubble_fraction = sim.mean_bubble_fraction();
-  plan.peak_memory_bytes = sim.peak_memory_bytes;
+  plan.set_prediction(sim);
   return plan;
 }
 

@@ -108,13 +108,6 @@ class PythonStageModule : public StageModule {
   bool has_head_ = false;
 };
 
-kernels::Backend parse_backend(const std::string& name) {
-  if (name == "auto") return kernels::Backend::Auto;
-  if (name == "flash") return kernels::Backend::Flash;
-  if (name == "math") return kernels::Backend::Math;
-  throw Error("attention backend must be 'auto', 'flash' or 'math', got '" + name + "'");
-}
-
 py::dict stats_dict(const StepStats& s) {
   py::dict d;
   d["loss"] = s.loss;
@@ -183,7 +176,7 @@ void bind_runtime(py::module_& root) {
              o.chunk = chunk;
              o.device = device;
              o.attention_scale = scale;
-             o.attention_backend = parse_backend(backend);
+             o.attention_backend = kernels::parse_backend(backend);
              return std::make_shared<ChunkContext>(slices, std::move(kv), o);
            }),
            py::arg("slices"), py::arg("kv") = std::vector<kernels::SliceBuffers>{},
@@ -199,10 +192,10 @@ void bind_runtime(py::module_& root) {
             std::vector<Slice> slices;
             for (size_t i = 0; i < lengths.size(); ++i)
               slices.push_back(Slice{static_cast<int>(i), 0, lengths[i], lengths[i]});
-            runtime::ChunkContextOptions o;
-            o.device = device;
+            runtime::ChunkContextOptions options;
+            options.device = device;
             return std::make_shared<ChunkContext>(std::move(slices),
-                                                  std::vector<kernels::SliceBuffers>{}, o);
+                                                  std::vector<kernels::SliceBuffers>{}, options);
           },
           py::arg("lengths"), py::arg("device") = at::Device(at::kCPU),
           "Whole sequences 0, 1, ... of these lengths packed back to back.")
@@ -267,7 +260,7 @@ void bind_runtime(py::module_& root) {
              check(timeout_s > 0, "executor: timeout_s must be positive");
              o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
              o.stage_ranks = std::move(stage_ranks);
-             o.attention_backend = parse_backend(attention_backend);
+             o.attention_backend = kernels::parse_backend(attention_backend);
              // A C++ stage module (a subclass of StageModule) runs as it is, without the GIL;
              // any other object is driven through the Python protocol.
              std::shared_ptr<StageModule> stage_module =
@@ -334,7 +327,7 @@ void bind_runtime(py::module_& root) {
         o.vocab = vocab;
         o.seed = seed;
         o.thread_cpu_time = thread_cpu_time;
-        o.attention_backend = parse_backend(attention_backend);
+        o.attention_backend = kernels::parse_backend(attention_backend);
         o.progress = std::move(progress);
         std::shared_ptr<StageModule> stage = stage_module_from(std::move(module));
         runtime::LayerProfile profile;

@@ -19,14 +19,6 @@ namespace kn = infinipipe::kernels;
 
 namespace {
 
-kn::Backend parse_backend(const std::string& name) {
-  if (name == "auto") return kn::Backend::Auto;
-  if (name == "flash") return kn::Backend::Flash;
-  if (name == "math") return kn::Backend::Math;
-  throw py::value_error("chunk_attention: backend must be 'auto', 'flash' or 'math', got '" + name +
-                        "'");
-}
-
 // The shared vocabulary (core/chunk.h): one Slice type for the planner, the executor, the
 // kernels and the Python model. A (seq, start, end[, seq_length]) tuple converts implicitly.
 void bind_core(py::module_& m) {
@@ -99,7 +91,7 @@ void bind_kernels(py::module_& m) {
       [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
          const std::vector<infinipipe::Slice>& slices, const kn::SliceBuffers& kv, double scale,
          const std::string& backend) {
-        kn::Backend b = parse_backend(backend);
+        kn::Backend b = kn::parse_backend(backend);
         py::gil_scoped_release release;
         return kn::chunk_attention(q, k, v, slices, kv, scale, b);
       },

@@ -11,6 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "infinipipe/core/error.h"
+
 namespace infinipipe::kernels {
 
 std::shared_ptr<SequenceKV> SequenceKV::create(int64_t seq_length, int64_t kv_heads,
@@ -357,6 +359,13 @@ std::vector<Segment> segments_of(const Tensor& k, const std::vector<Slice>& slic
 }
 
 }  // namespace
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::Auto;
+  if (name == "flash") return Backend::Flash;
+  if (name == "math") return Backend::Math;
+  throw Error("attention backend must be 'auto', 'flash' or 'math', got '" + name + "'");
+}
 
 at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const std::vector<Slice>& slices, const SliceBuffers& kv, double scale,

@@ -310,6 +310,15 @@ Plan load_plan(const std::string& path) {
   }
 }
 
+void Plan::set_prediction(const SimResult& sim) {
+  step_time_s = sim.step_time_s;
+  recompute_s = sim.total_recompute_s();
+  stage_recompute_s = sim.recompute_s;
+  busy_s = sim.busy_s;
+  bubble_fraction = sim.mean_bubble_fraction();
+  peak_memory_bytes = sim.peak_memory_bytes;
+}
+
 void Plan::validate() const {
   check_coverage(chunks, lengths);
   validate_schedule(schedule, chunks);

@@ -46,12 +46,7 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
   plan.schedule = std::move(schedule);
   plan.recompute = std::move(recompute);
   plan.layers_per_stage = cost.layers_per_stage();
-  plan.step_time_s = sim.step_time_s;
-  plan.recompute_s = sim.total_recompute_s();
-  plan.stage_recompute_s = sim.recompute_s;
-  plan.busy_s = sim.busy_s;
-  plan.bubble_fraction = sim.mean_bubble_fraction();
-  plan.peak_memory_bytes = sim.peak_memory_bytes;
+  plan.set_prediction(sim);
   plan.checkpoint_solver = std::move(solver);
   return plan;
 }

@@ -319,7 +319,7 @@ def test_errors():
         chunk_attention(q, k, v, [(0, 0, 8)], [SequenceKV(8, 1, 4, torch.float32)])
     with pytest.raises(RuntimeError, match="dtype"):
         chunk_attention(q, k, v, [(0, 0, 8)], [SequenceKV(8, 2, 4, torch.float64)])
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(_C.Error, match="backend"):
         chunk_attention(q, k, v, [(0, 0, 8)], backend="cuda")
 
 

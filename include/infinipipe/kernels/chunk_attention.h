@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -61,6 +62,9 @@ enum class Backend {
   Flash,  // ATen's CPU flash-attention kernels (no T x T matrix, no mask tensor); CPU only
   Math,   // explicit matmul/softmax on any device (materialises probabilities per segment)
 };
+
+// "auto", "flash" or "math"; Error naming the valid names otherwise.
+Backend parse_backend(const std::string& name);
 
 // kv[i]: the buffer of slice i, null for a whole sequence; empty: every slice is whole.
 using SliceBuffers = std::vector<std::shared_ptr<SequenceKV>>;

@@ -12,6 +12,7 @@
 #include "infinipipe/core/recompute.h"
 #include "infinipipe/schedule/action.h"
 #include "infinipipe/schedule/scheduler.h"
+#include "infinipipe/sim/simulator.h"
 
 namespace infinipipe {
 
@@ -77,6 +78,9 @@ struct Plan {
   // Error unless what the executor relies on holds: every token in exactly one slice, a valid
   // schedule (validator.h), one layer count per stage, recompute within each stage's layers.
   void validate() const;
+  // Fills the prediction fields (step time, recompute, busy time, bubbles, peaks) from a
+  // simulation of this plan.
+  void set_prediction(const SimResult& sim);
   // 16 hex digits: FNV-1a 64 over the canonical JSON of the executable part. Predictions and
   // planning time are left out so that ranks with different timings still agree.
   std::string hash() const;
