@@ -12,7 +12,7 @@ target tokens and divided by their count (llama.chunk_loss), and step AdamW once
     python benchmarks/peers.py --smoke   # 2 processes (Gloo): pipelined == unpipelined
 
 Needs only infinipipe.models.llama, except `measure_memory`, which reuses
-infinipipe.runtime.MemoryMeter (and so needs the compiled infinipipe._C).
+infinipipe.MemoryMeter (and so needs the compiled infinipipe._C).
 """
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ class _NothingHeld:
 
 def _memory_meter(parameters: Sequence[torch.Tensor]) -> Any:
     try:
-        from infinipipe.runtime import MemoryMeter
+        from infinipipe.memory_meter import MemoryMeter
     except ImportError as e:
-        raise RuntimeError("measure_memory reuses infinipipe.runtime.MemoryMeter, which needs the "
+        raise RuntimeError("measure_memory reuses infinipipe.MemoryMeter, which needs the "
                            f"compiled module infinipipe._C: {e}") from None
     return MemoryMeter(_NothingHeld(), parameters)
 

@@ -1,19 +1,30 @@
 """InfiniPipe: elastic pipeline parallelism for variable-length long-context LLM training.
 
-The trainer and its helpers live in infinipipe.runtime and need the compiled module
-infinipipe._C; they are imported on first use, so infinipipe.models works without it.
+The trainer (infinipipe.Trainer, configured by infinipipe.PlanConfig) and its helpers need the
+compiled module infinipipe._C; they are imported on first use, so `import infinipipe` is cheap.
 """
 
 __version__ = "0.1.0"
 
-_RUNTIME_NAMES = ("BatchError", "Error", "LlamaStageAdapter", "MemoryMeter", "PlanConfig",
-                  "StepResult", "Trainer", "cost_model_for", "model_shape_json")
+# public name -> the module (one concept each) that defines it
+_EXPORTS = {
+    "Error": "errors",
+    "BatchError": "errors",
+    "PlanConfig": "plan_config",
+    "Trainer": "trainer",
+    "StepResult": "trainer",
+    "MemoryMeter": "memory_meter",
+    "LlamaStageAdapter": "stage_adapter",
+    "model_shape_json": "cost",
+    "cost_model_for": "cost",
+}
 
-__all__ = list(_RUNTIME_NAMES)
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
-    if name in _RUNTIME_NAMES:
-        from . import runtime
-        return getattr(runtime, name)
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module 'infinipipe' has no attribute {name!r}")

@@ -9,7 +9,7 @@ the same batch.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -28,8 +28,9 @@ import datetime
 import json
 import multiprocessing
 import platform
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,8 @@ from tqdm import tqdm
 
 from infinipipe import _C
 from infinipipe.models import cpp, llama
-from infinipipe.runtime import LlamaStageAdapter, model_shape_json
+from infinipipe.cost import model_shape_json
+from infinipipe.stage_adapter import LlamaStageAdapter
 
 STAGES = ("python", "cpp")
 STATISTICS = ("min", "median", "trimmed_mean")
@@ -142,17 +144,16 @@ def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int 
 def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, context: int) -> int:
     """Bytes of the distinct storages autograd keeps for the backward of one layer on a chunk of
     one slice (tokens at context), on the executor's path: a C++ ChunkContext with K/V buffers for
-    a split slice, and the module's own per-chunk context. With two layers it is the second
+    a split slice. With two layers it is the second
     layer's share, which leaves out the per-chunk rotary tables (the cost model counts them once
     per chunk) and includes the layer's input (its RMSNorm keeps it). Parameters excluded."""
     n = min(2, int(module.num_layers))
-    kv = None
+    kv = []
     if context:
         kv = [[_C.kernels.SequenceKV(context + tokens, config.kv_heads, config.head_dim,
                                      config.dtype)] if i < n else [None]
               for i in range(int(module.num_layers))]
-    ctx = _C.runtime.ChunkContext(0, [(0, context, tokens, 0)], int(module.num_layers), kv)
-    run_ctx = module.make_context(ctx) if hasattr(module, "make_context") else ctx
+    ctx = _C.runtime.ChunkContext([(0, context, context + tokens)], kv)
     exclude = {p.untyped_storage().data_ptr() for p in module.parameters()}
     first_layer: dict[int, tuple[int, int]] = {}  # storage -> (layer that saved it first, bytes)
     current = 0
@@ -167,7 +168,7 @@ def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, conte
     hidden = torch.randn(tokens, config.hidden, dtype=config.dtype, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for current in range(n):
-            hidden = module.layer(current, hidden, run_ctx)
+            hidden = module.layer(current, hidden, ctx)
     return sum(b for layer, b in first_layer.values() if layer == n - 1)
 
 
@@ -278,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       indent=2))
     _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
 
-    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    meta = dict(date=datetime.datetime.now(datetime.UTC).isoformat(),
                 cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
                 stage=args.stage, grid=args.grid, repeats=result["repeats"], dtype=args.dtype,
                 neighbours=args.neighbours,

@@ -142,13 +142,13 @@ def test_cpp_tool_quick_writes_loadable_cost_json(tmp_path):
 
 
 def test_plan_config_uses_profiled_json(tmp_path):
-    from infinipipe import runtime
+    import infinipipe
     out = tmp_path / "cost.json"
     config = llama.LlamaConfig.tiny()
     cal = _C.plan.calibrate(samples(0.0, 0))
     out.write_text(json.dumps(profile.cost_json(config, [4, 4], cal, 1000.0)))
-    cost = runtime.cost_model_for(config, [4, 4], torch.float32,
-                                  runtime.PlanConfig(cost_model=str(out)))
+    cost = infinipipe.cost_model_for(config, [4, 4], torch.float32,
+                                      infinipipe.PlanConfig(cost_model=str(out)))
     assert list(cost.layers_per_stage) == [4, 4]
     assert json.loads(cost.to_json())["coefficients"]["a1"] == pytest.approx(TRUE[0])
 

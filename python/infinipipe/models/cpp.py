@@ -12,7 +12,7 @@ hidden, ctx)`, `head(hidden, ctx)` with a C++ `_C.runtime.ChunkContext`.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -24,7 +24,7 @@ __all__ = ["stage", "build_stage", "load_from"]
 
 def stage(config: llama.LlamaConfig, first_layer: int, last_layer: int, has_embedding: bool,
           has_head: bool, *, seed: int | None = 0,
-          device: torch.device | str = "cpu") -> "_C.models.LlamaStage":
+          device: torch.device | str = "cpu") -> _C.models.LlamaStage:
     """Layers [first_layer, last_layer) in C++; seed as in llama.LlamaStage (None: zeros)."""
     return _C.models.LlamaStage(
         vocab=config.vocab, hidden=config.hidden, layers=config.layers, heads=config.heads,
@@ -36,9 +36,9 @@ def stage(config: llama.LlamaConfig, first_layer: int, last_layer: int, has_embe
 
 def build_stage(config: llama.LlamaConfig, layers_per_stage: int | Sequence[int], index: int, *,
                 seed: int | None = 0,
-                device: torch.device | str = "cpu") -> "_C.models.LlamaStage":
+                device: torch.device | str = "cpu") -> _C.models.LlamaStage:
     """Stage `index` of a split, as llama.build_stage but in C++."""
-    ranges = llama._layer_ranges(config, layers_per_stage)
+    ranges = llama.layer_ranges(config, layers_per_stage)
     if not 0 <= index < len(ranges):
         raise IndexError(f"stage {index} out of range for {len(ranges)} stages")
     r = ranges[index]
@@ -46,8 +46,8 @@ def build_stage(config: llama.LlamaConfig, layers_per_stage: int | Sequence[int]
                  device=device)
 
 
-def load_from(cpp_stage: "_C.models.LlamaStage", weights: Mapping[str, torch.Tensor] | torch.nn.Module,
-              strict: bool = True) -> "_C.models.LlamaStage":
+def load_from(cpp_stage: _C.models.LlamaStage, weights: Mapping[str, torch.Tensor] | torch.nn.Module,
+              strict: bool = True) -> _C.models.LlamaStage:
     """Copies a state dict (or a Python stage's parameters) into the C++ stage."""
     if isinstance(weights, torch.nn.Module):
         weights = weights.state_dict()

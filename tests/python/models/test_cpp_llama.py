@@ -112,13 +112,14 @@ def test_whole_sequences_match_python_piece_by_piece():
     """A packed chunk of whole sequences: the Python model with its own (SDPA) attention, the
     C++ one with the chunk attention kernel; outputs of every piece and all gradients agree."""
     model = python_model()
+    model.attention_fn = llama.varlen_causal_attention
     stage = cpp_copy(model)
     lengths = [7, 13, 4, 9]
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, CONFIG.vocab, (sum(lengths),), generator=g)
     py_ctx = llama.ChunkContext.packed(lengths)
-    c_ctx = _C.runtime.ChunkContext(0, py_ctx.segments, CONFIG.layers)
-    assert torch.equal(c_ctx.positions, py_ctx.positions())
+    c_ctx = llama.ChunkContext.packed(lengths)
+    assert torch.equal(c_ctx.positions, torch.cat([torch.arange(n) for n in lengths]))
 
     py_outs = run_pieces(*python_pieces(model), tokens, py_ctx, 0, CONFIG.layers)
     c_outs = run_pieces(*cpp_pieces(stage), tokens, c_ctx, 0, CONFIG.layers)
@@ -136,11 +137,12 @@ def test_middle_stage_layers_and_input_gradient_match_python():
     model = python_model()
     py_stage = llama.LlamaStage(CONFIG, 1, 3, False, False, seed=None)
     py_stage.load_state_dict(llama.stage_state_dict(model.state_dict(), range(1, 3), False, False))
+    py_stage.attention_fn = llama.varlen_causal_attention
     stage = cpp.stage(CONFIG, 1, 3, False, False, seed=None)
     cpp.load_from(stage, py_stage)
     lengths = [11, 6]
     py_ctx = llama.ChunkContext.packed(lengths)
-    c_ctx = _C.runtime.ChunkContext(0, py_ctx.segments, 2)
+    c_ctx = llama.ChunkContext.packed(lengths)
     g = torch.Generator().manual_seed(4)
     x = torch.randn(sum(lengths), CONFIG.hidden, generator=g, dtype=torch.float64)
     x_py, x_c = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -166,17 +168,18 @@ def test_slice_of_a_split_sequence_matches_python():
     g = torch.Generator().manual_seed(5)
     seq0 = torch.randint(0, CONFIG.vocab, (21,), generator=g)
     seq1 = torch.randint(0, CONFIG.vocab, (6,), generator=g)
-    chunk_a = [(0, 0, 8, 0)]                     # (row, start, length, seq_id)
-    chunk_b = [(0, 8, 13, 0), (13, 0, 6, 1)]
+    chunk_a = [(0, 0, 8, 21)]                    # (seq, start, end, seq_length)
+    chunk_b = [(0, 8, 21), (1, 0, 6)]
     tokens_a, tokens_b = seq0[:8], torch.cat([seq0[8:], seq1])
 
     state: dict = {}
-    py_a = llama.ChunkContext(chunk_a, state=state, attention=llama.reference_chunk_attention)
-    py_b = llama.ChunkContext(chunk_b, state=state, attention=llama.reference_chunk_attention)
+    model.attention_fn = llama.reference_chunk_attention
+    py_a, py_b = llama.ChunkContext(chunk_a), llama.ChunkContext(chunk_b)
+    py_a.state = py_b.state = state
     kv = [_C.SequenceKV(21, CONFIG.kv_heads, CONFIG.head_dim, torch.float64)
           for _ in range(CONFIG.layers)]
-    c_a = _C.runtime.ChunkContext(0, chunk_a, CONFIG.layers, kv=[[kv[l]] for l in range(3)])
-    c_b = _C.runtime.ChunkContext(1, chunk_b, CONFIG.layers, kv=[[kv[l], None] for l in range(3)])
+    c_a = llama.ChunkContext(chunk_a, kv=[[kv[layer]] for layer in range(3)], chunk=0)
+    c_b = llama.ChunkContext(chunk_b, kv=[[kv[layer], None] for layer in range(3)], chunk=1)
     assert torch.equal(c_b.positions, torch.cat([torch.arange(8, 21), torch.arange(6)]))
 
     py_outs_a = run_pieces(*python_pieces(model), tokens_a, py_a, 0, CONFIG.layers)
@@ -200,11 +203,11 @@ def test_rotary_positions_start_at_the_slice_offset():
     stage = cpp.stage(CONFIG, 0, 1, True, False, seed=0)
     tokens = torch.randint(0, CONFIG.vocab, (5,), generator=torch.Generator().manual_seed(6))
     kv = _C.SequenceKV(13, CONFIG.kv_heads, CONFIG.head_dim, torch.float64)
-    first = _C.runtime.ChunkContext(0, [(0, 0, 8, 0)], 1, kv=[[kv]])
+    first = llama.ChunkContext([(0, 0, 8, 13)], kv=[[kv]])
     with torch.no_grad():
         stage.layer(0, stage.embed(torch.zeros(8, dtype=torch.long), first), first)
-        later = _C.runtime.ChunkContext(1, [(0, 8, 5, 0)], 1, kv=[[kv]])
-        alone = _C.runtime.ChunkContext(0, [(0, 0, 5, 1)], 1)
+        later = llama.ChunkContext([(0, 8, 13)], kv=[[kv]], chunk=1)
+        alone = llama.ChunkContext([(1, 0, 5)])
         a = stage.layer(0, stage.embed(tokens, later), later)
         b = stage.layer(0, stage.embed(tokens, alone), alone)
     assert rel(a, b) > 1e-3
@@ -212,7 +215,7 @@ def test_rotary_positions_start_at_the_slice_offset():
 
 def test_bad_calls_raise_clear_errors():
     stage = cpp.stage(CONFIG, 1, 2, False, True, seed=0)
-    ctx = _C.runtime.ChunkContext(0, [(0, 0, 4, 0)], 1)
+    ctx = llama.ChunkContext([(0, 0, 4)])
     with pytest.raises(_C.Error, match="no embedding"):
         stage.embed(torch.zeros(4, dtype=torch.long), ctx)
     with pytest.raises(_C.Error, match="local layer 1 does not exist"):

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from infinipipe import Error
 from infinipipe.models import llama
 from infinipipe.models.llama import (
     IGNORE_INDEX,
@@ -73,6 +74,11 @@ def random_chunks(lengths, seed):
     if current:
         chunks.append(current)
     return chunks
+
+
+def chunk_context(chunk):
+    """The context of a chunk of (seq_id, start, length) slices."""
+    return ChunkContext([(i, a, a + n) for i, a, n in chunk])
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,11 +294,11 @@ def test_rotary_with_offset_equals_full_sequence_restricted(dtype):
         assert torch.equal(cos, cos_full[start:end]) and torch.equal(sin, sin_full[start:end])
         assert torch.equal(llama.apply_rotary(x[start:end], cos, sin), full[start:end])
 
-    # A chunk's positions: each segment counts from its own start.
-    ctx = ChunkContext.from_slices([(5, 100, 3), (2, 0, 2), (9, 7, 1)])
-    assert ctx.positions().tolist() == [100, 101, 102, 0, 1, 7]
-    assert ctx.cu_seqlens().tolist() == [0, 3, 5, 6]
-    assert not ctx.whole_sequences
+    # A chunk's positions: each slice counts from its own start.
+    ctx = ChunkContext([(5, 100, 103), (2, 0, 2), (9, 7, 8)])
+    assert ctx.positions.tolist() == [100, 101, 102, 0, 1, 7]
+    assert [tuple(s) for s in ctx.slices] == [(5, 100, 103), (2, 0, 2), (9, 7, 8)]
+    assert ctx.num_tokens == 6
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,7 +319,7 @@ def test_chunk_loss_sums_to_unpipelined_mean(seed):
         chunks = random_chunks(lengths, seed)
         assert sum(len(c) for c in chunks) >= len(lengths)
         for chunk in chunks:
-            ctx = ChunkContext.from_slices(chunk)
+            ctx = chunk_context(chunk)
             logits = torch.cat([per_seq[i][a:a + n] for i, a, n in chunk])
             total = total + chunk_loss(logits, chunk_targets(ctx, seqs), normaliser)
     assert rel(total, mean) < 1e-12
@@ -321,7 +327,7 @@ def test_chunk_loss_sums_to_unpipelined_mean(seed):
 
 def test_chunk_targets_cross_slice_boundaries():
     seqs = {4: torch.tensor([10, 11, 12, 13, 14]), 9: [20, 21]}
-    ctx = ChunkContext.from_slices([(4, 0, 2), (9, 0, 2), (4, 2, 3)])
+    ctx = ChunkContext([(4, 0, 2), (9, 0, 2), (4, 2, 5)])
     assert chunk_targets(ctx, seqs).tolist() == [11, 12, 21, IGNORE_INDEX, 13, 14, IGNORE_INDEX]
     assert count_targets([5, 2, 1]) == 5
 
@@ -346,7 +352,8 @@ def test_chunked_run_with_reference_chunk_attention_equals_unpipelined(seed):
     state, total = {}, 0.0
     normaliser = count_targets(lengths)
     for chunk in random_chunks(lengths, seed):
-        ctx = ChunkContext.from_slices(chunk, state=state)
+        ctx = chunk_context(chunk)
+        ctx.state = state
         x = torch.cat([seqs[i][a:a + n] for i, a, n in chunk])
         for s in stages:
             x = s(x, ctx)
@@ -366,16 +373,16 @@ def test_chunked_run_with_reference_chunk_attention_equals_unpipelined(seed):
 def test_clear_errors():
     config = LlamaConfig(**SMALL)
     model = build_full_model(config)
-    with pytest.raises(ValueError, match="whole sequences only"):
-        model(torch.zeros(3, dtype=torch.long), ChunkContext.from_slices([(0, 4, 3)]))
+    with pytest.raises(RuntimeError, match="no K/V buffer"):  # a slice needs K/V buffers
+        model(torch.zeros(3, dtype=torch.long), ChunkContext([(0, 4, 7)]))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.tensor([1, 97]), ChunkContext.packed([2]))
-    with pytest.raises(ValueError, match="tile the rows"):
-        ChunkContext([(0, 0, 2, 0), (3, 0, 1, 1)])
-    with pytest.raises(ValueError, match="normaliser"):
+    with pytest.raises(Error, match="empty or negative"):
+        ChunkContext([(0, 0, 2), (3, 2, 1)])
+    with pytest.raises(Error, match="target count must be positive"):
         chunk_loss(torch.zeros(1, 5), torch.tensor([IGNORE_INDEX]), 0)
-    with pytest.raises(ValueError, match="has 2 tokens"):
-        chunk_targets(ChunkContext.from_slices([(0, 1, 2)]), [[1, 2]])
+    with pytest.raises(Error, match="outside sequence 0 of 2 tokens"):
+        chunk_targets(ChunkContext([(0, 1, 3)]), [[1, 2]])
     with pytest.raises(ValueError, match="sum to 4"):
         split_stages(config, [1, 2])
     with pytest.raises(ValueError, match="last_layer is exclusive"):
@@ -388,4 +395,6 @@ def test_clear_errors():
     state = {}
     with pytest.raises(ValueError, match="covered"):
         model.attention_fn = reference_chunk_attention
-        model(torch.zeros(3, dtype=torch.long), ChunkContext.from_slices([(0, 4, 3)], state=state))
+        ctx = ChunkContext([(0, 4, 7)])
+        ctx.state = state
+        model(torch.zeros(3, dtype=torch.long), ctx)

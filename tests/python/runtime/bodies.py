@@ -204,7 +204,7 @@ def peer_dies(victim: int, timeout_s: float, lengths: list[int], hang_s: float =
     config = model_config("float32")
 
     def factory(stage, split):
-        ranges = llama._layer_ranges(config, split)
+        ranges = llama.layer_ranges(config, split)
         r = ranges[stage]
         module = _DiesMidStep(config, r.start, r.stop, has_embedding=stage == 0,
                               has_head=stage == len(split) - 1)

@@ -1,0 +1,58 @@
+"""The cost model the planner uses for a trainer, and the memory its budget comes from."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import _C
+from .errors import Error
+from .models import llama
+from .plan_config import GIB, PlanConfig
+
+
+def model_shape_json(config: llama.LlamaConfig, dtype: torch.dtype, name: str = "model") -> str:
+    """The planner's ModelShape of a LlamaConfig, as JSON text."""
+    return json.dumps(dict(name=name, layers=config.layers, hidden=config.hidden,
+                           heads=config.heads, kv_heads=config.kv_heads, ffn=config.ffn,
+                           vocab=config.vocab,
+                           bytes_per_element=torch.empty((), dtype=dtype).element_size()))
+
+
+def cost_model_for(config: llama.LlamaConfig, layers_per_stage: Sequence[int], dtype: torch.dtype,
+                   plan: PlanConfig) -> Any:
+    """The cost model the planner uses: the plan config's JSON file, or the analytic model of
+    the config's shape on plan.hardware."""
+    if plan.cost_model is not None:
+        cost = _C.plan.CostModel.load(str(plan.cost_model))
+        if list(cost.layers_per_stage) != list(layers_per_stage):
+            raise Error(f"the cost model {plan.cost_model} splits the layers as "
+                        f"{list(cost.layers_per_stage)} but the trainer as "
+                        f"{list(layers_per_stage)}; profile for the trainer's split")
+        return cost
+    return _C.plan.CostModel.analytic(model_shape_json(config, dtype), plan.hardware,
+                                      list(layers_per_stage))
+
+
+def hardware_memory(plan: PlanConfig) -> float:
+    """Memory of the plan config's hardware description (NaN with a cost JSON file)."""
+    if plan.cost_model is not None:
+        return float("nan")
+    return float(json.loads(_C.plan.hardware_json(plan.hardware))["memory_bytes"])
+
+
+def default_budget(device: torch.device) -> float:
+    """The device's memory (the host's on CPU), for a budget the hardware does not give."""
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 16.0 * GIB

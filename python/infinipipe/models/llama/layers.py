@@ -1,0 +1,115 @@
+"""The decoder's blocks, with transformers' numerics: RMSNorm and rotary tables in at least
+float32, grouped-query attention through an attention core (attention.py), SwiGLU MLP."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import AttentionFn
+from .config import LlamaConfig
+from .context import ChunkContext
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """At least float32, as transformers does for norms and rotary tables."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float = 1e-6, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        input_dtype = x.dtype
+        h = x.to(_compute_dtype(input_dtype))
+        variance = h.pow(2).mean(-1, keepdim=True)
+        h = h * torch.rsqrt(variance + self.eps)
+        return self.weight * h.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+
+
+def rotary_inv_freq(head_dim: int, theta: float, dtype: torch.dtype = torch.float32,
+                    device: torch.device | str | None = None) -> torch.Tensor:
+    """Inverse frequencies [head_dim / 2] in the compute dtype of `dtype` (>= float32)."""
+    cdt = _compute_dtype(dtype)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).to(cdt) / head_dim
+    return 1.0 / (theta ** exponents)
+
+
+def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin tables [T, head_dim] for explicit positions [T]; computed elementwise per row,
+    so the table of positions start..end-1 is exactly rows start..end-1 of a full one."""
+    freqs = positions[:, None].to(inv_freq.dtype) * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, d]; cos/sin [T, d]."""
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        kw = dict(bias=False, dtype=config.dtype, device=device)
+        self.heads, self.kv_heads, self.head_dim = config.heads, config.kv_heads, config.head_dim
+        self.q_proj = nn.Linear(config.hidden, config.heads * config.head_dim, **kw)
+        self.k_proj = nn.Linear(config.hidden, config.kv_heads * config.head_dim, **kw)
+        self.v_proj = nn.Linear(config.hidden, config.kv_heads * config.head_dim, **kw)
+        self.o_proj = nn.Linear(config.heads * config.head_dim, config.hidden, **kw)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: ChunkContext,
+                attention_fn: AttentionFn, layer_index: int) -> torch.Tensor:
+        t = x.shape[0]
+        q = apply_rotary(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
+        k = apply_rotary(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
+        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
+        out = attention_fn(q, k, v, ctx, layer_index)
+        return self.o_proj(out.reshape(t, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: LlamaConfig, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        kw = dict(bias=False, dtype=config.dtype, device=device)
+        self.gate_proj = nn.Linear(config.hidden, config.ffn, **kw)
+        self.up_proj = nn.Linear(config.hidden, config.ffn, **kw)
+        self.down_proj = nn.Linear(config.ffn, config.hidden, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention and SwiGLU MLP, each with a residual connection."""
+
+    def __init__(self, config: LlamaConfig, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, device)
+        self.mlp = MLP(config, device)
+        self.input_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
+        self.post_attention_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
+
+    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                ctx: ChunkContext, attention_fn: AttentionFn, layer_index: int) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, ctx,
+                                         attention_fn, layer_index)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))

@@ -1,0 +1,68 @@
+"""How the trainer plans its steps (PlanConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _C
+
+METHODS = tuple(_C.plan.methods())  # "epp", "batch", "seq1f1b", "chunkflow"
+GIB = 1 << 30
+_TRAINING = _C.plan.training_defaults()
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """How steps are planned.
+
+    method: "epp" (elastic: sweeps the slice count up to max_k, and with baseline_chunkings
+        the baselines' chunkings too, planned with EPP's waves and recompute; with
+        overlap_waves a wave may start during the previous one's cool-down), or a baseline at
+        a fixed setting: "batch" (token_cap), "seq1f1b" (token_cap, k), "chunkflow" (chunk_tokens).
+        token_cap 0 means the step's longest sequence.
+    memory budget per stage, model state included: memory_budget_gib or memory_budget_bytes
+        (at most one); neither means the hardware's memory divided by the stages on this host.
+    uniform_recompute: baselines only, layers recomputed on every stage and chunk (-1: the
+        fewest that fit).
+    hardware: built-in hardware of the analytic cost model ("cpu", "a800"), or cost_model: a
+        cost JSON file (for example from the profiler) whose layer split must be the trainer's.
+    """
+
+    method: str = "epp"
+    memory_budget_gib: float | None = None
+    memory_budget_bytes: int | None = None
+    k: int = 1
+    token_cap: int = 0
+    chunk_tokens: int = 0
+    uniform_recompute: int = -1
+    # The planner's training options (PlannerOptions::for_training in plan/planner.h says why
+    # they differ from the plan tool's): slice counts up to 32, and no CBC, so every rank's
+    # independent plan is the same whatever its load.
+    max_k: int = _TRAINING["max_k"]
+    checkpoint_time_limit_s: float = _TRAINING["checkpoint_time_limit_s"]
+    baseline_chunkings: bool = _TRAINING["baseline_chunkings"]
+    overlap_waves: bool = _TRAINING["overlap_waves"]  # EPP: a wave may start in the previous one's cool-down
+    hardware: str = "cpu"
+    cost_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"PlanConfig.method must be one of {', '.join(METHODS)}, "
+                             f"got {self.method!r}")
+        if self.memory_budget_gib is not None and self.memory_budget_bytes is not None:
+            raise ValueError("PlanConfig: give memory_budget_gib or memory_budget_bytes, not both")
+        for name in ("memory_budget_gib", "memory_budget_bytes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"PlanConfig.{name} must be positive, got {value!r}")
+        if self.k < 1 or self.max_k < 1:
+            raise ValueError("PlanConfig: k and max_k must be at least 1")
+        if self.method == "chunkflow" and self.chunk_tokens <= 0:
+            raise ValueError("PlanConfig: method 'chunkflow' needs chunk_tokens > 0")
+
+    def budget_bytes(self, hardware_memory_bytes: float, stages_on_host: int) -> float:
+        if self.memory_budget_bytes is not None:
+            return float(self.memory_budget_bytes)
+        if self.memory_budget_gib is not None:
+            return float(self.memory_budget_gib) * GIB
+        return hardware_memory_bytes / max(1, stages_on_host)

@@ -1,0 +1,44 @@
+"""What the executor runs: a stage module (C++, or Python through its protocol)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _C
+from .models.llama import ChunkContext
+
+
+class LlamaStageAdapter:
+    """The executor's stage protocol over a llama.LlamaStage (or anything with its methods:
+    first_layer, last_layer, has_embedding, has_head, embed(tokens), layer(global_index, hidden,
+    ctx), head(hidden), parameters()). Local layer i is the stage's layer first_layer + i; the
+    chunk's context is the executor's ChunkContext, whose attention the stage calls."""
+
+    def __init__(self, stage: torch.nn.Module) -> None:
+        self.stage = stage
+        self.first_layer = int(stage.first_layer)
+        self.num_layers = int(stage.last_layer) - self.first_layer
+        self.has_embedding = bool(stage.has_embedding)
+        self.has_head = bool(stage.has_head)
+
+    def embed(self, tokens: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+        return self.stage.embed(tokens)
+
+    def layer(self, i: int, hidden: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+        return self.stage.layer(self.first_layer + i, hidden, ctx)
+
+    def head(self, hidden: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+        return self.stage.head(hidden)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.stage.parameters())
+
+
+def protocol_module(module: Any) -> Any:
+    if isinstance(module, _C.runtime.StageModule):
+        return module  # a C++ stage module (e.g. _C.models.LlamaStage): the executor runs it as is
+    if all(hasattr(module, a) for a in ("first_layer", "last_layer", "layer", "embed", "head")):
+        return LlamaStageAdapter(module)
+    return module  # assumed to implement the protocol itself (num_layers, layer(local, ...), ...)
