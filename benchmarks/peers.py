@@ -139,7 +139,7 @@ def padded_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             ctx: llama.ChunkContext, layer_index: int) -> torch.Tensor:
     """Batched causal SDPA over equal-length padded rows (what a padded-batch model runs).
     Exact for right padding: under the causal mask real tokens never see the pads after them."""
-    rows = len(ctx.segments)
+    rows = len(ctx.slices)
     length = ctx.num_tokens // rows
     q4, k4, v4 = (x.view(rows, length, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
     out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, scale=q.shape[-1] ** -0.5,
@@ -154,18 +154,17 @@ class PaddedStage(nn.Module):
     def __init__(self, stage: llama.LlamaStage, checkpoint_layers: int = 0) -> None:
         super().__init__()
         self.stage = stage
+        self.stage.attention_fn = padded_causal_attention
         self.layers = _Layers(stage, checkpoint_layers)
         self._contexts: dict[tuple[int, int], llama.ChunkContext] = {}
 
     def context(self, rows: int, length: int) -> llama.ChunkContext:
-        """One segment per padded row (positions 0..L-1 each); kept, as it caches rotary tables."""
+        """One slice per padded row (positions 0..L-1 each); kept, as it caches rotary tables."""
         key = (rows, length)
         if key not in self._contexts:
             if len(self._contexts) >= 8:
                 self._contexts.pop(next(iter(self._contexts)))
-            self._contexts[key] = llama.ChunkContext(
-                [(r * length, 0, length, r) for r in range(rows)],
-                attention=padded_causal_attention)
+            self._contexts[key] = llama.ChunkContext([(r, 0, length) for r in range(rows)])
         return self._contexts[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -314,6 +313,7 @@ class Unpipelined:
                  checkpoint_layers: int = 0) -> None:
         self.config = config
         self.model = llama.build_full_model(config, seed=seed)
+        self.model.attention_fn = llama.varlen_causal_attention  # SDPA, as a plain model runs
         self.layers = _Layers(self.model, checkpoint_layers)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
 
