@@ -9,6 +9,7 @@ writes into a temporary directory only.
 
 Usage: python benchmarks/cluster_study.py [build/infinipipe-plan] [--smoke]
 """
+
 import argparse
 import datetime
 import json
@@ -17,8 +18,19 @@ import sys
 import tempfile
 import time
 
-from planning_comparison import (BASELINES, HEADLINE, LABELS, collect, describe_setting, epp_setting, machine, mean,
-                                 run_tool, times, tool_args)
+from planning_comparison import (
+    BASELINES,
+    HEADLINE,
+    LABELS,
+    collect,
+    describe_setting,
+    epp_setting,
+    machine,
+    mean,
+    run_tool,
+    times,
+    tool_args,
+)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = ["llama-7b", "llama-13b", "llama-30b"]
@@ -28,7 +40,9 @@ STAGES = [4, 8]
 # faster than the step count (the baselines' static choice weighs every setting on every step);
 # 16 steps of all 18 cases took 459 s, well inside a 40-minute budget with room for load.
 STEPS = 16
-BASE = dict(distribution="wikipedia", batch=512, hardware="a800", memory_gib=80, seed=0, steps=STEPS)
+BASE = dict(
+    distribution="wikipedia", batch=512, hardware="a800", memory_gib=80, seed=0, steps=STEPS
+)
 SMOKE = dict(BASE, model="llama-7b", stages=4, context=49152, batch=64, steps=2)
 TARGET = dict(context=98304, stages=8, speedup=1.3, against=["seq1f1b", "batch"])
 
@@ -45,23 +59,38 @@ def summarise(by_step, steps, method, kind):
     t = times(by_step, steps)
     if t is None:
         failed = [i for i in range(steps) if not by_step[i]["feasible"]]
-        return {"feasible": False, "infeasible_steps": failed, "reason": by_step[failed[0]].get("reason", "")}
+        return {
+            "feasible": False,
+            "infeasible_steps": failed,
+            "reason": by_step[failed[0]].get("reason", ""),
+        }
     rows = [by_step[i] for i in range(steps)]
-    settings = sorted({epp_setting(r["setting"]) if method == "epp" else describe_setting(method, r["setting"])
-                       for r in rows})
-    return {"feasible": True, "mean_step_s": mean(t), "step_s": t,
-            "bubble_fraction": mean([r["bubble_fraction"] for r in rows]),
-            "recompute_s": mean([r["recompute_s"] for r in rows]),
-            "peak_memory_gib": max(max(r["peak_memory_gib"]) for r in rows),
-            "setting": settings[0] if kind == "static" else "per step (%d distinct)" % len(settings)}
+    settings = sorted(
+        {
+            epp_setting(r["setting"]) if method == "epp" else describe_setting(method, r["setting"])
+            for r in rows
+        }
+    )
+    return {
+        "feasible": True,
+        "mean_step_s": mean(t),
+        "step_s": t,
+        "bubble_fraction": mean([r["bubble_fraction"] for r in rows]),
+        "recompute_s": mean([r["recompute_s"] for r in rows]),
+        "peak_memory_gib": max(max(r["peak_memory_gib"]) for r in rows),
+        "setting": settings[0] if kind == "static" else "per step (%d distinct)" % len(settings),
+    }
 
 
 def compute_bound(epp_rows):
     """The busiest stage's compute with recompute left out: no plan of these chunks beats it."""
     work = [[b - rc for b, rc in zip(r["busy_s"], r["recompute_s_per_stage"])] for r in epp_rows]
     per_stage = [mean(w) for w in zip(*work)]
-    return {"bound_s": mean([max(w) for w in work]), "stage_compute_s": per_stage,
-            "busiest_stage": per_stage.index(max(per_stage))}
+    return {
+        "bound_s": mean([max(w) for w in work]),
+        "stage_compute_s": per_stage,
+        "busiest_stage": per_stage.index(max(per_stage)),
+    }
 
 
 def run_case(tool, case):
@@ -73,12 +102,16 @@ def run_case(tool, case):
         return {"error": str(failure.code), "seconds": time.monotonic() - started}
     epp, static, best = collect(rows, steps)
     tables = {"epp": epp, "static": static, "best": best}
-    result = {"seconds": time.monotonic() - started, "tokens": [epp[i]["tokens"] for i in range(steps)], "methods": {}}
+    result = {
+        "seconds": time.monotonic() - started,
+        "tokens": [epp[i]["tokens"] for i in range(steps)],
+        "methods": {},
+    }
     for key, method, kind in kinds():
         by_step = tables[kind] if kind == "epp" else tables[kind].get(method, {})
         result["methods"][key] = summarise(by_step, steps, method, kind)
     e = result["methods"]["epp"]
-    for key, s in result["methods"].items():
+    for s in result["methods"].values():
         if s["feasible"] and e["feasible"]:
             s["speedup"] = s["mean_step_s"] / e["mean_step_s"]
     if e["feasible"]:
@@ -87,7 +120,11 @@ def run_case(tool, case):
 
 
 def case_name(c):
-    return "%s, %d st, %dK" % (c["model"].replace("llama-", "").upper(), c["stages"], c["context"] // 1024)
+    return "%s, %d st, %dK" % (
+        c["model"].replace("llama-", "").upper(),
+        c["stages"],
+        c["context"] // 1024,
+    )
 
 
 def cell(s, field, fmt):
@@ -95,33 +132,65 @@ def cell(s, field, fmt):
 
 
 def method_label(method, kind):
-    return LABELS[method] + ("" if kind == "epp" else " (%s)" % ("static" if kind == "static" else "per-step best"))
+    return LABELS[method] + (
+        "" if kind == "epp" else " (%s)" % ("static" if kind == "static" else "per-step best")
+    )
 
 
 def detail_table(cases, notes):
-    lines = ["| case | method | setting | mean step (s) | EPP speed-up | bubble | recompute (s) | peak GiB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | method | setting | mean step (s) | EPP speed-up | bubble | recompute (s) | peak GiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
 
     def infeasible(c, s):
-        return "infeasible on %d of %d steps [%d]" % (len(s["infeasible_steps"]), c["steps"],
-                                                      notes.setdefault(s["reason"], len(notes) + 1))
+        return "infeasible on %d of %d steps [%d]" % (
+            len(s["infeasible_steps"]),
+            c["steps"],
+            notes.setdefault(s["reason"], len(notes) + 1),
+        )
+
     for c in cases:
         if "error" in c["result"]:
-            lines.append("| %s | all | tool failed: %s | | | | | |" % (case_name(c), c["result"]["error"].replace("|", "/")))
+            lines.append(
+                "| %s | all | tool failed: %s | | | | | |"
+                % (case_name(c), c["result"]["error"].replace("|", "/"))
+            )
             continue
         ms = c["result"]["methods"]
         if not any(s["feasible"] for s in ms.values()):  # one row, not seven empty ones
-            lines.append("| %s | all | %s | | | | | |" % (case_name(c), "; ".join(
-                "%s %s" % (method_label(m, kind), infeasible(c, ms[key])) for key, m, kind in kinds())))
+            lines.append(
+                "| %s | all | %s | | | | | |"
+                % (
+                    case_name(c),
+                    "; ".join(
+                        "%s %s" % (method_label(m, kind), infeasible(c, ms[key]))
+                        for key, m, kind in kinds()
+                    ),
+                )
+            )
             continue
         for key, method, kind in kinds():
             s = ms[key]
             if not s["feasible"]:
-                lines.append("| %s | %s | %s | | | | | |" % (case_name(c), method_label(method, kind), infeasible(c, s)))
+                lines.append(
+                    "| %s | %s | %s | | | | | |"
+                    % (case_name(c), method_label(method, kind), infeasible(c, s))
+                )
                 continue
-            lines.append("| %s | %s | %s | %.3f | %s | %.1f%% | %.2f | %.1f |" % (
-                case_name(c), method_label(method, kind), s["setting"], s["mean_step_s"], cell(s, "speedup", "%.2fx"),
-                100 * s["bubble_fraction"], s["recompute_s"], s["peak_memory_gib"]))
+            lines.append(
+                "| %s | %s | %s | %.3f | %s | %.1f%% | %.2f | %.1f |"
+                % (
+                    case_name(c),
+                    method_label(method, kind),
+                    s["setting"],
+                    s["mean_step_s"],
+                    cell(s, "speedup", "%.2fx"),
+                    100 * s["bubble_fraction"],
+                    s["recompute_s"],
+                    s["peak_memory_gib"],
+                )
+            )
     return lines
 
 
@@ -132,16 +201,30 @@ def infeasible_text(c, ms):
 
 
 def speedup_table(cases):
-    head = "| case | EPP (s) | " + " | ".join("vs %s static / best" % LABELS[m] for m in BASELINES) + " |"
+    head = (
+        "| case | EPP (s) | "
+        + " | ".join("vs %s static / best" % LABELS[m] for m in BASELINES)
+        + " |"
+    )
     lines = [head, "|---" * (2 + len(BASELINES)) + "|"]
     for c in cases:
         ms = c["result"].get("methods")
         if not ms or not ms["epp"]["feasible"]:
-            lines.append("| %s | %s |%s" % (case_name(c), infeasible_text(c, ms), " |" * len(BASELINES)))
+            lines.append(
+                "| %s | %s |%s" % (case_name(c), infeasible_text(c, ms), " |" * len(BASELINES))
+            )
             continue
-        cells = ["%s / %s" % (cell(ms[m + " static"], "speedup", "%.2fx") or "infeasible",
-                              cell(ms[m + " best"], "speedup", "%.2fx") or "infeasible") for m in BASELINES]
-        lines.append("| %s | %.3f | %s |" % (case_name(c), ms["epp"]["mean_step_s"], " | ".join(cells)))
+        cells = [
+            "%s / %s"
+            % (
+                cell(ms[m + " static"], "speedup", "%.2fx") or "infeasible",
+                cell(ms[m + " best"], "speedup", "%.2fx") or "infeasible",
+            )
+            for m in BASELINES
+        ]
+        lines.append(
+            "| %s | %.3f | %s |" % (case_name(c), ms["epp"]["mean_step_s"], " | ".join(cells))
+        )
     return lines
 
 
@@ -155,62 +238,119 @@ def head_note(bound, case):
         return " (the even layer split gives middle stages an extra layer when stages do not divide the layers)"
     head = work[-1] / mean(work[:-1]) - 1
     per_stage = LAYERS[case["model"]] / case["stages"]
-    return (", %.1f%% above the other stages' mean: the LM head. No layer split offsets it: one layer is %.0f%% "
+    return (
+        (
+            ", %.1f%% above the other stages' mean: the LM head. No layer split offsets it: one layer is %.0f%% "
             "of a stage of %g layers, so moving one off the last stage would make another stage busier than the "
-            "last one is now" % (100 * head, 100 / per_stage, per_stage)) if head < 1 / per_stage else (
-        ", %.1f%% above the other stages' mean: the LM head, which the even layer split does not offset" % (100 * head))
+            "last one is now" % (100 * head, 100 / per_stage, per_stage)
+        )
+        if head < 1 / per_stage
+        else (
+            ", %.1f%% above the other stages' mean: the LM head, which the even layer split does not offset"
+            % (100 * head)
+        )
+    )
 
 
 def shortfall(c, ms, short):
     """Why EPP misses the target: how close it is to the busiest stage, and what that bound allows."""
     b = c["result"]["compute_bound"]
-    text = ["  Stage compute without recompute ranges %.3f..%.3f s per step; the busiest is stage %d of 0..%d%s. "
-            "EPP's step is %.1f%% above the busiest stage's compute (the mean of each step's maximum, %.3f s)." % (
-                min(b["stage_compute_s"]), max(b["stage_compute_s"]), b["busiest_stage"], c["stages"] - 1,
-                head_note(b, c), 100 * (ms["epp"]["mean_step_s"] / b["bound_s"] - 1), b["bound_s"])]
+    text = [
+        "  Stage compute without recompute ranges %.3f..%.3f s per step; the busiest is stage %d of 0..%d%s. "
+        "EPP's step is %.1f%% above the busiest stage's compute (the mean of each step's maximum, %.3f s)."
+        % (
+            min(b["stage_compute_s"]),
+            max(b["stage_compute_s"]),
+            b["busiest_stage"],
+            c["stages"] - 1,
+            head_note(b, c),
+            100 * (ms["epp"]["mean_step_s"] / b["bound_s"] - 1),
+            b["bound_s"],
+        )
+    ]
     for m in short:
         s = ms[m + " static"]
         limit = s["mean_step_s"] / b["bound_s"]
-        text.append(" Static %s takes %.3f s (bubble %.1f%%, %.2f s recompute summed over stages), so no plan "
-                    "that runs the same compute on that stage can beat it by more than %.3fx: %s." % (
-                        LABELS[m], s["mean_step_s"], 100 * s["bubble_fraction"], s["recompute_s"], limit,
-                        "the target is out of reach in this model" if limit < TARGET["speedup"] else
-                        "the target is within that bound; EPP would need %.3f s, %.2f%% less than its %.3f s" % (
-                            s["mean_step_s"] / TARGET["speedup"],
-                            100 * (1 - s["mean_step_s"] / TARGET["speedup"] / ms["epp"]["mean_step_s"]),
-                            ms["epp"]["mean_step_s"])))
+        text.append(
+            " Static %s takes %.3f s (bubble %.1f%%, %.2f s recompute summed over stages), so no plan "
+            "that runs the same compute on that stage can beat it by more than %.3fx: %s."
+            % (
+                LABELS[m],
+                s["mean_step_s"],
+                100 * s["bubble_fraction"],
+                s["recompute_s"],
+                limit,
+                "the target is out of reach in this model"
+                if limit < TARGET["speedup"]
+                else "the target is within that bound; EPP would need %.3f s, %.2f%% less than its %.3f s"
+                % (
+                    s["mean_step_s"] / TARGET["speedup"],
+                    100 * (1 - s["mean_step_s"] / TARGET["speedup"] / ms["epp"]["mean_step_s"]),
+                    ms["epp"]["mean_step_s"],
+                ),
+            )
+        )
     return "".join(text) + "\n"
 
 
 def target_section(cases):
-    out = ["## Against the target\n\n",
-           "The issue's target: EPP at least %.1fx faster than Seq1F1B and batch-level (static settings) "
-           "at %dK context, %d stages.\n\n" % (TARGET["speedup"], TARGET["context"] // 1024, TARGET["stages"])]
+    out = [
+        "## Against the target\n\n",
+        "The issue's target: EPP at least %.1fx faster than Seq1F1B and batch-level (static settings) "
+        "at %dK context, %d stages.\n\n"
+        % (TARGET["speedup"], TARGET["context"] // 1024, TARGET["stages"]),
+    ]
     for c in cases:
         if c["context"] != TARGET["context"] or c["stages"] != TARGET["stages"]:
             continue
         ms = c["result"].get("methods")
         if not ms or not ms["epp"]["feasible"]:
-            fits = ", ".join("%s %d" % (method_label(m, kind), c["steps"] - len(ms[key].get("infeasible_steps", [])))
-                             for key, m, kind in kinds()) if ms else "none"
-            out.append("- %s: not assessable at %g GiB per stage: EPP is %s. Steps that fit, of %d: %s "
-                       "(reasons above).\n" % (c["model"], c["memory_gib"], infeasible_text(c, ms), c["steps"], fits))
+            fits = (
+                ", ".join(
+                    "%s %d"
+                    % (method_label(m, kind), c["steps"] - len(ms[key].get("infeasible_steps", [])))
+                    for key, m, kind in kinds()
+                )
+                if ms
+                else "none"
+            )
+            out.append(
+                "- %s: not assessable at %g GiB per stage: EPP is %s. Steps that fit, of %d: %s "
+                "(reasons above).\n"
+                % (c["model"], c["memory_gib"], infeasible_text(c, ms), c["steps"], fits)
+            )
             continue
         ratios = {m: ms[m + " static"].get("speedup") for m in TARGET["against"]}
         short = [m for m, r in ratios.items() if r is not None and r < TARGET["speedup"]]
-        out.append("- %s: %s: %s.\n" % (c["model"], ", ".join(
-            "%s %s" % (LABELS[m], "%.3fx" % r if r else "infeasible (EPP wins by default)") for m, r in ratios.items()),
-            "met" if not short else "not met against " + ", ".join(LABELS[m] for m in short)))
-        out.append("  Against the per-step best (each step its own setting): %s.\n" % ", ".join(
-            "%s %s" % (LABELS[m], cell(ms[m + " best"], "speedup", "%.3fx") or "infeasible") for m in TARGET["against"]))
+        out.append(
+            "- %s: %s: %s.\n"
+            % (
+                c["model"],
+                ", ".join(
+                    "%s %s" % (LABELS[m], "%.3fx" % r if r else "infeasible (EPP wins by default)")
+                    for m, r in ratios.items()
+                ),
+                "met" if not short else "not met against " + ", ".join(LABELS[m] for m in short),
+            )
+        )
+        out.append(
+            "  Against the per-step best (each step its own setting): %s.\n"
+            % ", ".join(
+                "%s %s" % (LABELS[m], cell(ms[m + " best"], "speedup", "%.3fx") or "infeasible")
+                for m in TARGET["against"]
+            )
+        )
         if short:
             out.append(shortfall(c, ms, short))
-    out.append("""
+    out.append(
+        """
 A static baseline runs one setting, and the recompute count, that fits the worst of all the
 sampled steps, so the more steps, the worse its average step: %d steps here against 5 in
 [planning.md](planning.md), which is why the speed-ups over static settings are larger here
 than there for the same headline case. The per-step best is the bound for any static choice.
-""" % cases[0]["steps"])
+"""
+        % cases[0]["steps"]
+    )
     out.append("""
 Why Seq1F1B comes so close in this model: the analytic coefficients (src/cost/hardware.cc) run
 every GEMM at the same fraction of peak whatever the chunk's token count, and charge a chunk only
@@ -230,12 +370,18 @@ def context_note(cases):
     if len(tokens) < 2:
         return ""
     longest = max(tokens)
-    parts = ["%d have a sequence longer than %dK" % (sum(a < b for a, b in zip(tokens[ctx], tokens[longest])), ctx // 1024)
-             for ctx in sorted(tokens) if ctx < longest]
-    return ("Wikipedia lengths are heavy-tailed but a batch of %d rarely holds a very long sequence: of the "
-            "%d sampled steps, %s (their token counts differ from those at %dK); the other steps are the "
-            "same at every context, so the context changes little below.\n\n" % (
-                cases[0]["batch"], len(tokens[longest]), " and ".join(parts), longest // 1024))
+    parts = [
+        "%d have a sequence longer than %dK"
+        % (sum(a < b for a, b in zip(tokens[ctx], tokens[longest])), ctx // 1024)
+        for ctx in sorted(tokens)
+        if ctx < longest
+    ]
+    return (
+        "Wikipedia lengths are heavy-tailed but a batch of %d rarely holds a very long sequence: of the "
+        "%d sampled steps, %s (their token counts differ from those at %dK); the other steps are the "
+        "same at every context, so the context changes little below.\n\n"
+        % (cases[0]["batch"], len(tokens[longest]), " and ".join(parts), longest // 1024)
+    )
 
 
 def repeat_spread(cases):
@@ -247,26 +393,34 @@ def repeat_spread(cases):
     for a in cases:
         for b in cases:
             ea, eb = (x["result"].get("methods", {}).get("epp", {}) for x in (a, b))
-            if (a["model"], a["stages"]) != (b["model"], b["stages"]) or a["context"] >= b["context"] \
-                    or not (ea.get("feasible") and eb.get("feasible")):
+            if (
+                (a["model"], a["stages"]) != (b["model"], b["stages"])
+                or a["context"] >= b["context"]
+                or not (ea.get("feasible") and eb.get("feasible"))
+            ):
                 continue
-            for ta, tb, sa, sb in zip(a["result"]["tokens"], b["result"]["tokens"], ea["step_s"], eb["step_s"]):
+            for ta, tb, sa, sb in zip(
+                a["result"]["tokens"], b["result"]["tokens"], ea["step_s"], eb["step_s"]
+            ):
                 if ta == tb:
                     spread = max(spread, abs(sa - sb) / min(sa, sb))
     return spread
 
 
 def spread_note(spread):
-    return ("EPP's checkpoint program (CBC) stops at a wall-clock time limit, so a step that reaches it can "
-            "plan slightly differently from run to run. In this run, EPP's step times on the steps that are "
-            "identical at two contexts %s.\n\n" % (
-                "differ by up to %.2f%%" % (100 * spread) if spread else "agree exactly"))
+    return (
+        "EPP's checkpoint program (CBC) stops at a wall-clock time limit, so a step that reaches it can "
+        "plan slightly differently from run to run. In this run, EPP's step times on the steps that are "
+        "identical at two contexts %s.\n\n"
+        % ("differ by up to %.2f%%" % (100 * spread) if spread else "agree exactly")
+    )
 
 
 def markdown(cases, meta):
     notes = {}
-    text = ["# Cluster-scale study (simulated)\n\n",
-            """Predicted step times of EPP and the baselines at the paper's scale, from the planning
+    text = [
+        "# Cluster-scale study (simulated)\n\n",
+        """Predicted step times of EPP and the baselines at the paper's scale, from the planning
 core's discrete-event simulator with the built-in analytic A800 coefficients (FLOP counts over
 datasheet and published efficiency figures; sources in src/cost/hardware.cc). These are
 simulator predictions, not GPU measurements. Methods and their settings are those of
@@ -277,59 +431,111 @@ Settings: %s lengths, batch %d, %s, %g GiB per stage, %d sampled steps per case 
 the same for every case). Speed-up = baseline mean step time / EPP mean step time. Peak memory is
 the maximum over stages and steps.
 
-""" % (meta["case"]["distribution"], meta["case"]["batch"], meta["case"]["hardware"], meta["case"]["memory_gib"],
-       meta["case"]["steps"], meta["case"]["seed"], meta["case"]["seed"] + meta["case"]["steps"] - 1),
-            context_note(cases),
-            spread_note(repeat_spread(cases)),
-            "![EPP speed-up per case](img/cluster_speedup.png)\n\n## Speed-ups\n\n"]
+"""
+        % (
+            meta["case"]["distribution"],
+            meta["case"]["batch"],
+            meta["case"]["hardware"],
+            meta["case"]["memory_gib"],
+            meta["case"]["steps"],
+            meta["case"]["seed"],
+            meta["case"]["seed"] + meta["case"]["steps"] - 1,
+        ),
+        context_note(cases),
+        spread_note(repeat_spread(cases)),
+        "![EPP speed-up per case](img/cluster_speedup.png)\n\n## Speed-ups\n\n",
+    ]
     text += [line + "\n" for line in speedup_table(cases)]
     for stages in sorted({c["stages"] for c in cases}):
         text.append("\n## %d stages\n\n" % stages)
-        text += [line + "\n" for line in detail_table([c for c in cases if c["stages"] == stages], notes)]
+        text += [
+            line + "\n" for line in detail_table([c for c in cases if c["stages"] == stages], notes)
+        ]
     if notes:
         text.append("\nInfeasible, with the tool's reason:\n\n")
-        text += ["%d. %s\n" % (n, reason) for reason, n in sorted(notes.items(), key=lambda kv: kv[1])]
+        text += [
+            "%d. %s\n" % (n, reason) for reason, n in sorted(notes.items(), key=lambda kv: kv[1])
+        ]
     text.append("\n")
     text += target_section(cases)
     text += timeline_section(meta["timeline"])
-    text.append("\n## How to reproduce\n\n```\n%s\n```\n\nwhich runs, for every case,\n\n```\n%s\n```\n" % (
-        meta["command"], meta["tool_command"]))
-    text.append("\nMachine: %s, %s cores. Date: %s. The study took %.0f s (one process at a time, `nice -n 19`).\n" % (
-        meta["machine"], meta["cores"], meta["date"], meta["seconds"]))
+    text.append(
+        "\n## How to reproduce\n\n```\n%s\n```\n\nwhich runs, for every case,\n\n```\n%s\n```\n"
+        % (meta["command"], meta["tool_command"])
+    )
+    text.append(
+        "\nMachine: %s, %s cores. Date: %s. The study took %.0f s (one process at a time, `nice -n 19`).\n"
+        % (meta["machine"], meta["cores"], meta["date"], meta["seconds"])
+    )
     return "".join(text)
 
 
 def plot_speedups(cases, path):
     """Bars of EPP's speed-up over each static baseline, one panel per stage count."""
     import matplotlib
+
     matplotlib.use("Agg")  # no display on CI machines
     import matplotlib.pyplot as plt
+
     stage_counts = sorted({c["stages"] for c in cases})
-    ratios = [s["speedup"] for c in cases for s in c["result"].get("methods", {}).values() if "speedup" in s]
+    ratios = [
+        s["speedup"]
+        for c in cases
+        for s in c["result"].get("methods", {}).values()
+        if "speedup" in s
+    ]
     top = 1.25 * max(ratios + [TARGET["speedup"]])  # room for the value labels and the legend
-    fig, axes = plt.subplots(len(stage_counts), 1, figsize=(11, 3.4 * len(stage_counts)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(stage_counts), 1, figsize=(11, 3.4 * len(stage_counts)), squeeze=False
+    )
     width = 0.8 / len(BASELINES)
     for ax, stages in zip(axes[:, 0], stage_counts):
         group = [c for c in cases if c["stages"] == stages]
         for i, c in enumerate(group):
             if not c["result"].get("methods", {}).get("epp", {}).get("feasible"):
-                ax.text(i, 0.05, "EPP " + infeasible_text(c, c["result"].get("methods")).replace(" steps", ""),
-                        rotation=90, ha="center", va="bottom", fontsize=7, color="grey",
-                        bbox=dict(facecolor="white", edgecolor="none", pad=1))
+                ax.text(
+                    i,
+                    0.05,
+                    "EPP " + infeasible_text(c, c["result"].get("methods")).replace(" steps", ""),
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color="grey",
+                    bbox=dict(facecolor="white", edgecolor="none", pad=1),
+                )
         for j, m in enumerate(BASELINES):
             for i, c in enumerate(group):
                 x = i + (j - (len(BASELINES) - 1) / 2) * width
                 s = c["result"].get("methods", {}).get(m + " static", {})
                 if "speedup" in s:
-                    ax.bar(x, s["speedup"], width, color="C%d" % j, label=LABELS[m] if i == 0 else None)
-                    ax.text(x, s["speedup"], "%.2f" % s["speedup"], ha="center", va="bottom", fontsize=6)
+                    ax.bar(
+                        x, s["speedup"], width, color="C%d" % j, label=LABELS[m] if i == 0 else None
+                    )
+                    ax.text(
+                        x, s["speedup"], "%.2f" % s["speedup"], ha="center", va="bottom", fontsize=6
+                    )
                 elif c["result"]["methods"]["epp"]["feasible"]:  # say so instead of drawing nothing
                     ax.bar(x, 0, width, color="C%d" % j, label=LABELS[m] if i == 0 else None)
-                    ax.text(x, 0.05, "infeasible", rotation=90, ha="center", va="bottom", fontsize=7, color="C%d" % j)
+                    ax.text(
+                        x,
+                        0.05,
+                        "infeasible",
+                        rotation=90,
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        color="C%d" % j,
+                    )
         ax.axhline(1.0, color="black", linewidth=0.6)
         if stages == TARGET["stages"]:
-            ax.axhline(TARGET["speedup"], color="grey", linestyle="--", linewidth=0.8,
-                       label="target %.1fx at %dK" % (TARGET["speedup"], TARGET["context"] // 1024))
+            ax.axhline(
+                TARGET["speedup"],
+                color="grey",
+                linestyle="--",
+                linewidth=0.8,
+                label="target %.1fx at %dK" % (TARGET["speedup"], TARGET["context"] // 1024),
+            )
         ax.set_ylim(0, top)
         ax.set_xlim(-0.5, len(group) - 0.5)
         ax.set_xticks(range(len(group)))
@@ -352,43 +558,78 @@ def timeline(tool, case, path):
     case's steps, so with planning.md's case this is the setting planning.md reports.
     """
     from plot_timeline import plot_timelines, read_trace
+
     traces, shown = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for m in TIMELINE_METHODS:
             trace = os.path.join(tmp, m + ".json")
-            row = next(r for r in run_tool([tool] + tool_args(case, m) + ["--trace", trace])
-                       if r["step"] == 0 and (m == "epp" or r["static"]))
-            setting = epp_setting(row["setting"]) if m == "epp" else describe_setting(m, row["setting"])
+            row = next(
+                r
+                for r in run_tool([tool] + tool_args(case, m) + ["--trace", trace])
+                if r["step"] == 0 and (m == "epp" or r["static"])
+            )
+            setting = (
+                epp_setting(row["setting"]) if m == "epp" else describe_setting(m, row["setting"])
+            )
             label = "%s (%s)" % (LABELS[m] if m == "epp" else "static " + LABELS[m], setting)
             traces.append((label, read_trace(trace)))
-            shown.append({"label": label, "step_time_s": row["step_time_s"], "bubble_fraction": row["bubble_fraction"],
-                          "recompute_s": row["recompute_s"]})
+            shown.append(
+                {
+                    "label": label,
+                    "step_time_s": row["step_time_s"],
+                    "bubble_fraction": row["bubble_fraction"],
+                    "recompute_s": row["recompute_s"],
+                }
+            )
         plot_timelines(traces, path)
-    commands = ["infinipipe-plan " + " ".join(tool_args(case, m) + ["--trace", m + ".json"]) for m in TIMELINE_METHODS]
-    commands.append("python benchmarks/plot_timeline.py %s --labels %s --output docs/img/%s" % (
-        " ".join(m + ".json" for m in TIMELINE_METHODS), " ".join("'%s'" % t["label"] for t in shown),
-        os.path.basename(path)))
+    commands = [
+        "infinipipe-plan " + " ".join(tool_args(case, m) + ["--trace", m + ".json"])
+        for m in TIMELINE_METHODS
+    ]
+    commands.append(
+        "python benchmarks/plot_timeline.py %s --labels %s --output docs/img/%s"
+        % (
+            " ".join(m + ".json" for m in TIMELINE_METHODS),
+            " ".join("'%s'" % t["label"] for t in shown),
+            os.path.basename(path),
+        )
+    )
     return {"case": case, "traces": shown, "commands": commands}
 
 
 def timeline_section(t):
     c = t["case"]
-    return ["\n## One step as a timeline\n\n",
-            "![EPP and static Seq1F1B, simulated](img/timeline_sim_13b.png)\n\n",
-            "The first step (seed %d) of [planning.md](planning.md)'s case: %s, %s, %d stages, batch %d, context %dK; "
-            "the static Seq1F1B setting is the one chosen over that case's %d steps. %s. One row per stage; "
-            "sends are the thin strips under the rows.\n\n```\n%s\n```\n" % (
-                c["seed"], c["model"], c["hardware"], c["stages"], c["batch"], c["context"] // 1024, c["steps"],
-                "; ".join("%s: %.3f s, bubble %.1f%%, recompute %.2f s" % (
-                    x["label"], x["step_time_s"], 100 * x["bubble_fraction"], x["recompute_s"]) for x in t["traces"]),
-                "\n".join(t["commands"]))]
+    return [
+        "\n## One step as a timeline\n\n",
+        "![EPP and static Seq1F1B, simulated](img/timeline_sim_13b.png)\n\n",
+        "The first step (seed %d) of [planning.md](planning.md)'s case: %s, %s, %d stages, batch %d, context %dK; "
+        "the static Seq1F1B setting is the one chosen over that case's %d steps. %s. One row per stage; "
+        "sends are the thin strips under the rows.\n\n```\n%s\n```\n"
+        % (
+            c["seed"],
+            c["model"],
+            c["hardware"],
+            c["stages"],
+            c["batch"],
+            c["context"] // 1024,
+            c["steps"],
+            "; ".join(
+                "%s: %.3f s, bubble %.1f%%, recompute %.2f s"
+                % (x["label"], x["step_time_s"], 100 * x["bubble_fraction"], x["recompute_s"])
+                for x in t["traces"]
+            ),
+            "\n".join(t["commands"]),
+        ),
+    ]
 
 
 def write_all(cases, meta, out_dir, tool):
-    paths = {"md": os.path.join(out_dir, "docs", "cluster_study.md"),
-             "png": os.path.join(out_dir, "docs", "img", "cluster_speedup.png"),
-             "json": os.path.join(out_dir, "benchmarks", "results", "cluster_study.json"),
-             "timeline": os.path.join(out_dir, "docs", "img", "timeline_sim_13b.png")}
+    paths = {
+        "md": os.path.join(out_dir, "docs", "cluster_study.md"),
+        "png": os.path.join(out_dir, "docs", "img", "cluster_speedup.png"),
+        "json": os.path.join(out_dir, "benchmarks", "results", "cluster_study.json"),
+        "timeline": os.path.join(out_dir, "docs", "img", "timeline_sim_13b.png"),
+    }
     for p in paths.values():
         os.makedirs(os.path.dirname(p), exist_ok=True)
     meta["timeline"] = timeline(tool, meta["timeline_case"], paths["timeline"])
@@ -403,39 +644,82 @@ def write_all(cases, meta, out_dir, tool):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool", nargs="?", default="build/infinipipe-plan")
-    parser.add_argument("--smoke", action="store_true", help="one small case for CI, written to a temp dir")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one small case for CI, written to a temp dir"
+    )
     args = parser.parse_args()
     if not os.path.exists(args.tool):
-        sys.exit("cluster_study: %s not found; build it first (ninja -C build infinipipe-plan)" % args.tool)
-    grid = [SMOKE] if args.smoke else [dict(BASE, model=m, stages=s, context=c)
-                                       for s in STAGES for m in MODELS for c in CONTEXTS]
+        sys.exit(
+            "cluster_study: %s not found; build it first (ninja -C build infinipipe-plan)"
+            % args.tool
+        )
+    grid = (
+        [SMOKE]
+        if args.smoke
+        else [
+            dict(BASE, model=m, stages=s, context=c)
+            for s in STAGES
+            for m in MODELS
+            for c in CONTEXTS
+        ]
+    )
     started = time.monotonic()
     cases = []
     for case in grid:
         result = run_case(args.tool, case)
         cases.append(dict(case, result=result))
         epp = result.get("methods", {}).get("epp", {})
-        print("cluster_study: %s: %.1f s, EPP %s" % (case_name(case), result["seconds"], "%.3f s" % epp["mean_step_s"]
-                                                     if epp.get("feasible") else "infeasible"), file=sys.stderr)
+        print(
+            "cluster_study: %s: %.1f s, EPP %s"
+            % (
+                case_name(case),
+                result["seconds"],
+                "%.3f s" % epp["mean_step_s"] if epp.get("feasible") else "infeasible",
+            ),
+            file=sys.stderr,
+        )
     model, cores = machine()
-    meta = {"case": grid[0], "seconds": time.monotonic() - started, "machine": model, "cores": cores,
-            "date": datetime.date.today().isoformat(), "timeline_case": SMOKE if args.smoke else HEADLINE,
-            "command": "nice -n 19 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan",
-            "tool_command": " ".join(["infinipipe-plan"] + tool_args(dict(grid[0], model="MODEL", stages="STAGES",
-                                                                          context="CONTEXT"), "all"))}
+    meta = {
+        "case": grid[0],
+        "seconds": time.monotonic() - started,
+        "machine": model,
+        "cores": cores,
+        "date": datetime.date.today().isoformat(),
+        "timeline_case": SMOKE if args.smoke else HEADLINE,
+        "command": "nice -n 19 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan",
+        "tool_command": " ".join(
+            ["infinipipe-plan"]
+            + tool_args(dict(grid[0], model="MODEL", stages="STAGES", context="CONTEXT"), "all")
+        ),
+    }
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             write_all(cases, meta, tmp, args.tool)
         c = cases[0]["result"]
-        ratios = ", ".join("%s %s" % (LABELS[m], cell(c["methods"][m + " static"], "speedup", "%.2fx") or "infeasible")
-                           for m in BASELINES) if "methods" in c else c["error"]
-        print("cluster_study smoke: %s, EPP %s; speed-up over static %s; %.1f s" % (
-            case_name(cases[0]), cell(c.get("methods", {}).get("epp", {}), "mean_step_s", "%.3f s") or "infeasible",
-            ratios, meta["seconds"]))
+        ratios = (
+            ", ".join(
+                "%s %s"
+                % (LABELS[m], cell(c["methods"][m + " static"], "speedup", "%.2fx") or "infeasible")
+                for m in BASELINES
+            )
+            if "methods" in c
+            else c["error"]
+        )
+        print(
+            "cluster_study smoke: %s, EPP %s; speed-up over static %s; %.1f s"
+            % (
+                case_name(cases[0]),
+                cell(c.get("methods", {}).get("epp", {}), "mean_step_s", "%.3f s") or "infeasible",
+                ratios,
+                meta["seconds"],
+            )
+        )
         return
     paths = write_all(cases, meta, ROOT, args.tool)
-    print("cluster_study: %d cases in %.0f s; wrote %s" % (len(cases), meta["seconds"], ", ".join(
-        os.path.relpath(p, ROOT) for p in paths.values())))
+    print(
+        "cluster_study: %d cases in %.0f s; wrote %s"
+        % (len(cases), meta["seconds"], ", ".join(os.path.relpath(p, ROOT) for p in paths.values()))
+    )
 
 
 if __name__ == "__main__":

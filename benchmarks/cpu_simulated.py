@@ -12,6 +12,7 @@ Wikipedia lengths, batch 16, context 8192) with infinipipe-plan and the calibrat
   shows whether the measured steps are typical and how EPP's margin depends on the budget. Each
   static baseline is chosen over all the steps simulated.
 """
+
 import argparse
 import json
 import os
@@ -28,9 +29,15 @@ def horizon(tool, base, grid):
     for steps, budget in grid:
         result = run_case(tool, dict(base, steps=steps, memory_gib=budget / 1024))
         methods = result.get("methods", {})
-        cases.append(dict(steps=steps, budget_mib=budget, error=result.get("error"),
-                          epp_step_s=methods.get("epp", {}).get("mean_step_s"),
-                          speedup={k: v.get("speedup") for k, v in methods.items() if k.endswith("static")}))
+        cases.append(
+            dict(
+                steps=steps,
+                budget_mib=budget,
+                error=result.get("error"),
+                epp_step_s=methods.get("epp", {}).get("mean_step_s"),
+                speedup={k: v.get("speedup") for k, v in methods.items() if k.endswith("static")},
+            )
+        )
         print("cpu_simulated: %d steps, %g MiB: %s" % (steps, budget, cases[-1]["speedup"]))
     return cases
 
@@ -49,13 +56,23 @@ def main():
     p.add_argument("--json", default=os.path.join(RESULTS, "timeline_cpu.json"))
     p.add_argument("--horizon-json", default=os.path.join(RESULTS, "cpu_horizon.json"))
     args = p.parse_args()
-    base = dict(distribution="wikipedia", batch=args.batch, context=args.context, seed=0,
-                model=args.cost_model, hardware="cpu", stages=2)
-    result = timeline(args.tool, dict(base, memory_gib=args.budget_mib / 1024, steps=args.steps), args.output)
+    base = dict(
+        distribution="wikipedia",
+        batch=args.batch,
+        context=args.context,
+        seed=0,
+        model=args.cost_model,
+        hardware="cpu",
+        stages=2,
+    )
+    result = timeline(
+        args.tool, dict(base, memory_gib=args.budget_mib / 1024, steps=args.steps), args.output
+    )
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
-    grid = [(args.steps, args.budget_mib)] + [(args.horizon_steps, float(b))
-                                              for b in args.horizon_budgets_mib.split(",")]
+    grid = [(args.steps, args.budget_mib)] + [
+        (args.horizon_steps, float(b)) for b in args.horizon_budgets_mib.split(",")
+    ]
     with open(args.horizon_json, "w") as f:
         json.dump(dict(case=base, cases=horizon(args.tool, base, grid)), f, indent=1)
     print("wrote %s, %s and %s" % (args.output, args.json, args.horizon_json))

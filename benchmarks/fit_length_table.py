@@ -9,6 +9,7 @@ planner is most sensitive, plus the minimum and maximum. Past 1e-5 (the last ten
 1M sample) quantiles would only repeat single samples. The sampler interpolates
 log-linearly between the points.
 """
+
 import sys
 
 import numpy as np

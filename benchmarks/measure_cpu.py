@@ -4,7 +4,7 @@ Run with the project venv:  /work/venv/bin/python benchmarks/measure_cpu.py
 Shapes are those of the "tiny" model (hidden 128, 4 heads, 2 KV heads, ffn 352, fp32). One
 thread per process, because the CPU examples run one pipeline stage per core.
 """
-import math
+
 import os
 import time
 
@@ -17,8 +17,15 @@ HIDDEN, HEADS, KV_HEADS, FFN = 128, 4, 2, 352
 HEAD_DIM = HIDDEN // HEADS
 KV_DIM = KV_HEADS * HEAD_DIM
 # (in, out) of the layer's seven GEMMs: q, k, v, o, gate, up, down.
-GEMMS = [(HIDDEN, HIDDEN), (HIDDEN, KV_DIM), (HIDDEN, KV_DIM), (HIDDEN, HIDDEN),
-         (HIDDEN, FFN), (HIDDEN, FFN), (FFN, HIDDEN)]
+GEMMS = [
+    (HIDDEN, HIDDEN),
+    (HIDDEN, KV_DIM),
+    (HIDDEN, KV_DIM),
+    (HIDDEN, HIDDEN),
+    (HIDDEN, FFN),
+    (HIDDEN, FFN),
+    (FFN, HIDDEN),
+]
 LINEAR_FLOPS_PER_TOKEN = 2 * sum(i * o for i, o in GEMMS)
 
 
@@ -41,9 +48,11 @@ def best_time(fn, repeats=15, min_seconds=0.05):
 def gemm_flops(tokens):
     xs = {i: torch.randn(tokens, i) for i, _ in GEMMS}
     ws = [torch.randn(i, o) for i, o in GEMMS]
+
     def run():
         for (i, _), w in zip(GEMMS, ws):
             torch.mm(xs[i], w)
+
     return LINEAR_FLOPS_PER_TOKEN * tokens / best_time(run)
 
 
@@ -51,7 +60,10 @@ def attention_flops(tokens):
     q = torch.randn(1, HEADS, tokens, HEAD_DIM)
     k = torch.randn(1, HEADS, tokens, HEAD_DIM)  # KV heads already expanded for GQA
     v = torch.randn(1, HEADS, tokens, HEAD_DIM)
-    run = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def run():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
     # Same count as the cost model: 4*hidden FLOPs per (query, key) pair, T(T+1)/2 pairs.
     return 4 * HIDDEN * tokens * (tokens + 1) / 2 / best_time(run)
 
@@ -64,7 +76,8 @@ class Layer(torch.nn.Module):
         self.norm1 = torch.nn.RMSNorm(HIDDEN)
         self.norm2 = torch.nn.RMSNorm(HIDDEN)
         self.q, self.k, self.v, self.o, self.gate, self.up, self.down = (
-            torch.nn.Linear(i, o, bias=False) for i, o in GEMMS)
+            torch.nn.Linear(i, o, bias=False) for i, o in GEMMS
+        )
 
     @staticmethod
     def rotate(x, cos, sin):
@@ -94,8 +107,10 @@ def layer_overhead(peak, attention_rate, tokens=8):
     x = torch.randn(tokens, HIDDEN)
     with torch.no_grad():
         elapsed = best_time(lambda: layer(x))
-    flop_time = (LINEAR_FLOPS_PER_TOKEN * tokens / peak
-                 + 4 * HIDDEN * tokens * (tokens + 1) / 2 / attention_rate)
+    flop_time = (
+        LINEAR_FLOPS_PER_TOKEN * tokens / peak
+        + 4 * HIDDEN * tokens * (tokens + 1) / 2 / attention_rate
+    )
     return elapsed - flop_time, elapsed
 
 
@@ -105,6 +120,7 @@ def p2p_worker(rank, sizes, queue):
     results = {}
     for n in sizes:
         buf = torch.zeros(n // 4, dtype=torch.float32)
+
         def ping_pong():
             if rank == 0:
                 dist.send(buf, 1)
@@ -112,6 +128,7 @@ def p2p_worker(rank, sizes, queue):
             else:
                 dist.recv(buf, 0)
                 dist.send(buf, 0)
+
         for _ in range(3):
             ping_pong()
         samples = []

@@ -36,14 +36,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from peers import TorchPipelining, Unpipelined
+from ranks import gathered, leave
 
 import infinipipe
 from infinipipe import _C
 from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
-
-from peers import TorchPipelining, Unpipelined
-from ranks import gathered, leave
 
 MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,16 +57,26 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--context", type=int, default=8192)
-    p.add_argument("--budget-mib", type=float, default=192, help="memory per stage, model state "
-                   "included; the default is below what the longest sequences need unsplit "
-                   "without checkpointing")
+    p.add_argument(
+        "--budget-mib",
+        type=float,
+        default=192,
+        help="memory per stage, model state "
+        "included; the default is below what the longest sequences need unsplit "
+        "without checkpointing",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tool", default=str(ROOT / "build" / "infinipipe-plan"))
-    p.add_argument("--torch-config", help="MICROBATCH,CHECKPOINT (0 or all) for "
-                   "torch.distributed.pipelining instead of tuning it here (the tuning measures "
-                   "memory with hooks on the longest padded step: many minutes)")
+    p.add_argument(
+        "--torch-config",
+        help="MICROBATCH,CHECKPOINT (0 or all) for "
+        "torch.distributed.pipelining instead of tuning it here (the tuning measures "
+        "memory with hooks on the longest padded step: many minutes)",
+    )
     p.add_argument("--output", type=Path)
-    p.add_argument("--note", help="what differs in this run, kept in the output (report.py lists it)")
+    p.add_argument(
+        "--note", help="what differs in this run, kept in the output (report.py lists it)"
+    )
     p.add_argument("--smoke", action="store_true", help="tiny case, one step (CI)")
     args = p.parse_args()
     if args.smoke:
@@ -77,10 +86,28 @@ def parse_args() -> argparse.Namespace:
 
 def static_settings(args) -> dict:
     """Per baseline, the static setting infinipipe-plan chooses over the run's steps."""
-    command = [args.tool, "--model", args.cost_model, "--stages", "2",
-               "--memory-gib", str(args.budget_mib / 1024), "--distribution", "wikipedia",
-               "--batch", str(args.batch), "--context", str(args.context), "--seed",
-               str(args.seed), "--steps", str(args.steps), "--method", "all", "--json"]
+    command = [
+        args.tool,
+        "--model",
+        args.cost_model,
+        "--stages",
+        "2",
+        "--memory-gib",
+        str(args.budget_mib / 1024),
+        "--distribution",
+        "wikipedia",
+        "--batch",
+        str(args.batch),
+        "--context",
+        str(args.context),
+        "--seed",
+        str(args.seed),
+        "--steps",
+        str(args.steps),
+        "--method",
+        "all",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"measured_comparison: {' '.join(command)} failed: {done.stderr}")
@@ -90,20 +117,29 @@ def static_settings(args) -> dict:
         row = next(r for r in rows if r["method"] == m and r["static"])
         if not row["feasible"]:
             raise SystemExit(f"measured_comparison: no static {m} setting fits: {row['reason']}")
-        chosen[m] = dict(row["setting"], predicted_total_s=sum(
-            r["step_time_s"] for r in rows if r["method"] == m and r["static"]))
+        chosen[m] = dict(
+            row["setting"],
+            predicted_total_s=sum(
+                r["step_time_s"] for r in rows if r["method"] == m and r["static"]
+            ),
+        )
     return dict(settings=chosen, command=" ".join(["infinipipe-plan"] + command[1:]))
 
 
 def trainer_for(method: str, setting: dict | None, args, config) -> infinipipe.Trainer:
-    kw = dict(method=method, cost_model=args.cost_model,
-              memory_budget_bytes=int(args.budget_mib * MIB))
+    kw = dict(
+        method=method, cost_model=args.cost_model, memory_budget_bytes=int(args.budget_mib * MIB)
+    )
     if setting is not None:
-        kw.update(k=setting["k"], token_cap=setting["token_cap"],
-                  chunk_tokens=setting["chunk_tokens"],
-                  uniform_recompute=setting["uniform_recompute"])
-    return infinipipe.Trainer(config, lambda p: torch.optim.AdamW(p, lr=1e-3),
-                              plan=infinipipe.PlanConfig(**kw))
+        kw.update(
+            k=setting["k"],
+            token_cap=setting["token_cap"],
+            chunk_tokens=setting["chunk_tokens"],
+            uniform_recompute=setting["uniform_recompute"],
+        )
+    return infinipipe.Trainer(
+        config, lambda p: torch.optim.AdamW(p, lr=1e-3), plan=infinipipe.PlanConfig(**kw)
+    )
 
 
 def model_state_bytes(parameters) -> int:
@@ -126,13 +162,19 @@ class InfiniPipeRunner:
 
     def step(self, batch, measure_memory=False) -> dict:
         result = self.trainer.step(batch, measure_memory=measure_memory)
-        out = dict(loss=result.loss, compute_s=result.stats["forward_s"] + result.stats["backward_s"],
-                   predicted_s=result.plan["predicted_step_s"], setting=result.plan["setting"],
-                   chunks=result.plan["chunks"], waves=result.plan["waves"],
-                   plan_ms=result.plan["plan_ms"])
+        out = dict(
+            loss=result.loss,
+            compute_s=result.stats["forward_s"] + result.stats["backward_s"],
+            predicted_s=result.plan["predicted_step_s"],
+            setting=result.plan["setting"],
+            chunks=result.plan["chunks"],
+            waves=result.plan["waves"],
+            plan_ms=result.plan["plan_ms"],
+        )
         if measure_memory:
-            out["memory_bytes"] = (result.stats["measured_activation_bytes"] +
-                                   model_state_bytes(self.trainer.parameters))
+            out["memory_bytes"] = result.stats["measured_activation_bytes"] + model_state_bytes(
+                self.trainer.parameters
+            )
         return out
 
 
@@ -145,7 +187,8 @@ class TorchRunner:
         res = dict(loss=out["loss"], setup_s=out["setup_s"], padded_tokens=out["padded_tokens"])
         if measure_memory:
             res["memory_bytes"] = out["peak_activation_bytes"] + model_state_bytes(
-                self.pipe.parameters())
+                self.pipe.parameters()
+            )
         return res
 
 
@@ -157,26 +200,37 @@ def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
     budget = args.budget_mib * MIB
     worst = max(batches, key=lambda b: max(t.numel() for t in b))
     for mb, ckpt in TORCH_CONFIGS:
-        if any(t["checkpoint"] == ckpt and t["microbatch_size"] < mb and not t["fits"]
-               for t in tried):
+        if any(
+            t["checkpoint"] == ckpt and t["microbatch_size"] < mb and not t["fits"] for t in tried
+        ):
             continue  # a larger microbatch of the same padded rows needs more memory
-        pipe = TorchPipelining(config, [config.layers // 2] * 2, dist.group.WORLD,
-                               microbatch_size=mb,
-                               checkpoint_layers=config.layers // 2 if ckpt == "all" else 0)
+        pipe = TorchPipelining(
+            config,
+            [config.layers // 2] * 2,
+            dist.group.WORLD,
+            microbatch_size=mb,
+            checkpoint_layers=config.layers // 2 if ckpt == "all" else 0,
+        )
         runner = TorchRunner(pipe)
         peak = max(s["memory_bytes"] for s in gathered(runner.step(worst, measure_memory=True)))
         fits = peak <= budget
         step_s = timed(lambda: runner.step(batches[0]))[1] if fits else math.inf
-        tried.append(dict(microbatch_size=mb, checkpoint=ckpt, peak_bytes=peak, fits=fits,
-                          step0_s=step_s))
+        tried.append(
+            dict(microbatch_size=mb, checkpoint=ckpt, peak_bytes=peak, fits=fits, step0_s=step_s)
+        )
         if dist.get_rank() == 0:
-            print(f"torch Schedule1F1B microbatch {mb}, checkpoint {ckpt}: peak "
-                  f"{peak / MIB:.0f} MiB ({'fits' if fits else 'over budget'}), step 0 "
-                  f"{step_s:.2f} s", flush=True)
+            print(
+                f"torch Schedule1F1B microbatch {mb}, checkpoint {ckpt}: peak "
+                f"{peak / MIB:.0f} MiB ({'fits' if fits else 'over budget'}), step 0 "
+                f"{step_s:.2f} s",
+                flush=True,
+            )
     best = min((t for t in tried if t["fits"]), key=lambda t: t["step0_s"], default=None)
     if best is None:
-        raise SystemExit("measured_comparison: no torch.distributed.pipelining configuration "
-                         "fits the budget; raise --budget-mib")
+        raise SystemExit(
+            "measured_comparison: no torch.distributed.pipelining configuration "
+            "fits the budget; raise --budget-mib"
+        )
     return (best["microbatch_size"], best["checkpoint"]), tried
 
 
@@ -189,19 +243,29 @@ def main() -> int:
     for m in BASELINES:
         runners[m] = InfiniPipeRunner(trainer_for(m, static["settings"][m], args, config))
     rank = dist.get_rank()
-    lengths = [_C.plan.sample_lengths("wikipedia", args.batch, args.context, args.seed + i)
-               for i in range(args.steps)]
-    batches = [synthetic_batch(l, config.vocab, torch.Generator().manual_seed(args.seed + i))
-               for i, l in enumerate(lengths)]
+    lengths = [
+        _C.plan.sample_lengths("wikipedia", args.batch, args.context, args.seed + i)
+        for i in range(args.steps)
+    ]
+    batches = [
+        synthetic_batch(step, config.vocab, torch.Generator().manual_seed(args.seed + i))
+        for i, step in enumerate(lengths)
+    ]
     if args.torch_config:
         mb_text, ckpt = args.torch_config.split(",")
         mb, torch_tried = int(mb_text), [dict(given=args.torch_config)]
         ckpt = "all" if ckpt == "all" else int(ckpt)
     else:
         (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
-    runners["torch_1f1b"] = TorchRunner(TorchPipelining(
-        config, [config.layers // 2] * 2, dist.group.WORLD, microbatch_size=mb,
-        checkpoint_layers=config.layers // 2 if ckpt == "all" else 0))
+    runners["torch_1f1b"] = TorchRunner(
+        TorchPipelining(
+            config,
+            [config.layers // 2] * 2,
+            dist.group.WORLD,
+            microbatch_size=mb,
+            checkpoint_layers=config.layers // 2 if ckpt == "all" else 0,
+        )
+    )
     reference = Unpipelined(config) if rank == 0 else None
 
     def unpipelined_step(batch):
@@ -210,15 +274,21 @@ def main() -> int:
     # Warm-up: one step of every method on the first batch (allocator, kernels, shapes). All
     # start from the same weights, so their first losses must agree: the methods train the same
     # model, only the schedule differs.
-    first_loss = {name: gathered(timed(lambda: runner.step(batches[0]))[0]["loss"])[0]
-                  for name, runner in runners.items()}
-    first_loss["unpipelined"] = gathered(timed(lambda: unpipelined_step(batches[0]))[0].get("loss"))[0]
+    first_loss = {
+        name: gathered(timed(lambda: runner.step(batches[0]))[0]["loss"])[0]
+        for name, runner in runners.items()
+    }
+    first_loss["unpipelined"] = gathered(
+        timed(lambda: unpipelined_step(batches[0]))[0].get("loss")
+    )[0]
     spread = max(first_loss.values()) / min(first_loss.values()) - 1
     if rank == 0:
         print(f"first-step losses: {first_loss} (spread {spread:.2e})", flush=True)
     if spread > 1e-4:
-        raise SystemExit(f"measured_comparison: the methods' first-step losses differ by "
-                         f"{spread:.2e} relative: {first_loss}; they must train the same model")
+        raise SystemExit(
+            f"measured_comparison: the methods' first-step losses differ by "
+            f"{spread:.2e} relative: {first_loss}; they must train the same model"
+        )
 
     rows = {name: [] for name in list(runners) + ["unpipelined"]}
     for i, batch in enumerate(batches):
@@ -228,22 +298,37 @@ def main() -> int:
         out, seconds = timed(lambda: unpipelined_step(batch))
         rows["unpipelined"].append(dict(step=i, seconds=seconds, ranks=gathered(out)))
         if rank == 0:
-            print(f"step {i}: {sum(lengths[i])} tokens; " + ", ".join(
-                f"{name} {r[-1]['seconds']:.2f} s" for name, r in rows.items()), flush=True)
+            print(
+                f"step {i}: {sum(lengths[i])} tokens; "
+                + ", ".join(f"{name} {r[-1]['seconds']:.2f} s" for name, r in rows.items()),
+                flush=True,
+            )
     for i, batch in enumerate(batches):  # memory pass
         for name, runner in runners.items():
-            rows[name][i]["memory_bytes"] = [s["memory_bytes"] for s in gathered(
-                runner.step(batch, measure_memory=True))]
+            rows[name][i]["memory_bytes"] = [
+                s["memory_bytes"] for s in gathered(runner.step(batch, measure_memory=True))
+            ]
 
     if rank == 0:
-        result = dict(case=dict(batch=args.batch, context=args.context, steps=args.steps,
-                                seed=args.seed, budget_mib=args.budget_mib,
-                                cost_model=args.cost_model, model="tiny LLaMA (" +
-                                ", ".join(f"{k}={v}" for k, v in vars(config).items()
-                                          if k != "dtype") + ")"),
-                      lengths=lengths, static=static, first_step_loss=first_loss,
-                      torch_config=dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried),
-                      rows=rows, summary=summarise(rows, lengths, args))
+        result = dict(
+            case=dict(
+                batch=args.batch,
+                context=args.context,
+                steps=args.steps,
+                seed=args.seed,
+                budget_mib=args.budget_mib,
+                cost_model=args.cost_model,
+                model="tiny LLaMA ("
+                + ", ".join(f"{k}={v}" for k, v in vars(config).items() if k != "dtype")
+                + ")",
+            ),
+            lengths=lengths,
+            static=static,
+            first_step_loss=first_loss,
+            torch_config=dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried),
+            rows=rows,
+            summary=summarise(rows, lengths, args),
+        )
         if args.note:
             result["note"] = args.note
         print(json.dumps(result["summary"], indent=1))
@@ -254,7 +339,7 @@ def main() -> int:
 
 
 def summarise(rows: dict, lengths: list, args) -> dict:
-    tokens = sum(sum(l) for l in lengths)
+    tokens = sum(sum(step) for step in lengths)
     out = {}
     for name, steps in rows.items():
         total = sum(s["seconds"] for s in steps)
@@ -266,10 +351,11 @@ def summarise(rows: dict, lengths: list, args) -> dict:
             # Pipeline efficiency: mean stage compute over the step time (1 - bubbles), from
             # the measured per-stage compute.
             entry["pipeline_efficiency"] = statistics.mean(
-                statistics.mean(r["compute_s"] for r in s["ranks"]) / s["seconds"] for s in steps)
+                statistics.mean(r["compute_s"] for r in s["ranks"]) / s["seconds"] for s in steps
+            )
         out[name] = entry
     epp = out["epp"]["tokens_per_s"]
-    for name, entry in out.items():
+    for entry in out.values():
         entry["epp_speedup"] = epp / entry["tokens_per_s"]
     return out
 

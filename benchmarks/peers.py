@@ -24,8 +24,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -50,8 +51,10 @@ def check_batch(batch: Any, vocab: int) -> list[torch.Tensor]:
     for i, seq in enumerate(batch):
         t = torch.as_tensor(seq)
         if t.dim() != 1 or t.numel() == 0 or t.is_floating_point() or t.dtype == torch.bool:
-            raise ValueError(f"sequence {i} must be a non-empty 1-D integer tensor, got "
-                             f"{t.dtype} of shape {tuple(t.shape)}")
+            raise ValueError(
+                f"sequence {i} must be a non-empty 1-D integer tensor, got "
+                f"{t.dtype} of shape {tuple(t.shape)}"
+            )
         if int(t.min()) < 0 or int(t.max()) >= vocab:
             raise ValueError(f"sequence {i} has token ids outside the vocabulary [0, {vocab})")
         out.append(t.to(torch.long))
@@ -82,7 +85,8 @@ class _MeteredRecompute:
         else:
             inner_pack, inner_unpack = inner
             self.hooks = torch.autograd.graph.saved_tensors_hooks(
-                lambda x: meter._pack(inner_pack(x)), lambda h: inner_unpack(meter._unpack(h)))
+                lambda x: meter._pack(inner_pack(x)), lambda h: inner_unpack(meter._unpack(h))
+            )
         self.hooks.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
@@ -102,8 +106,10 @@ def _memory_meter(parameters: Sequence[torch.Tensor]) -> Any:
     try:
         from infinipipe.memory_meter import MemoryMeter
     except ImportError as e:
-        raise RuntimeError("measure_memory reuses infinipipe.MemoryMeter, which needs the "
-                           f"compiled module infinipipe._C: {e}") from None
+        raise RuntimeError(
+            "measure_memory reuses infinipipe.MemoryMeter, which needs the "
+            f"compiled module infinipipe._C: {e}"
+        ) from None
     return MemoryMeter(_NothingHeld(), parameters)
 
 
@@ -122,10 +128,11 @@ class _Layers:
             if i in self.checkpointed:
                 meter, kwargs = self.meter, {}
                 if meter is not None:
-                    kwargs["context_fn"] = lambda: (contextlib.nullcontext(),
-                                                    _MeteredRecompute(meter))
-                hidden = checkpoint(self.stage.layer, i, hidden, ctx, use_reentrant=False,
-                                    **kwargs)
+                    kwargs["context_fn"] = lambda: (
+                        contextlib.nullcontext(),
+                        _MeteredRecompute(meter),
+                    )
+                hidden = checkpoint(self.stage.layer, i, hidden, ctx, use_reentrant=False, **kwargs)
             else:
                 hidden = self.stage.layer(i, hidden, ctx)
         return hidden
@@ -135,15 +142,17 @@ class _Layers:
 # torch.distributed.pipelining
 
 
-def padded_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            ctx: llama.ChunkContext, layer_index: int) -> torch.Tensor:
+def padded_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: llama.ChunkContext, layer_index: int
+) -> torch.Tensor:
     """Batched causal SDPA over equal-length padded rows (what a padded-batch model runs).
     Exact for right padding: under the causal mask real tokens never see the pads after them."""
     rows = len(ctx.slices)
     length = ctx.num_tokens // rows
     q4, k4, v4 = (x.view(rows, length, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
-    out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, scale=q.shape[-1] ** -0.5,
-                                         enable_gqa=q.shape[1] != k.shape[1])
+    out = F.scaled_dot_product_attention(
+        q4, k4, v4, is_causal=True, scale=q.shape[-1] ** -0.5, enable_gqa=q.shape[1] != k.shape[1]
+    )
     return out.transpose(1, 2).reshape(q.shape)
 
 
@@ -170,8 +179,11 @@ class PaddedStage(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows, length = x.shape[0], x.shape[1]
         ctx = self.context(rows, length)
-        hidden = (self.stage.embed(x.reshape(-1)) if self.stage.has_embedding
-                  else x.reshape(rows * length, -1))
+        hidden = (
+            self.stage.embed(x.reshape(-1))
+            if self.stage.has_embedding
+            else x.reshape(rows * length, -1)
+        )
         hidden = self.layers(hidden, ctx)
         out = self.stage.head(hidden) if self.stage.has_head else hidden
         return out.view(rows, length, -1)
@@ -184,8 +196,8 @@ def pad_batch(sequences: Sequence[torch.Tensor], rows: int) -> tuple[torch.Tenso
     tokens = torch.full((rows, length), PAD, dtype=torch.long)
     targets = torch.full((rows, length), llama.IGNORE_INDEX, dtype=torch.long)
     for r, s in enumerate(sequences):
-        tokens[r, :s.numel()] = s
-        targets[r, :s.numel() - 1] = s[1:]
+        tokens[r, : s.numel()] = s
+        targets[r, : s.numel() - 1] = s[1:]
     return tokens, targets
 
 
@@ -200,20 +212,33 @@ class TorchPipelining:
 
     MAX_CACHED_SHAPES = 4  # each cached schedule keeps receive buffers of its shape
 
-    def __init__(self, config: llama.LlamaConfig, layers_per_stage: int | Sequence[int],
-                 group: Any, *, microbatch_size: int = 1, checkpoint_layers: int = 0,
-                 seed: int = 0, lr: float = 1e-2) -> None:
+    def __init__(
+        self,
+        config: llama.LlamaConfig,
+        layers_per_stage: int | Sequence[int],
+        group: Any,
+        *,
+        microbatch_size: int = 1,
+        checkpoint_layers: int = 0,
+        seed: int = 0,
+        lr: float = 1e-2,
+    ) -> None:
         if microbatch_size < 1:
             raise ValueError(f"microbatch_size must be >= 1, got {microbatch_size}")
         self.config, self.group = config, group
         self.microbatch_size = int(microbatch_size)
         self.rank = dist.get_rank(group)
         self.num_stages = dist.get_world_size(group)
-        split = (llama.even_layer_split(config.layers, layers_per_stage)
-                 if isinstance(layers_per_stage, int) else list(layers_per_stage))
+        split = (
+            llama.even_layer_split(config.layers, layers_per_stage)
+            if isinstance(layers_per_stage, int)
+            else list(layers_per_stage)
+        )
         if len(split) != self.num_stages:
-            raise ValueError(f"the layer split {split} has {len(split)} stages but the group has "
-                             f"{self.num_stages} ranks: one stage per rank")
+            raise ValueError(
+                f"the layer split {split} has {len(split)} stages but the group has "
+                f"{self.num_stages} ranks: one stage per rank"
+            )
         stage = llama.build_stage(config, split, self.rank, seed=seed)
         self.module = PaddedStage(stage, checkpoint_layers)
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=lr)
@@ -229,8 +254,9 @@ class TorchPipelining:
         # Summed over the microbatch and divided by the whole step's target count (with
         # scale_grads=False the schedule neither averages nor rescales), so the microbatch
         # losses add up to the step's mean loss, as in InfiniPipe.
-        return llama.chunk_loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                self._normaliser)
+        return llama.chunk_loss(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), self._normaliser
+        )
 
     def _schedule(self, microbatches: int, length: int) -> Schedule1F1B:
         """The stage and schedule of a step shape. Shapes are given up front (static metadata):
@@ -241,17 +267,31 @@ class TorchPipelining:
                 self._schedules.pop(next(iter(self._schedules)))
             c, rows = self.config, self.microbatch_size
             stage = self.module.stage
-            hidden = torch.empty(rows, length, c.hidden, dtype=c.dtype, device="meta",
-                                 requires_grad=True)
-            inputs = (torch.empty(rows, length, dtype=torch.long, device="meta")
-                      if stage.has_embedding else hidden)
-            outputs = (torch.empty(rows, length, c.vocab, dtype=c.dtype, device="meta",
-                                   requires_grad=True) if stage.has_head else hidden)
-            pipe_stage = PipelineStage(self.module, self.rank, self.num_stages,
-                                       torch.device("cpu"), input_args=inputs,
-                                       output_args=outputs, group=self.group)
-            self._schedules[key] = Schedule1F1B(pipe_stage, microbatches, loss_fn=self._loss,
-                                                scale_grads=False)
+            hidden = torch.empty(
+                rows, length, c.hidden, dtype=c.dtype, device="meta", requires_grad=True
+            )
+            inputs = (
+                torch.empty(rows, length, dtype=torch.long, device="meta")
+                if stage.has_embedding
+                else hidden
+            )
+            outputs = (
+                torch.empty(rows, length, c.vocab, dtype=c.dtype, device="meta", requires_grad=True)
+                if stage.has_head
+                else hidden
+            )
+            pipe_stage = PipelineStage(
+                self.module,
+                self.rank,
+                self.num_stages,
+                torch.device("cpu"),
+                input_args=inputs,
+                output_args=outputs,
+                group=self.group,
+            )
+            self._schedules[key] = Schedule1F1B(
+                pipe_stage, microbatches, loss_fn=self._loss, scale_grads=False
+            )
         return self._schedules[key]
 
     def step(self, batch: list[torch.Tensor], measure_memory: bool = False) -> dict:
@@ -268,7 +308,8 @@ class TorchPipelining:
             raise ValueError(
                 f"Schedule1F1B needs at least as many microbatches as stages ({self.num_stages}); "
                 f"{len(sequences)} sequences in microbatches of {self.microbatch_size} make "
-                f"{microbatches}: use a smaller microbatch_size or more sequences")
+                f"{microbatches}: use a smaller microbatch_size or more sequences"
+            )
         tokens, targets = pad_batch(sequences, microbatches * self.microbatch_size)
         self._normaliser = llama.count_targets(s.numel() for s in sequences)
 
@@ -285,9 +326,12 @@ class TorchPipelining:
         try:
             with meter.hooks() if meter is not None else contextlib.nullcontext():
                 # Only the first stage takes inputs, only the last targets and losses.
-                schedule.step(*((tokens,) if self.rank == 0 else ()),
-                              target=targets if self.rank == self.num_stages - 1 else None,
-                              losses=losses, return_outputs=False)
+                schedule.step(
+                    *((tokens,) if self.rank == 0 else ()),
+                    target=targets if self.rank == self.num_stages - 1 else None,
+                    losses=losses,
+                    return_outputs=False,
+                )
         finally:
             self.module.layers.meter = None
         self.optimizer.step()
@@ -295,8 +339,13 @@ class TorchPipelining:
 
         loss = torch.stack(losses).sum().detach() if losses else torch.zeros(())
         dist.broadcast(loss, src=self.last_rank, group=self.group)
-        result = dict(loss=float(loss), step_s=step_s, setup_s=setup_s,
-                      padded_tokens=tokens.numel(), tokens=sum(s.numel() for s in sequences))
+        result = dict(
+            loss=float(loss),
+            step_s=step_s,
+            setup_s=setup_s,
+            padded_tokens=tokens.numel(),
+            tokens=sum(s.numel() for s in sequences),
+        )
         if meter is not None:
             result["peak_activation_bytes"] = meter.peak_bytes
         return result
@@ -309,8 +358,14 @@ class TorchPipelining:
 class Unpipelined:
     """The whole model on one process, the step's sequences one at a time, unpadded."""
 
-    def __init__(self, config: llama.LlamaConfig, *, seed: int = 0, lr: float = 1e-2,
-                 checkpoint_layers: int = 0) -> None:
+    def __init__(
+        self,
+        config: llama.LlamaConfig,
+        *,
+        seed: int = 0,
+        lr: float = 1e-2,
+        checkpoint_layers: int = 0,
+    ) -> None:
         self.config = config
         self.model = llama.build_full_model(config, seed=seed)
         self.model.attention_fn = llama.varlen_causal_attention  # SDPA, as a plain model runs
@@ -337,8 +392,9 @@ class Unpipelined:
             loss.backward()
             total += float(loss.detach())
         self.optimizer.step()
-        return dict(loss=total, step_s=time.perf_counter() - start,
-                    tokens=sum(s.numel() for s in sequences))
+        return dict(
+            loss=total, step_s=time.perf_counter() - start, tokens=sum(s.numel() for s in sequences)
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,8 +407,9 @@ RTOL = 1e-4
 
 def smoke_batches(config: llama.LlamaConfig) -> list[list[torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
-    return [[torch.randint(config.vocab, (n,), generator=g) for n in lengths]
-            for lengths in SMOKE_STEPS]
+    return [
+        [torch.randint(config.vocab, (n,), generator=g) for n in lengths] for lengths in SMOKE_STEPS
+    ]
 
 
 def _check_gradients(stage: nn.Module, reference: dict[str, torch.Tensor], what: str) -> None:
@@ -362,33 +419,41 @@ def _check_gradients(stage: nn.Module, reference: dict[str, torch.Tensor], what:
         want = reference[name]
         error = float((p.grad - want).norm()) if p.grad is not None else float("inf")
         if not error <= RTOL * float(want.norm()) + 1e-9:
-            raise AssertionError(f"{what}: gradient of {name} differs from the unpipelined one "
-                                 f"(|diff| {error:.3g}, |reference| {float(want.norm()):.3g})")
+            raise AssertionError(
+                f"{what}: gradient of {name} differs from the unpipelined one "
+                f"(|diff| {error:.3g}, |reference| {float(want.norm()):.3g})"
+            )
 
 
-def _smoke_rank(rank: int, port: int, expected: list[float],
-                gradients: dict[str, torch.Tensor]) -> None:
+def _smoke_rank(
+    rank: int, port: int, expected: list[float], gradients: dict[str, torch.Tensor]
+) -> None:
     """One rank: every smoke configuration for both steps; raises on the first mismatch (then
     mp.spawn reports it and ends the other rank)."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     config = llama.LlamaConfig.tiny()
     batches = smoke_batches(config)
     for mbs, ckpt in SMOKE_CONFIGS:
-        peer = TorchPipelining(config, 2, dist.group.WORLD, microbatch_size=mbs,
-                               checkpoint_layers=ckpt)
+        peer = TorchPipelining(
+            config, 2, dist.group.WORLD, microbatch_size=mbs, checkpoint_layers=ckpt
+        )
         for i, (batch, want) in enumerate(zip(batches, expected)):
             r = peer.step(batch)
             what = f"TorchPipelining (microbatch_size {mbs}, checkpoint_layers {ckpt}) step {i}"
             if rank == 0:
-                print(f"{what}: loss {r['loss']:.6f} (unpipelined {want:.6f}), "
-                      f"{r['padded_tokens']} padded tokens for {r['tokens']}, step "
-                      f"{r['step_s']:.3f} s, setup {r['setup_s']:.4f} s", flush=True)
+                print(
+                    f"{what}: loss {r['loss']:.6f} (unpipelined {want:.6f}), "
+                    f"{r['padded_tokens']} padded tokens for {r['tokens']}, step "
+                    f"{r['step_s']:.3f} s, setup {r['setup_s']:.4f} s",
+                    flush=True,
+                )
             if not math.isclose(r["loss"], want, rel_tol=RTOL):
                 # The loss is broadcast, so every rank stops here together.
-                raise AssertionError(f"{what}: loss {r['loss']!r} differs from the "
-                                     f"unpipelined {want!r} by more than rel. {RTOL}")
+                raise AssertionError(
+                    f"{what}: loss {r['loss']!r} differs from the "
+                    f"unpipelined {want!r} by more than rel. {RTOL}"
+                )
             if i == 0:
                 _check_gradients(peer.module.stage, gradients, f"{what}, rank {rank}")
     dist.barrier()
@@ -426,19 +491,25 @@ def smoke() -> int:
     except mp.ProcessExitedException as e:
         print(f"SMOKE FAILED: a rank died: {e}", file=sys.stderr)
         return 1
-    print(f"smoke OK: TorchPipelining's losses and gradients match Unpipelined's within rel. "
-          f"{RTOL} ({time.perf_counter() - start:.1f} s)")
+    print(
+        f"smoke OK: TorchPipelining's losses and gradients match Unpipelined's within rel. "
+        f"{RTOL} ({time.perf_counter() - start:.1f} s)"
+    )
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true",
-                        help="2 processes: check the pipelined losses against the unpipelined")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="2 processes: check the pipelined losses against the unpipelined",
+    )
     args = parser.parse_args()
     if not args.smoke:
-        parser.error("nothing to do: the peers are a library for measured_comparison.py; "
-                     "--smoke checks them")
+        parser.error(
+            "nothing to do: the peers are a library for measured_comparison.py; --smoke checks them"
+        )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     return smoke()
 

@@ -9,6 +9,7 @@ and writes docs/planning.md. `--smoke` runs a small case for CI and writes nothi
 
 Usage: python3 benchmarks/planning_comparison.py [build/infinipipe-plan] [--smoke] [--output F]
 """
+
 import argparse
 import datetime
 import json
@@ -17,8 +18,17 @@ import shutil
 import subprocess
 import sys
 
-HEADLINE = dict(distribution="wikipedia", batch=512, context=98304, model="llama-13b",
-                hardware="a800", stages=8, memory_gib=80, steps=5, seed=0)
+HEADLINE = dict(
+    distribution="wikipedia",
+    batch=512,
+    context=98304,
+    model="llama-13b",
+    hardware="a800",
+    stages=8,
+    memory_gib=80,
+    steps=5,
+    seed=0,
+)
 SMOKE = dict(HEADLINE, batch=64, steps=2)
 BASELINES = ["seq1f1b", "batch", "chunkflow"]
 TIMING_RUNS = 3
@@ -27,18 +37,38 @@ LABELS = {"epp": "EPP", "seq1f1b": "Seq1F1B", "batch": "batch-level", "chunkflow
 
 
 def tool_args(case, method):
-    return ["--distribution", case["distribution"], "--batch", str(case["batch"]),
-            "--context", str(case["context"]), "--seed", str(case["seed"]),
-            "--model", case["model"], "--hardware", case["hardware"],
-            "--stages", str(case["stages"]), "--memory-gib", str(case["memory_gib"]),
-            "--method", method, "--steps", str(case["steps"]), "--json"]
+    return [
+        "--distribution",
+        case["distribution"],
+        "--batch",
+        str(case["batch"]),
+        "--context",
+        str(case["context"]),
+        "--seed",
+        str(case["seed"]),
+        "--model",
+        case["model"],
+        "--hardware",
+        case["hardware"],
+        "--stages",
+        str(case["stages"]),
+        "--memory-gib",
+        str(case["memory_gib"]),
+        "--method",
+        method,
+        "--steps",
+        str(case["steps"]),
+        "--json",
+    ]
 
 
 def run_tool(command):
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit("planning_comparison: %s failed (%d): %s" %
-                 (" ".join(command), done.returncode, done.stderr.strip()))
+        sys.exit(
+            "planning_comparison: %s failed (%d): %s"
+            % (" ".join(command), done.returncode, done.stderr.strip())
+        )
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
@@ -74,9 +104,11 @@ def epp_setting(s):
 def describe_setting(method, s):
     if method == "epp":
         return epp_setting(s)
-    knobs = {"batch": "cap %d" % s["token_cap"],
-             "seq1f1b": "cap %d, k=%d" % (s["token_cap"], s["k"]),
-             "chunkflow": "chunk %d" % s["chunk_tokens"]}[method]
+    knobs = {
+        "batch": "cap %d" % s["token_cap"],
+        "seq1f1b": "cap %d, k=%d" % (s["token_cap"], s["k"]),
+        "chunkflow": "chunk %d" % s["chunk_tokens"],
+    }[method]
     return "%s, recompute %d" % (knobs, s["uniform_recompute"])
 
 
@@ -91,8 +123,10 @@ def collect(rows, steps):
     # With one step the tool prints the static row only: it is also the per-step best.
     for m in static:
         best.setdefault(m, static[m])
-    for name, table in [("epp", {"epp": epp})] + [("static " + m, {m: static.get(m, {})}) for m in BASELINES]:
-        for m, by_step in table.items():
+    for name, table in [("epp", {"epp": epp})] + [
+        ("static " + m, {m: static.get(m, {})}) for m in BASELINES
+    ]:
+        for by_step in table.values():
             missing = [i for i in range(steps) if i not in by_step]
             if missing:
                 sys.exit("planning_comparison: no %s row for steps %s" % (name, missing))
@@ -116,7 +150,8 @@ def fmt_ratio(a, b):
 def checkpoint_section(epp_rows, first_seed):
     """Tied against untied recompute on the schedules of EPP's plans that recompute."""
     text = ["\n## Checkpointing: tied or untied\n\n"]
-    text.append("""The paper ties the recompute of chunk k on stage p to a diagonal of the schedule
+    text.append(
+        """The paper ties the recompute of chunk k on stage p to a diagonal of the schedule
 (ckpt(p, k) = C[k' + d - 1 - p]): recompute on one stage delays every later stage by as much, so
 the others can recompute along the same diagonal for free; the issue asks for the golden case
 "diagonal-tied checkpointing never loses to the untied greedy". The tied integer program charges
@@ -130,14 +165,19 @@ program with CBC for the winner, and keeps what the simulator finds fastest (the
 `checkpoint_solver` says which). On the schedules of EPP's plans that recompute, over %d
 sampled steps of the case above (seeds %d..%d), each program solved again and simulated:
 
-""" % (len(epp_rows), first_seed, first_seed + len(epp_rows) - 1))
+"""
+        % (len(epp_rows), first_seed, first_seed + len(epp_rows) - 1)
+    )
     compared = [r for r in epp_rows if r.get("checkpoint_compare")]
     if not compared:
         text.append("No EPP plan in these steps recomputes.\n")
         return text
     names = ["tied cbc", "tied greedy", "untied greedy", "uniform"]
-    text.append("| seed | EPP setting | waves | " + " | ".join("%s: step s (recompute s)" % n for n in names) +
-                " | kept |\n")
+    text.append(
+        "| seed | EPP setting | waves | "
+        + " | ".join("%s: step s (recompute s)" % n for n in names)
+        + " | kept |\n"
+    )
     text.append("|---" * (4 + len(names)) + "|\n")
     margins = []  # (seed, tied step / untied step - 1)
     for r in compared:
@@ -145,18 +185,42 @@ sampled steps of the case above (seeds %d..%d), each program solved again and si
         cells = []
         for n in names:
             c = by.get(n)
-            cells.append("%.3f (%.2f)" % (c["step_time_s"], c["recompute_s"]) if c and c["feasible"] else "infeasible")
-        tied = [by[n]["step_time_s"] for n in ("tied cbc", "tied greedy") if by.get(n, {}).get("feasible")]
+            cells.append(
+                "%.3f (%.2f)" % (c["step_time_s"], c["recompute_s"])
+                if c and c["feasible"]
+                else "infeasible"
+            )
+        tied = [
+            by[n]["step_time_s"]
+            for n in ("tied cbc", "tied greedy")
+            if by.get(n, {}).get("feasible")
+        ]
         if tied and by.get("untied greedy", {}).get("feasible"):
-            margins.append((first_seed + r["step"], min(tied) / by["untied greedy"]["step_time_s"] - 1))
-        text.append("| %d | %s | %d | %s | %s |\n" % (first_seed + r["step"], epp_setting(r["setting"]), r["num_waves"],
-                                                   " | ".join(cells), r["checkpoint_solver"]))
+            margins.append(
+                (first_seed + r["step"], min(tied) / by["untied greedy"]["step_time_s"] - 1)
+            )
+        text.append(
+            "| %d | %s | %d | %s | %s |\n"
+            % (
+                first_seed + r["step"],
+                epp_setting(r["setting"]),
+                r["num_waves"],
+                " | ".join(cells),
+                r["checkpoint_solver"],
+            )
+        )
     untied = [(s, d) for s, d in margins if d > 0]
     tied = [(s, d) for s, d in margins if d < 0]
-    text.append("\nThe untied greedy gave the faster step on %d of %d schedules%s; the better tied program on %d%s.\n" % (
-        len(untied), len(margins),
-        " (by up to %.1f%%)" % (100 * max(d for _, d in untied)) if untied else "",
-        len(tied), " (by up to %.1f%%)" % (-100 * min(d for _, d in tied)) if tied else ""))
+    text.append(
+        "\nThe untied greedy gave the faster step on %d of %d schedules%s; the better tied program on %d%s.\n"
+        % (
+            len(untied),
+            len(margins),
+            " (by up to %.1f%%)" % (100 * max(d for _, d in untied)) if untied else "",
+            len(tied),
+            " (by up to %.1f%%)" % (-100 * min(d for _, d in tied)) if tied else "",
+        )
+    )
     return text
 
 
@@ -165,51 +229,86 @@ def report(case, rows, plan_ms_one_core, pinned, command, plan_ms_worst_run, che
     epp, static, best = collect(rows, steps)
     epp_t = times(epp, steps)
     if epp_t is None:
-        sys.exit("planning_comparison: EPP infeasible on some step: %s" %
-                 [epp[i].get("reason") for i in range(steps) if not epp[i]["feasible"]])
+        sys.exit(
+            "planning_comparison: EPP infeasible on some step: %s"
+            % [epp[i].get("reason") for i in range(steps) if not epp[i]["feasible"]]
+        )
     lines = []
     summary = {"epp_mean_s": mean(epp_t), "ratios": {}, "per_step_worse": {}}
 
-    lines.append("| method | setting | mean step time (s) | EPP speed-up | bubble | recompute (s) | chunks | waves |")
+    lines.append(
+        "| method | setting | mean step time (s) | EPP speed-up | bubble | recompute (s) | chunks | waves |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|")
-    lines.append("| EPP | per step: %s | %.3f | 1.00x | %.1f%% | %.2f | %.0f | %.1f |" % (
-        "; ".join(epp_setting(epp[i]["setting"]) for i in range(steps)), mean(epp_t),
-        100 * mean([epp[i]["bubble_fraction"] for i in range(steps)]),
-        mean([epp[i]["recompute_s"] for i in range(steps)]),
-        mean([epp[i]["num_chunks"] for i in range(steps)]),
-        mean([epp[i]["num_waves"] for i in range(steps)])))
+    lines.append(
+        "| EPP | per step: %s | %.3f | 1.00x | %.1f%% | %.2f | %.0f | %.1f |"
+        % (
+            "; ".join(epp_setting(epp[i]["setting"]) for i in range(steps)),
+            mean(epp_t),
+            100 * mean([epp[i]["bubble_fraction"] for i in range(steps)]),
+            mean([epp[i]["recompute_s"] for i in range(steps)]),
+            mean([epp[i]["num_chunks"] for i in range(steps)]),
+            mean([epp[i]["num_waves"] for i in range(steps)]),
+        )
+    )
     for m in BASELINES:
         for kind, table in (("static", static.get(m, {})), ("per-step best", best.get(m, {}))):
             t = times(table, steps)
             if t is None:
-                reason = next(table[i].get("reason", "") for i in range(steps) if not table[i]["feasible"])
-                lines.append("| %s (%s) | infeasible: %s | | | | | | |" % (LABELS[m], kind, reason.replace("|", "/")))
+                reason = next(
+                    table[i].get("reason", "") for i in range(steps) if not table[i]["feasible"]
+                )
+                lines.append(
+                    "| %s (%s) | infeasible: %s | | | | | | |"
+                    % (LABELS[m], kind, reason.replace("|", "/"))
+                )
                 summary["ratios"]["%s %s" % (m, kind)] = None
                 continue
             ratio = mean(t) / mean(epp_t)
             summary["ratios"]["%s %s" % (m, kind)] = ratio
             settings = sorted({describe_setting(m, table[i]["setting"]) for i in range(steps)})
             setting = settings[0] if kind == "static" else "per step: " + "; ".join(settings)
-            lines.append("| %s (%s) | %s | %.3f | %.2fx | %.1f%% | %.2f | %.0f | %.1f |" % (
-                LABELS[m], kind, setting, mean(t), ratio,
-                100 * mean([table[i]["bubble_fraction"] for i in range(steps)]),
-                mean([table[i]["recompute_s"] for i in range(steps)]),
-                mean([table[i]["num_chunks"] for i in range(steps)]),
-                mean([table[i]["num_waves"] for i in range(steps)])))
+            lines.append(
+                "| %s (%s) | %s | %.3f | %.2fx | %.1f%% | %.2f | %.0f | %.1f |"
+                % (
+                    LABELS[m],
+                    kind,
+                    setting,
+                    mean(t),
+                    ratio,
+                    100 * mean([table[i]["bubble_fraction"] for i in range(steps)]),
+                    mean([table[i]["recompute_s"] for i in range(steps)]),
+                    mean([table[i]["num_chunks"] for i in range(steps)]),
+                    mean([table[i]["num_waves"] for i in range(steps)]),
+                )
+            )
             if kind == "per-step best":
-                summary["per_step_worse"][m] = [i for i in range(steps) if epp_t[i] > t[i] * (1 + 1e-9)]
+                summary["per_step_worse"][m] = [
+                    i for i in range(steps) if epp_t[i] > t[i] * (1 + 1e-9)
+                ]
 
-    step_lines = ["| step | tokens | EPP (s) | " + " | ".join(
-        "%s static / best (speed-up)" % LABELS[m] for m in BASELINES) + " |"]
+    step_lines = [
+        "| step | tokens | EPP (s) | "
+        + " | ".join("%s static / best (speed-up)" % LABELS[m] for m in BASELINES)
+        + " |"
+    ]
     step_lines.append("|---" * (3 + len(BASELINES)) + "|")
     for i in range(steps):
         cells = []
         for m in BASELINES:
             s, b = static.get(m, {}).get(i), best.get(m, {}).get(i)
+
             def cell(r):
-                return "%.3f (%s)" % (r["step_time_s"], fmt_ratio(epp_t[i], r["step_time_s"])) if r and r["feasible"] else "infeasible"
+                return (
+                    "%.3f (%s)" % (r["step_time_s"], fmt_ratio(epp_t[i], r["step_time_s"]))
+                    if r and r["feasible"]
+                    else "infeasible"
+                )
+
             cells.append("%s / %s" % (cell(s), cell(b)))
-        step_lines.append("| %d | %d | %.3f | %s |" % (i, epp[i]["tokens"], epp_t[i], " | ".join(cells)))
+        step_lines.append(
+            "| %d | %d | %.3f | %s |" % (i, epp[i]["tokens"], epp_t[i], " | ".join(cells))
+        )
 
     summary["plan_ms_one_core"] = plan_ms_one_core
     summary["plan_ms_worst_run"] = plan_ms_worst_run
@@ -258,88 +357,193 @@ simulation parts, so the comparison is about the plans only.
   the step's own longest sequence.
 """)
     text.append("\n## Result\n\n")
-    text.append("Case: %s lengths, %s, %s, %d stages, %g GiB per stage (model state with mixed-precision "
-                "Adam inside it), batch %d, context %d, %d steps (seeds %d..%d).\n" % (
-                    case["distribution"], case["model"], case["hardware"], case["stages"],
-                    case["memory_gib"], case["batch"], case["context"], steps, case["seed"],
-                    case["seed"] + steps - 1))
+    text.append(
+        "Case: %s lengths, %s, %s, %d stages, %g GiB per stage (model state with mixed-precision "
+        "Adam inside it), batch %d, context %d, %d steps (seeds %d..%d).\n"
+        % (
+            case["distribution"],
+            case["model"],
+            case["hardware"],
+            case["stages"],
+            case["memory_gib"],
+            case["batch"],
+            case["context"],
+            steps,
+            case["seed"],
+            case["seed"] + steps - 1,
+        )
+    )
     text.append("\n")
     text.extend(line + "\n" for line in lines)
     text.append("\nSpeed-up = baseline mean step time / EPP mean step time.\n\nPer step:\n\n")
     text.extend(line + "\n" for line in step_lines)
     worse = {m: s for m, s in summary["per_step_worse"].items() if s}
-    text.append("\nEPP slower than a baseline's per-step best on: %s.\n" % (
-        ", ".join("%s steps %s" % (LABELS[m], s) for m, s in worse.items()) if worse else "no step"))
-    text.append("\nEPP planning time (the whole search: chunkings, simulations, recompute, grouping, "
-                "checkpoint choice) per step, %s, wall clock, the least of %d runs: mean %.0f ms, max %.0f ms "
-                "(slowest single run: %.0f ms).\n" % (
-                    "one core (`taskset -c 0`)" if pinned else "not pinned (taskset missing)", TIMING_RUNS,
-                    mean(plan_ms_one_core), max(plan_ms_one_core), summary["plan_ms_worst_run"]))
+    text.append(
+        "\nEPP slower than a baseline's per-step best on: %s.\n"
+        % (
+            ", ".join("%s steps %s" % (LABELS[m], s) for m, s in worse.items())
+            if worse
+            else "no step"
+        )
+    )
+    text.append(
+        "\nEPP planning time (the whole search: chunkings, simulations, recompute, grouping, "
+        "checkpoint choice) per step, %s, wall clock, the least of %d runs: mean %.0f ms, max %.0f ms "
+        "(slowest single run: %.0f ms).\n"
+        % (
+            "one core (`taskset -c 0`)" if pinned else "not pinned (taskset missing)",
+            TIMING_RUNS,
+            mean(plan_ms_one_core),
+            max(plan_ms_one_core),
+            summary["plan_ms_worst_run"],
+        )
+    )
     text.extend(checkpoint_section(checkpoint_rows, case["seed"]))
     text.append("\n## Against the targets\n\n")
-    targets = [("static Seq1F1B", summary["ratios"].get("seq1f1b static"), 1.25),
-               ("static batch-level", summary["ratios"].get("batch static"), 1.6)]
+    targets = [
+        ("static Seq1F1B", summary["ratios"].get("seq1f1b static"), 1.25),
+        ("static batch-level", summary["ratios"].get("batch static"), 1.6),
+    ]
     for name, ratio, goal in targets:
-        text.append("- EPP vs %s: %s (target >= %.2fx): %s\n" % (
-            name, "n/a" if ratio is None else "%.2fx" % ratio, goal,
-            "met" if ratio is not None and ratio >= goal else "not met"))
-    text.append("- EPP never slower than any baseline's per-step best: %s\n" % (
-        "met" if not worse else "not met (%s)" % ", ".join(
-            "%s on %d of %d steps, by up to %.1f%%" % (
-                LABELS[m], len(s), steps,
-                100 * max(epp_t[i] / best[m][i]["step_time_s"] - 1 for i in s)) for m, s in worse.items())))
-    text.append("- EPP planning under 1 s per step on one core: %s (max %.0f ms)\n" % (
-        "met" if plan_ms_one_core and max(plan_ms_one_core) < 1000 else "not met", max(plan_ms_one_core)))
+        text.append(
+            "- EPP vs %s: %s (target >= %.2fx): %s\n"
+            % (
+                name,
+                "n/a" if ratio is None else "%.2fx" % ratio,
+                goal,
+                "met" if ratio is not None and ratio >= goal else "not met",
+            )
+        )
+    text.append(
+        "- EPP never slower than any baseline's per-step best: %s\n"
+        % (
+            "met"
+            if not worse
+            else "not met (%s)"
+            % ", ".join(
+                "%s on %d of %d steps, by up to %.1f%%"
+                % (
+                    LABELS[m],
+                    len(s),
+                    steps,
+                    100 * max(epp_t[i] / best[m][i]["step_time_s"] - 1 for i in s),
+                )
+                for m, s in worse.items()
+            )
+        )
+    )
+    text.append(
+        "- EPP planning under 1 s per step on one core: %s (max %.0f ms)\n"
+        % (
+            "met" if plan_ms_one_core and max(plan_ms_one_core) < 1000 else "not met",
+            max(plan_ms_one_core),
+        )
+    )
     multi = [i for i in range(steps) if epp[i]["num_waves"] > 1]
     text.append("\nObservations from the plans:\n\n")
     if multi:
         single = [i for i in range(steps) if i not in multi]
-        text.append("- EPP needed several waves (the whole step did not fit one pipeline without "
-                    "recompute) on steps %s: bubble %.1f%% there against %.1f%% on the other steps.\n" % (
-                        multi, 100 * mean([epp[i]["bubble_fraction"] for i in multi]),
-                        100 * mean([epp[i]["bubble_fraction"] for i in single]) if single else float("nan")))
-    margins = [(best[m][i]["step_time_s"] / epp_t[i] - 1, i, m) for m in BASELINES for i in range(steps)
-               if best.get(m, {}).get(i) and best[m][i]["feasible"]]
+        text.append(
+            "- EPP needed several waves (the whole step did not fit one pipeline without "
+            "recompute) on steps %s: bubble %.1f%% there against %.1f%% on the other steps.\n"
+            % (
+                multi,
+                100 * mean([epp[i]["bubble_fraction"] for i in multi]),
+                100 * mean([epp[i]["bubble_fraction"] for i in single]) if single else float("nan"),
+            )
+        )
+    margins = [
+        (best[m][i]["step_time_s"] / epp_t[i] - 1, i, m)
+        for m in BASELINES
+        for i in range(steps)
+        if best.get(m, {}).get(i) and best[m][i]["feasible"]
+    ]
     if margins:
         closest = min(margins)
-        text.append("- Closest per-step comparison: step %d, %s's per-step best, %.2f%% %s than EPP.\n" % (
-            closest[1], LABELS[closest[2]], 100 * abs(closest[0]), "slower" if closest[0] >= 0 else "faster"))
-    knobs = [("a chunk token cap", [i for i in range(steps) if epp[i]["setting"].get("token_cap")]),
-             ("strict packing", [i for i in range(steps) if epp[i]["setting"].get("strict_packing")]),
-             ("a drain taper", [i for i in range(steps) if epp[i]["setting"].get("drain_chunks")]),
-             ("recompute", [i for i in range(steps) if epp[i]["recompute_s"] > 0])]
-    text.append("- EPP's search chose %s.\n" % "; ".join(
-        "%s on %s" % (name, "steps %s" % chosen if chosen else "no step") for name, chosen in knobs))
+        text.append(
+            "- Closest per-step comparison: step %d, %s's per-step best, %.2f%% %s than EPP.\n"
+            % (
+                closest[1],
+                LABELS[closest[2]],
+                100 * abs(closest[0]),
+                "slower" if closest[0] >= 0 else "faster",
+            )
+        )
+    knobs = [
+        ("a chunk token cap", [i for i in range(steps) if epp[i]["setting"].get("token_cap")]),
+        ("strict packing", [i for i in range(steps) if epp[i]["setting"].get("strict_packing")]),
+        ("a drain taper", [i for i in range(steps) if epp[i]["setting"].get("drain_chunks")]),
+        ("recompute", [i for i in range(steps) if epp[i]["recompute_s"] > 0]),
+    ]
+    text.append(
+        "- EPP's search chose %s.\n"
+        % "; ".join(
+            "%s on %s" % (name, "steps %s" % chosen if chosen else "no step")
+            for name, chosen in knobs
+        )
+    )
     for m in BASELINES:
         t = static.get(m, {})
-        if t and all(t[i]["feasible"] for i in range(steps)) and t[0]["setting"]["uniform_recompute"] > 0:
-            text.append("- Static %s recomputes %d layer(s) per stage on every step, %.2f s of recompute per "
-                        "step summed over stages, because its worst step needs it.\n" % (
-                            LABELS[m], t[0]["setting"]["uniform_recompute"],
-                            mean([t[i]["recompute_s"] for i in range(steps)])))
-    bound = [max(b - r for b, r in zip(epp[i]["busy_s"], epp[i]["recompute_s_per_stage"])) for i in range(steps)]
-    text.append("- Compute of the busiest stage in EPP's plans, recompute left out (no plan of these chunks "
-                "can be faster): mean %.3f s, so EPP is within %.1f%% of it, and no method could be more than "
-                "%.2fx faster than static Seq1F1B here unless it ran less compute on that stage.\n" % (
-                    mean(bound), 100 * (mean(epp_t) / mean(bound) - 1),
-                    (mean(times(static["seq1f1b"], steps)) / mean(bound)) if times(static.get("seq1f1b", {}), steps) else float("nan")))
-    text.append("- Lowest bubble of any plan: %.1f%%. With even layer splits the last stage also "
-                "runs the LM head, so the other stages wait for it whatever the chunking.\n" % (
-                    100 * min(r["bubble_fraction"] for r in rows if r["feasible"])))
-    text.append("\n## How to reproduce\n\n```\n%s\n```\n\nThe table comes from\n\n```\n%s\n```\n" % (
-        "python3 benchmarks/planning_comparison.py build/infinipipe-plan", command))
-    text.append("\nMachine: %s, %s cores. Date: %s.\n" % (model, cores, datetime.date.today().isoformat()))
+        if (
+            t
+            and all(t[i]["feasible"] for i in range(steps))
+            and t[0]["setting"]["uniform_recompute"] > 0
+        ):
+            text.append(
+                "- Static %s recomputes %d layer(s) per stage on every step, %.2f s of recompute per "
+                "step summed over stages, because its worst step needs it.\n"
+                % (
+                    LABELS[m],
+                    t[0]["setting"]["uniform_recompute"],
+                    mean([t[i]["recompute_s"] for i in range(steps)]),
+                )
+            )
+    bound = [
+        max(b - r for b, r in zip(epp[i]["busy_s"], epp[i]["recompute_s_per_stage"]))
+        for i in range(steps)
+    ]
+    text.append(
+        "- Compute of the busiest stage in EPP's plans, recompute left out (no plan of these chunks "
+        "can be faster): mean %.3f s, so EPP is within %.1f%% of it, and no method could be more than "
+        "%.2fx faster than static Seq1F1B here unless it ran less compute on that stage.\n"
+        % (
+            mean(bound),
+            100 * (mean(epp_t) / mean(bound) - 1),
+            (mean(times(static["seq1f1b"], steps)) / mean(bound))
+            if times(static.get("seq1f1b", {}), steps)
+            else float("nan"),
+        )
+    )
+    text.append(
+        "- Lowest bubble of any plan: %.1f%%. With even layer splits the last stage also "
+        "runs the LM head, so the other stages wait for it whatever the chunking.\n"
+        % (100 * min(r["bubble_fraction"] for r in rows if r["feasible"]))
+    )
+    text.append(
+        "\n## How to reproduce\n\n```\n%s\n```\n\nThe table comes from\n\n```\n%s\n```\n"
+        % ("python3 benchmarks/planning_comparison.py build/infinipipe-plan", command)
+    )
+    text.append(
+        "\nMachine: %s, %s cores. Date: %s.\n" % (model, cores, datetime.date.today().isoformat())
+    )
     return "".join(text), summary
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool", nargs="?", default="build/infinipipe-plan")
-    parser.add_argument("--smoke", action="store_true", help="small case for CI (batch 64, 2 steps)")
-    parser.add_argument("--output", help="markdown to write (default docs/planning.md, none with --smoke)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="small case for CI (batch 64, 2 steps)"
+    )
+    parser.add_argument(
+        "--output", help="markdown to write (default docs/planning.md, none with --smoke)"
+    )
     args = parser.parse_args()
     if not os.path.exists(args.tool):
-        sys.exit("planning_comparison: %s not found; build it first (ninja -C build infinipipe-plan)" % args.tool)
+        sys.exit(
+            "planning_comparison: %s not found; build it first (ninja -C build infinipipe-plan)"
+            % args.tool
+        )
     case = SMOKE if args.smoke else HEADLINE
     command = [args.tool] + tool_args(case, "all")
     rows = run_tool(command)
@@ -358,9 +562,20 @@ def main():
     wide = dict(case, steps=max(case["steps"], CHECKPOINT_STEPS))
     checkpoint_rows = [r for r in run_tool([args.tool] + tool_args(wide, "epp")) if r["feasible"]]
 
-    markdown, summary = report(case, rows, plan_ms, bool(pin), " ".join(["infinipipe-plan"] + command[1:]),
-                               worst_run, checkpoint_rows)
-    output = args.output or (None if args.smoke else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "planning.md"))
+    markdown, summary = report(
+        case,
+        rows,
+        plan_ms,
+        bool(pin),
+        " ".join(["infinipipe-plan"] + command[1:]),
+        worst_run,
+        checkpoint_rows,
+    )
+    output = args.output or (
+        None
+        if args.smoke
+        else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "planning.md")
+    )
     if output:
         with open(output, "w") as f:
             f.write(markdown)

@@ -1,4 +1,5 @@
 """What the torchrun benchmark scripts share: gathering a value from every rank, and leaving."""
+
 import os
 import sys
 

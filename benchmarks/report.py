@@ -20,10 +20,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 MIB = 1 << 20
-LABELS = {"epp": "EPP", "seq1f1b": "Seq1F1B (static)", "batch": "batch-level 1F1B (static)",
-          "chunkflow": "ChunkFlow (static)",
-          "torch_1f1b": "torch.distributed.pipelining Schedule1F1B (padded)",
-          "unpipelined": "unpipelined, one process"}
+LABELS = {
+    "epp": "EPP",
+    "seq1f1b": "Seq1F1B (static)",
+    "batch": "batch-level 1F1B (static)",
+    "chunkflow": "ChunkFlow (static)",
+    "torch_1f1b": "torch.distributed.pipelining Schedule1F1B (padded)",
+    "unpipelined": "unpipelined, one process",
+}
 
 
 INTRO = """What InfiniPipe's method buys on skewed-length data, measured on this machine (2 CPU
@@ -104,45 +108,70 @@ def calibration_section(meta: dict | None) -> list[str]:
     if meta is None:
         return ["No calibration results (run benchmarks/run_all.sh).\n"]
     out = ["| coefficient | fitted |", "|---|---|"]
-    for key in ("a1", "a2", "b", "backward_a1", "backward_a2", "backward_b", "backward_ratio",
-                "head_s_per_token", "embedding_s_per_token", "activation_bytes"):
+    for key in (
+        "a1",
+        "a2",
+        "b",
+        "backward_a1",
+        "backward_a2",
+        "backward_b",
+        "backward_ratio",
+        "head_s_per_token",
+        "embedding_s_per_token",
+        "activation_bytes",
+    ):
         if key in meta:
             out.append(f"| {key} | {meta[key]:.4g} |")
     out.append("")
     for part in ("forward", "backward"):
         med, mx = meta.get(f"{part}_heldout_median"), meta.get(f"{part}_heldout_max")
         if med is not None:
-            out.append(f"- {part}: held-out median error {100 * med:.1f}%, max {100 * mx:.1f}% "
-                       f"({len(meta.get('held_out', []))} held-out grid points)")
-    out.append(f"- device: {meta.get('cpu', meta.get('device', '?'))}, {meta.get('threads', '?')} thread; torch {meta.get('torch', '?')}; "
-               f"grid {meta.get('grid', '?')}; neighbours {meta.get('neighbours', 0)}; date {meta.get('date', '?')}")
+            out.append(
+                f"- {part}: held-out median error {100 * med:.1f}%, max {100 * mx:.1f}% "
+                f"({len(meta.get('held_out', []))} held-out grid points)"
+            )
+    out.append(
+        f"- device: {meta.get('cpu', meta.get('device', '?'))}, {meta.get('threads', '?')} thread; torch {meta.get('torch', '?')}; "
+        f"grid {meta.get('grid', '?')}; neighbours {meta.get('neighbours', 0)}; date {meta.get('date', '?')}"
+    )
     return out + [""]
 
 
 def validation_section(val: dict | None) -> list[str]:
     if val is None:
         return ["No validation results.\n"]
-    out = ["| # | lengths | method | budget | plan | predicted step (s) | measured step (s) | "
-           "step error | activation peak error per stage | busy error per stage |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| # | lengths | method | budget | plan | predicted step (s) | measured step (s) | "
+        "step error | activation peak error per stage | busy error per stage |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, r in enumerate(val["cases"]):
         c = r["case"]
         measured = statistics.median(r["measured_step_s"])
-        mem = [p / m - 1 for p, m in zip(r["predicted_activation_bytes"], r["measured_activation_bytes"])]
+        mem = [
+            p / m - 1
+            for p, m in zip(r["predicted_activation_bytes"], r["measured_activation_bytes"])
+        ]
         busy = [p / m - 1 for p, m in zip(r["predicted_busy_s"], r["measured_busy_s"])]
         budget = "none" if c["budget_mib"] is None else f"{c['budget_mib']:g} MiB"
-        out.append(f"| {i} | {c['distribution']} x{c['batch']} <= {c['context']} "
-                   f"({sum(r['lengths'])} tokens, longest {max(r['lengths'])}) | {c['method']} | "
-                   f"{budget} | {r['setting']}; {r['chunks']} chunks, {r['waves']} waves, "
-                   f"{r['recomputed_layer_chunks']} recomputed layer-chunks | "
-                   f"{r['predicted_step_s']:.2f} | {measured:.2f} | "
-                   f"{pct(r['predicted_step_s'] / measured - 1)} | "
-                   f"{', '.join(pct(m) for m in mem)} | {', '.join(pct(b) for b in busy)} |")
-    out += ["", f"Step time: median |error| **{100 * val['median_abs_step_error']:.1f}%** (max "
-            f"{100 * val['max_abs_step_error']:.1f}%) over {len(val['cases'])} cases. Activation "
-            f"memory: median |error| **{100 * val['median_abs_memory_error']:.1f}%** (max "
-            f"{100 * val['max_abs_memory_error']:.1f}%) over every stage of every case. Error = "
-            "predicted / measured - 1.", ""]
+        out.append(
+            f"| {i} | {c['distribution']} x{c['batch']} <= {c['context']} "
+            f"({sum(r['lengths'])} tokens, longest {max(r['lengths'])}) | {c['method']} | "
+            f"{budget} | {r['setting']}; {r['chunks']} chunks, {r['waves']} waves, "
+            f"{r['recomputed_layer_chunks']} recomputed layer-chunks | "
+            f"{r['predicted_step_s']:.2f} | {measured:.2f} | "
+            f"{pct(r['predicted_step_s'] / measured - 1)} | "
+            f"{', '.join(pct(m) for m in mem)} | {', '.join(pct(b) for b in busy)} |"
+        )
+    out += [
+        "",
+        f"Step time: median |error| **{100 * val['median_abs_step_error']:.1f}%** (max "
+        f"{100 * val['max_abs_step_error']:.1f}%) over {len(val['cases'])} cases. Activation "
+        f"memory: median |error| **{100 * val['median_abs_memory_error']:.1f}%** (max "
+        f"{100 * val['max_abs_memory_error']:.1f}%) over every stage of every case. Error = "
+        "predicted / measured - 1.",
+        "",
+    ]
     return out
 
 
@@ -150,41 +179,60 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
     if res is None:
         return ["No measured comparison.\n"]
     s, case = res["summary"], res["case"]
-    out = [f"Case: {case['model']}; {case['steps']} steps of {case['batch']} sequences from the "
-           f"Wikipedia length distribution, truncated to {case['context']} tokens (seeds "
-           f"{case['seed']}..{case['seed'] + case['steps'] - 1}; {sum(map(sum, res['lengths']))} "
-           f"tokens in all, longest {max(map(max, res['lengths']))}); memory budget "
-           f"{case['budget_mib']:g} MiB per stage, model state included.", "",
-           "| method | setting | tokens/s | EPP speed-up | peak memory (MiB) | within budget | "
-           "pipeline efficiency |", "|---|---|---|---|---|---|---|"]
+    out = [
+        f"Case: {case['model']}; {case['steps']} steps of {case['batch']} sequences from the "
+        f"Wikipedia length distribution, truncated to {case['context']} tokens (seeds "
+        f"{case['seed']}..{case['seed'] + case['steps'] - 1}; {sum(map(sum, res['lengths']))} "
+        f"tokens in all, longest {max(map(max, res['lengths']))}); memory budget "
+        f"{case['budget_mib']:g} MiB per stage, model state included.",
+        "",
+        "| method | setting | tokens/s | EPP speed-up | peak memory (MiB) | within budget | "
+        "pipeline efficiency |",
+        "|---|---|---|---|---|---|---|",
+    ]
     settings = {m: describe_static(v) for m, v in res["static"]["settings"].items()}
     tc = res["torch_config"]
-    settings["torch_1f1b"] = (f"microbatch {tc['microbatch_size']}, checkpoint "
-                              f"{tc['checkpoint']}")
+    settings["torch_1f1b"] = f"microbatch {tc['microbatch_size']}, checkpoint {tc['checkpoint']}"
     settings["epp"] = "planned per step"
     settings["unpipelined"] = "rank 0 alone"
     for name, e in s.items():
         mem = f"{e['peak_memory_mib']:.0f}" if "peak_memory_mib" in e else "n/a"
         fits = ("yes" if e["within_budget"] else "**no**") if "within_budget" in e else "n/a"
         eff = f"{100 * e['pipeline_efficiency']:.0f}%" if "pipeline_efficiency" in e else "n/a"
-        out.append(f"| {LABELS.get(name, name)} | {settings.get(name, '')} | "
-                   f"{e['tokens_per_s']:.0f} | {e['epp_speedup']:.2f}x | {mem} | {fits} | {eff} |")
-    out += ["", "EPP speed-up = EPP's tokens/s over the method's, both measured in the same run "
-            "(methods interleaved step by step). Pipeline efficiency = mean over stages of the "
-            "measured compute (forward and backward, recompute included) over the step's wall "
-            "time.", ""]
+        out.append(
+            f"| {LABELS.get(name, name)} | {settings.get(name, '')} | "
+            f"{e['tokens_per_s']:.0f} | {e['epp_speedup']:.2f}x | {mem} | {fits} | {eff} |"
+        )
+    out += [
+        "",
+        "EPP speed-up = EPP's tokens/s over the method's, both measured in the same run "
+        "(methods interleaved step by step). Pipeline efficiency = mean over stages of the "
+        "measured compute (forward and backward, recompute included) over the step's wall "
+        "time.",
+        "",
+    ]
     tuned = [t for t in tc["tried"] if "given" not in t]
     given = [t["given"] for t in tc["tried"] if "given" in t]
     if given:
-        out += [f"torch.distributed.pipelining's configuration was given (`--torch-config "
-                f"{given[0]}`), from the tuning of an earlier run of this case" +
-                (" listed next." if tuned else "."), ""]
+        out += [
+            f"torch.distributed.pipelining's configuration was given (`--torch-config "
+            f"{given[0]}`), from the tuning of an earlier run of this case"
+            + (" listed next." if tuned else "."),
+            "",
+        ]
     if tuned:
-        out += ["torch.distributed.pipelining configurations tried (memory on the step with the "
-                "longest sequence): " + "; ".join(
-                    f"microbatch {t['microbatch_size']}, checkpoint {t['checkpoint']}: "
-                    f"{t['peak_bytes'] / MIB:.0f} MiB" + (f", step 0 {t['step0_s']:.1f} s" if t["fits"]
-                                                         else " (over budget)") for t in tuned) + ".", ""]
+        out += [
+            "torch.distributed.pipelining configurations tried (memory on the step with the "
+            "longest sequence): "
+            + "; ".join(
+                f"microbatch {t['microbatch_size']}, checkpoint {t['checkpoint']}: "
+                f"{t['peak_bytes'] / MIB:.0f} MiB"
+                + (f", step 0 {t['step0_s']:.1f} s" if t["fits"] else " (over budget)")
+                for t in tuned
+            )
+            + ".",
+            "",
+        ]
     plot_throughput(s, docs / "img" / "measured_throughput.png")
     out.append("![throughput by method](img/measured_throughput.png)\n")
     return out
@@ -193,12 +241,19 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
 def runs_table(runs: list[dict], name: str) -> list[str]:
     """One row per kept run of the measured comparison: EPP's tokens/s, its speed-ups, the note."""
     methods = ("seq1f1b", "batch", "chunkflow", "torch_1f1b")
-    out = ["| run | EPP tokens/s | " + " | ".join(f"vs {LABELS.get(m, m)}" for m in methods) + " | what differed |",
-           "|---|---|" + "---|" * len(methods) + "---|"]
+    out = [
+        "| run | EPP tokens/s | "
+        + " | ".join(f"vs {LABELS.get(m, m)}" for m in methods)
+        + " | what differed |",
+        "|---|---|" + "---|" * len(methods) + "---|",
+    ]
     for i, run in enumerate(runs, 1):
         s = run["summary"]
-        out.append(f"| {name} {i} | {s['epp']['tokens_per_s']:.0f} | " +
-                   " | ".join(f"{s[m]['epp_speedup']:.2f}x" for m in methods) + f" | {run.get('note', '')} |")
+        out.append(
+            f"| {name} {i} | {s['epp']['tokens_per_s']:.0f} | "
+            + " | ".join(f"{s[m]['epp_speedup']:.2f}x" for m in methods)
+            + f" | {run.get('note', '')} |"
+        )
     return out + [""]
 
 
@@ -207,12 +262,18 @@ def kept_runs_section(repeats: list[dict], history: list[dict]) -> list[str]:
     with the main run, and runs with earlier code (measured_history_*.json), listed only."""
     out = []
     if repeats:
-        out += ["Repeats of the same comparison with the same code, kept to show the run-to-run spread "
-                "and judged with the run above by their median "
-                "(benchmarks/results/measured_repeat_*.json):", ""] + runs_table(repeats, "repeat")
+        out += [
+            "Repeats of the same comparison with the same code, kept to show the run-to-run spread "
+            "and judged with the run above by their median "
+            "(benchmarks/results/measured_repeat_*.json):",
+            "",
+        ] + runs_table(repeats, "repeat")
     if history:
-        out += ["Runs with earlier code, listed but not judged: the planner has changed since, so they "
-                "measure a different EPP (benchmarks/results/measured_history_*.json):", ""]
+        out += [
+            "Runs with earlier code, listed but not judged: the planner has changed since, so they "
+            "measure a different EPP (benchmarks/results/measured_history_*.json):",
+            "",
+        ]
         out += runs_table(history, "earlier")
     return out
 
@@ -222,16 +283,25 @@ def horizon_section(h: dict | None) -> list[str]:
     if h is None:
         return ["No simulated horizon.\n"]
     methods = ("seq1f1b", "batch", "chunkflow")
-    out = ["The measured setup planned (infinipipe-plan's defaults) and simulated with the same calibrated cost model over the "
-           "measured steps and over more steps of the same distribution, at the measured budget and "
-           "others (`benchmarks/cpu_simulated.py`); each static baseline is chosen over all the steps "
-           "simulated, as in the measured run. It shows whether the measured steps are typical and "
-           "how EPP's margin depends on the budget.", "",
-           "| steps | budget (MiB) | EPP step (s) | " + " | ".join(f"vs {LABELS[m]}" for m in methods) + " |",
-           "|---|---|---|" + "---|" * len(methods)]
+    out = [
+        "The measured setup planned (infinipipe-plan's defaults) and simulated with the same calibrated cost model over the "
+        "measured steps and over more steps of the same distribution, at the measured budget and "
+        "others (`benchmarks/cpu_simulated.py`); each static baseline is chosen over all the steps "
+        "simulated, as in the measured run. It shows whether the measured steps are typical and "
+        "how EPP's margin depends on the budget.",
+        "",
+        "| steps | budget (MiB) | EPP step (s) | "
+        + " | ".join(f"vs {LABELS[m]}" for m in methods)
+        + " |",
+        "|---|---|---|" + "---|" * len(methods),
+    ]
     for c in h["cases"]:
-        cells = [f"{c['speedup'][m + ' static']:.2f}x" if c["speedup"].get(m + " static") else "infeasible"
-                 for m in methods]
+        cells = [
+            f"{c['speedup'][m + ' static']:.2f}x"
+            if c["speedup"].get(m + " static")
+            else "infeasible"
+            for m in methods
+        ]
         epp = f"{c['epp_step_s']:.3f}" if c["epp_step_s"] else "infeasible"
         out.append(f"| {c['steps']} | {c['budget_mib']:g} | {epp} | " + " | ".join(cells) + " |")
     return out + [""]
@@ -240,13 +310,22 @@ def horizon_section(h: dict | None) -> list[str]:
 def timeline_section(t: dict | None) -> list[str]:
     if t is None:
         return ["No timeline.\n"]
-    out = ["![EPP and static Seq1F1B on the measured case, simulated](img/timeline_sim_cpu.png)",
-           "", "The first step of the measured case, planned and simulated with the calibrated cost "
-           "model (one row per stage; red: recompute). " + "; ".join(
-               f"{x['label']}: {x['step_time_s']:.2f} s, bubble {100 * x['bubble_fraction']:.1f}%, "
-               f"recompute {x['recompute_s']:.2f} s" for x in t["traces"]) + ".", "",
-           "The same picture at paper scale (LLaMA-13B, 8 stages, 96K, simulated A800): "
-           "[cluster_study.md](cluster_study.md#one-step-as-a-timeline).", ""]
+    out = [
+        "![EPP and static Seq1F1B on the measured case, simulated](img/timeline_sim_cpu.png)",
+        "",
+        "The first step of the measured case, planned and simulated with the calibrated cost "
+        "model (one row per stage; red: recompute). "
+        + "; ".join(
+            f"{x['label']}: {x['step_time_s']:.2f} s, bubble {100 * x['bubble_fraction']:.1f}%, "
+            f"recompute {x['recompute_s']:.2f} s"
+            for x in t["traces"]
+        )
+        + ".",
+        "",
+        "The same picture at paper scale (LLaMA-13B, 8 stages, 96K, simulated A800): "
+        "[cluster_study.md](cluster_study.md#one-step-as-a-timeline).",
+        "",
+    ]
     return out
 
 
@@ -254,12 +333,16 @@ def cluster_section(study: dict | None) -> tuple[list[str], dict]:
     """The cluster study's headline rows (8 stages, 96K) and, per model, EPP's speed-ups there."""
     if study is None:
         return ["No cluster study.\n"], {}
-    out = ["Simulated with the analytic A800 coefficients (src/cost/hardware.cc), LLaMA-7B/13B/30B, "
-           "contexts 48K/96K/192K, 4 and 8 stages, batch 512, 80 GiB per stage, Wikipedia lengths; "
-           "every case, its settings, bubbles, recompute and memory are in "
-           "[cluster_study.md](cluster_study.md). At 96K and 8 stages, EPP's speed-up over each "
-           "static baseline:", "", "| model | EPP step (s) | vs Seq1F1B | vs batch-level | vs ChunkFlow |",
-           "|---|---|---|---|---|"]
+    out = [
+        "Simulated with the analytic A800 coefficients (src/cost/hardware.cc), LLaMA-7B/13B/30B, "
+        "contexts 48K/96K/192K, 4 and 8 stages, batch 512, 80 GiB per stage, Wikipedia lengths; "
+        "every case, its settings, bubbles, recompute and memory are in "
+        "[cluster_study.md](cluster_study.md). At 96K and 8 stages, EPP's speed-up over each "
+        "static baseline:",
+        "",
+        "| model | EPP step (s) | vs Seq1F1B | vs batch-level | vs ChunkFlow |",
+        "|---|---|---|---|---|",
+    ]
     headline = {}
     for case in study["cases"]:
         if case["context"] != 98304 or case["stages"] != 8:
@@ -267,8 +350,10 @@ def cluster_section(study: dict | None) -> tuple[list[str], dict]:
         methods = case["result"]["methods"]
         epp = methods["epp"]
         if not epp.get("feasible"):
-            out.append(f"| {case['model']} | infeasible on {len(epp['infeasible_steps'])} of "
-                       f"{case['steps']} steps | | | |")
+            out.append(
+                f"| {case['model']} | infeasible on {len(epp['infeasible_steps'])} of "
+                f"{case['steps']} steps | | | |"
+            )
             headline[case["model"]] = None
             continue
         ratios = {}
@@ -276,8 +361,11 @@ def cluster_section(study: dict | None) -> tuple[list[str], dict]:
             b = methods[f"{m} static"]
             ratios[m] = b["mean_step_s"] / epp["mean_step_s"] if b.get("feasible") else None
         headline[case["model"]] = ratios
-        out.append(f"| {case['model']} | {epp['mean_step_s']:.2f} | " + " | ".join(
-            "infeasible" if r is None else f"{r:.2f}x" for r in ratios.values()) + " |")
+        out.append(
+            f"| {case['model']} | {epp['mean_step_s']:.2f} | "
+            + " | ".join("infeasible" if r is None else f"{r:.2f}x" for r in ratios.values())
+            + " |"
+        )
     return out + [""], headline
 
 
@@ -288,7 +376,9 @@ def speedups(runs: list[dict], method: str, history=()) -> tuple[str, float]:
     median = statistics.median(values)
     text = f"{values[0]:.2f}x"
     if len(values) > 1:
-        text += " (repeats: " + ", ".join(f"{v:.2f}x" for v in values[1:]) + f"; median {median:.2f}x)"
+        text += (
+            " (repeats: " + ", ".join(f"{v:.2f}x" for v in values[1:]) + f"; median {median:.2f}x)"
+        )
     if history:
         every = values + [run["summary"][method]["epp_speedup"] for run in history]
         text += f"; with the {len(history)} runs of earlier code, median {statistics.median(every):.2f}x"
@@ -298,20 +388,26 @@ def speedups(runs: list[dict], method: str, history=()) -> tuple[str, float]:
 def targets_section(meta, val, res, headline, repeats=(), history=()) -> list[str]:
     """Each target of issue 4 with the figure measured here, met or not. A measured ratio is met
     when the median over this run and its repeats (same code) is."""
+
     def verdict(ok):
         return "met" if ok else "**not met**"
+
     out = []
     if meta:
         f, b = meta["forward_heldout_median"], meta["backward_heldout_median"]
-        out.append(f"- Calibrated per-layer time within 10% median error on held-out grid points: "
-                   f"forward {100 * f:.1f}%, backward {100 * b:.1f}%: {verdict(max(f, b) < 0.10)}.")
+        out.append(
+            f"- Calibrated per-layer time within 10% median error on held-out grid points: "
+            f"forward {100 * f:.1f}%, backward {100 * b:.1f}%: {verdict(max(f, b) < 0.10)}."
+        )
     if val:
         s, m = val["median_abs_step_error"], val["median_abs_memory_error"]
-        out.append(f"- Simulated step time within 15% of measured (median over "
-                   f"{len(val['cases'])} length mixes): {100 * s:.1f}%: {verdict(s <= 0.15)}. "
-                   f"Peak activation memory within 10%: median {100 * m:.1f}%, max "
-                   f"{100 * val['max_abs_memory_error']:.1f}%: "
-                   f"{verdict(val['max_abs_memory_error'] <= 0.10)}.")
+        out.append(
+            f"- Simulated step time within 15% of measured (median over "
+            f"{len(val['cases'])} length mixes): {100 * s:.1f}%: {verdict(s <= 0.15)}. "
+            f"Peak activation memory within 10%: median {100 * m:.1f}%, max "
+            f"{100 * val['max_abs_memory_error']:.1f}%: "
+            f"{verdict(val['max_abs_memory_error'] <= 0.10)}."
+        )
     if res:
         s = res["summary"]
         runs = [res, *repeats]
@@ -319,21 +415,31 @@ def targets_section(meta, val, res, headline, repeats=(), history=()) -> list[st
         for m in ("seq1f1b", "batch", "chunkflow"):
             text, median = speedups(runs, m, history)
             short |= median < 1.2
-            out.append(f"- Measured, EPP at least 1.2x {LABELS[m]}: {text}: {verdict(median >= 1.2)}.")
+            out.append(
+                f"- Measured, EPP at least 1.2x {LABELS[m]}: {text}: {verdict(median >= 1.2)}."
+            )
         text, median = speedups(runs, "torch_1f1b", history)
         short |= median < 2
-        out.append(f"- Measured, EPP at least 2x torch.distributed.pipelining Schedule1F1B: "
-                   f"{text}: {verdict(median >= 2)}.")
-        out.append(f"- EPP's measured peak memory within the budget: {s['epp']['peak_memory_mib']:.0f} "
-                   f"MiB of {res['case']['budget_mib']:g} MiB: {verdict(s['epp']['within_budget'])}.")
+        out.append(
+            f"- Measured, EPP at least 2x torch.distributed.pipelining Schedule1F1B: "
+            f"{text}: {verdict(median >= 2)}."
+        )
+        out.append(
+            f"- EPP's measured peak memory within the budget: {s['epp']['peak_memory_mib']:.0f} "
+            f"MiB of {res['case']['budget_mib']:g} MiB: {verdict(s['epp']['within_budget'])}."
+        )
     for model, ratios in headline.items():
         if ratios is None:
-            out.append(f"- Simulated, {model}, 96K, 8 stages: EPP infeasible on some steps at 80 GiB "
-                       "per stage: **not met** (see cluster_study.md).")
+            out.append(
+                f"- Simulated, {model}, 96K, 8 stages: EPP infeasible on some steps at 80 GiB "
+                "per stage: **not met** (see cluster_study.md)."
+            )
             continue
         worst = min(r for k, r in ratios.items() if k in ("seq1f1b", "batch") and r is not None)
-        out.append(f"- Simulated, {model}, 96K, 8 stages, EPP at least 1.3x Seq1F1B and batch-level: "
-                   f"{ratios['seq1f1b']:.3f}x and {ratios['batch']:.3f}x: {verdict(worst >= 1.3)}.")
+        out.append(
+            f"- Simulated, {model}, 96K, 8 stages, EPP at least 1.3x Seq1F1B and batch-level: "
+            f"{ratios['seq1f1b']:.3f}x and {ratios['batch']:.3f}x: {verdict(worst >= 1.3)}."
+        )
     if res:
         out += ["", shortfall_text(res, meta, val, short)]
     return out + [""]
@@ -343,11 +449,15 @@ def busy_note(val: dict | None) -> str:
     """How far the validation found the stages' measured compute from the predicted."""
     if not val:
         return ""
-    errors = [p / m - 1 for c in val["cases"] for p, m in zip(c["predicted_busy_s"], c["measured_busy_s"])]
-    return (f" (in the simulator validation below, the stages' predicted compute is "
-            f"{100 * statistics.median(errors):+.1f}% off the measured in the median; a step here "
-            f"also includes planning, the ranks' agreement and the optimizer step, which the "
-            f"simulation leaves out)")
+    errors = [
+        p / m - 1 for c in val["cases"] for p, m in zip(c["predicted_busy_s"], c["measured_busy_s"])
+    ]
+    return (
+        f" (in the simulator validation below, the stages' predicted compute is "
+        f"{100 * statistics.median(errors):+.1f}% off the measured in the median; a step here "
+        f"also includes planning, the ranks' agreement and the optimizer step, which the "
+        f"simulation leaves out)"
+    )
 
 
 def shortfall_text(res: dict, meta: dict | None, val: dict | None, short: bool = True) -> str:
@@ -356,25 +466,35 @@ def shortfall_text(res: dict, meta: dict | None, val: dict | None, short: bool =
     predicted = {m: sum(r["ranks"][0]["predicted_s"] for r in res["rows"][m]) for m in methods}
     pred = {m: predicted[m] / predicted["epp"] for m in methods}  # EPP's predicted speed-ups
     over = {m: sum(r["seconds"] for r in res["rows"][m]) / predicted[m] - 1 for m in methods}
-    overhead = (f"about {1e3 * meta['b']:.1f} ms against {1e6 * meta['a2']:.1f} us per token"
-                if meta else "small")
+    overhead = (
+        f"about {1e3 * meta['b']:.1f} ms against {1e6 * meta['a2']:.1f} us per token"
+        if meta
+        else "small"
+    )
     return (
-        ("Where the measured targets fall short, the margin was thin in the plans already"
-         if short else "The measured margins are about what the plans predicted") +
-        ": from their own predictions EPP was to be " + ", ".join(
-            f"{pred[m]:.2f}x {LABELS[m]}" for m in methods[1:]) + " on these steps. Measured "
-        "against predicted (positive: slower than predicted): " + ", ".join(
-            f"{LABELS[m] if m != 'epp' else 'EPP'} {100 * over[m]:+.1f}%" for m in methods) +
-        busy_note(val) + ". On this CPU a small "
-        "chunk costs little beyond its FLOPs (b, the per-layer overhead of a chunk, is " +
-        overhead + "), so Seq1F1B's and ChunkFlow's fine slices lose little "
+        (
+            "Where the measured targets fall short, the margin was thin in the plans already"
+            if short
+            else "The measured margins are about what the plans predicted"
+        )
+        + ": from their own predictions EPP was to be "
+        + ", ".join(f"{pred[m]:.2f}x {LABELS[m]}" for m in methods[1:])
+        + " on these steps. Measured "
+        "against predicted (positive: slower than predicted): "
+        + ", ".join(f"{LABELS[m] if m != 'epp' else 'EPP'} {100 * over[m]:+.1f}%" for m in methods)
+        + busy_note(val)
+        + ". On this CPU a small "
+        "chunk costs little beyond its FLOPs (b, the per-layer overhead of a chunk, is "
+        + overhead
+        + "), so Seq1F1B's and ChunkFlow's fine slices lose little "
         "efficiency; what EPP saves them is mostly recompute, which their one static setting "
         "needs for the worst step on every step, and a better packing of the short sequences. "
         "The paper's larger gains come from GPUs, where small slices under-use the device. At "
         "paper scale (simulated), the busiest stage's compute, the last stage's LM head "
         "included, bounds what any plan can gain over static Seq1F1B; cluster_study.md gives "
         "the bound per model. LLaMA-30B's model state leaves too little of 80 GiB for activations "
-        "with pipeline parallelism alone (the paper also shards with data parallelism).")
+        "with pipeline parallelism alone (the paper also shards with data parallelism)."
+    )
 
 
 def describe_static(setting: dict) -> str:
@@ -394,12 +514,19 @@ def plot_throughput(summary: dict, path: Path) -> None:
     names = list(summary)
     values = [summary[n]["tokens_per_s"] for n in names]
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    bars = ax.barh([LABELS.get(n, n).replace(" (padded)", "\n(padded)") for n in names], values,
-                   color=["tab:green" if n == "epp" else "tab:gray" for n in names])
+    bars = ax.barh(
+        [LABELS.get(n, n).replace(" (padded)", "\n(padded)") for n in names],
+        values,
+        color=["tab:green" if n == "epp" else "tab:gray" for n in names],
+    )
     for bar, n in zip(bars, names):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                f" {summary[n]['tokens_per_s']:.0f} ({summary[n]['epp_speedup']:.2f}x)",
-                va="center", fontsize=8)
+        ax.text(
+            bar.get_width(),
+            bar.get_y() + bar.get_height() / 2,
+            f" {summary[n]['tokens_per_s']:.0f} ({summary[n]['epp_speedup']:.2f}x)",
+            va="center",
+            fontsize=8,
+        )
     ax.invert_yaxis()
     ax.set_xlabel("tokens/s (measured; EPP's speed-up over each in parentheses)")
     ax.set_xlim(0, max(values) * 1.3)
@@ -414,17 +541,25 @@ def main() -> int:
     p.add_argument("--docs", type=Path, default=Path(__file__).parents[1] / "docs")
     args = p.parse_args()
     r = args.results
-    meta, val, res = load(r / "cost_cpu.meta.json"), load(r / "validation.json"), load(r / "measured.json")
+    meta, val, res = (
+        load(r / "cost_cpu.meta.json"),
+        load(r / "validation.json"),
+        load(r / "measured.json"),
+    )
     repeats = [load(path) for path in sorted(r.glob("measured_repeat_*.json"))]
     history = [load(path) for path in sorted(r.glob("measured_history_*.json"))]
     cluster, headline = cluster_section(load(r / "cluster_study.json"))
     text = ["# Benchmarks", "", INTRO, ""]
-    text += ["## Against the targets", ""] + targets_section(meta, val, res, headline, repeats, history)
+    text += ["## Against the targets", ""] + targets_section(
+        meta, val, res, headline, repeats, history
+    )
     text += ["## Calibration", "", CALIBRATION, ""] + calibration_section(meta)
     text += ["## Simulator validation", "", VALIDATION, ""] + validation_section(val)
     text += ["## Measured comparison", "", MEASURED, ""] + measured_section(res, args.docs)
     text += kept_runs_section(repeats, history)
-    text += ["## The measured setup, simulated further", ""] + horizon_section(load(r / "cpu_horizon.json"))
+    text += ["## The measured setup, simulated further", ""] + horizon_section(
+        load(r / "cpu_horizon.json")
+    )
     text += ["## One step as a timeline", ""] + timeline_section(load(r / "timeline_cpu.json"))
     text += ["## Cluster scale (simulated)", ""] + cluster
     text += ["## Reproducing", "", REPRODUCE.format(machine=machine(meta))]

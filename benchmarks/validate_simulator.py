@@ -23,13 +23,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from ranks import gathered, leave
 
 import infinipipe
 from infinipipe import _C
 from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
-
-from ranks import gathered, leave
 
 MIB = 1 << 20
 
@@ -53,16 +52,26 @@ CASES = [
 SMOKE_CASES = [("wikipedia", 6, 512, "epp", None), ("extreme", 4, 1024, "seq1f1b", 48)]
 
 
-def plan_config(method: str, budget_mib: float | None, cost_model: str | None) -> infinipipe.PlanConfig:
-    return infinipipe.PlanConfig(method=method, memory_budget_bytes=None if budget_mib is None
-                                 else int(budget_mib * MIB), k=4, chunk_tokens=1024,
-                                 cost_model=cost_model, max_k=32)
+def plan_config(
+    method: str, budget_mib: float | None, cost_model: str | None
+) -> infinipipe.PlanConfig:
+    return infinipipe.PlanConfig(
+        method=method,
+        memory_budget_bytes=None if budget_mib is None else int(budget_mib * MIB),
+        k=4,
+        chunk_tokens=1024,
+        cost_model=cost_model,
+        max_k=32,
+    )
 
 
 def run_case(case, index: int, args, config: LlamaConfig) -> dict:
     distribution, batch_size, context, method, budget_mib = case
-    trainer = infinipipe.Trainer(config, lambda p: torch.optim.AdamW(p, lr=1e-3),
-                                 plan=plan_config(method, budget_mib, args.cost_model))
+    trainer = infinipipe.Trainer(
+        config,
+        lambda p: torch.optim.AdamW(p, lr=1e-3),
+        plan=plan_config(method, budget_mib, args.cost_model),
+    )
     lengths = _C.plan.sample_lengths(distribution, batch_size, context, args.seed + index)
     batch = synthetic_batch(lengths, config.vocab, torch.Generator().manual_seed(index))
     plan = trainer.plan(batch)
@@ -76,31 +85,52 @@ def run_case(case, index: int, args, config: LlamaConfig) -> dict:
     memory = gathered(trainer.step(batch, plan=plan, measure_memory=True).stats)
     step_s = [max(s["total_s"] for s in ranks) for ranks in measured]
     # Per stage, the fastest repeat's compute (other work on the machine only adds to it).
-    busy = [min(ranks[p]["forward_s"] + ranks[p]["backward_s"] for ranks in measured)
-            for p in range(len(measured[0]))]
-    return dict(case=dict(distribution=distribution, batch=batch_size, context=context,
-                          method=method, budget_mib=budget_mib, seed=args.seed + index),
-                lengths=list(lengths), setting=summary["setting"], chunks=summary["chunks"],
-                chunk_kinds=summary["chunk_kinds"], waves=summary["waves"],
-                recomputed_layer_chunks=summary["recomputed_layer_chunks"],
-                predicted_step_s=summary["predicted_step_s"], measured_step_s=step_s,
-                predicted_busy_s=summary["predicted_busy_s"], measured_busy_s=busy,
-                predicted_activation_bytes=[s["predicted_activation_bytes"] for s in memory],
-                measured_activation_bytes=[s["measured_activation_bytes"] for s in memory])
+    busy = [
+        min(ranks[p]["forward_s"] + ranks[p]["backward_s"] for ranks in measured)
+        for p in range(len(measured[0]))
+    ]
+    return dict(
+        case=dict(
+            distribution=distribution,
+            batch=batch_size,
+            context=context,
+            method=method,
+            budget_mib=budget_mib,
+            seed=args.seed + index,
+        ),
+        lengths=list(lengths),
+        setting=summary["setting"],
+        chunks=summary["chunks"],
+        chunk_kinds=summary["chunk_kinds"],
+        waves=summary["waves"],
+        recomputed_layer_chunks=summary["recomputed_layer_chunks"],
+        predicted_step_s=summary["predicted_step_s"],
+        measured_step_s=step_s,
+        predicted_busy_s=summary["predicted_busy_s"],
+        measured_busy_s=busy,
+        predicted_activation_bytes=[s["predicted_activation_bytes"] for s in memory],
+        measured_activation_bytes=[s["measured_activation_bytes"] for s in memory],
+    )
 
 
 def errors(row: dict) -> dict:
     step = statistics.median(row["measured_step_s"])
-    return dict(step=row["predicted_step_s"] / step - 1,
-                memory=[p / m - 1 for p, m in zip(row["predicted_activation_bytes"],
-                                                   row["measured_activation_bytes"])],
-                busy=[p / m - 1 for p, m in zip(row["predicted_busy_s"], row["measured_busy_s"])])
+    return dict(
+        step=row["predicted_step_s"] / step - 1,
+        memory=[
+            p / m - 1
+            for p, m in zip(row["predicted_activation_bytes"], row["measured_activation_bytes"])
+        ],
+        busy=[p / m - 1 for p, m in zip(row["predicted_busy_s"], row["measured_busy_s"])],
+    )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cost-model", help="cost JSON (python -m infinipipe profile); default: "
-                                        "the analytic 'cpu' model")
+    p.add_argument(
+        "--cost-model",
+        help="cost JSON (python -m infinipipe profile); default: the analytic 'cpu' model",
+    )
     p.add_argument("--repeats", type=int, default=2, help="timed runs per case")
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--output", type=Path, help="JSON with every case (rank 0 writes it)")
@@ -116,22 +146,30 @@ def main() -> int:
         rows.append(run_case(case, i, args, config))
         e = errors(rows[-1])
         if dist.get_rank() == 0:
-            print(f"{i:2d} {case}: step predicted {rows[-1]['predicted_step_s']:.3f} s, measured "
-                  f"{statistics.median(rows[-1]['measured_step_s']):.3f} s ({e['step']:+.1%}); "
-                  f"activation memory {', '.join(f'{m:+.1%}' for m in e['memory'])}; busy "
-                  f"{', '.join(f'{b:+.1%}' for b in e['busy'])}", flush=True)
+            print(
+                f"{i:2d} {case}: step predicted {rows[-1]['predicted_step_s']:.3f} s, measured "
+                f"{statistics.median(rows[-1]['measured_step_s']):.3f} s ({e['step']:+.1%}); "
+                f"activation memory {', '.join(f'{m:+.1%}' for m in e['memory'])}; busy "
+                f"{', '.join(f'{b:+.1%}' for b in e['busy'])}",
+                flush=True,
+            )
     if dist.get_rank() == 0:
         step_err = [abs(errors(r)["step"]) for r in rows]
         mem_err = [abs(m) for r in rows for m in errors(r)["memory"]]
-        result = dict(cost_model=args.cost_model, cases=rows,
-                      median_abs_step_error=statistics.median(step_err),
-                      max_abs_step_error=max(step_err),
-                      median_abs_memory_error=statistics.median(mem_err),
-                      max_abs_memory_error=max(mem_err))
-        print(f"step time: median |error| {result['median_abs_step_error']:.1%}, max "
-              f"{result['max_abs_step_error']:.1%} over {len(rows)} cases; activation memory: "
-              f"median |error| {result['median_abs_memory_error']:.1%}, max "
-              f"{result['max_abs_memory_error']:.1%} over {len(mem_err)} stage peaks")
+        result = dict(
+            cost_model=args.cost_model,
+            cases=rows,
+            median_abs_step_error=statistics.median(step_err),
+            max_abs_step_error=max(step_err),
+            median_abs_memory_error=statistics.median(mem_err),
+            max_abs_memory_error=max(mem_err),
+        )
+        print(
+            f"step time: median |error| {result['median_abs_step_error']:.1%}, max "
+            f"{result['max_abs_step_error']:.1%} over {len(rows)} cases; activation memory: "
+            f"median |error| {result['median_abs_memory_error']:.1%}, max "
+            f"{result['max_abs_memory_error']:.1%} over {len(mem_err)} stage peaks"
+        )
         if args.output:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(result, indent=1))

@@ -4,6 +4,7 @@ Commands:
   profile   time one layer on this machine and write a calibrated cost JSON
             (python -m infinipipe profile --help)
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "profile":
         from infinipipe import profile  # imports torch and the compiled module: only when asked
+
         return profile.main(rest)
     print(f"unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
     return 2

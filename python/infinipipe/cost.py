@@ -16,25 +16,37 @@ from .plan_config import GIB, PlanConfig
 
 def model_shape_json(config: llama.LlamaConfig, dtype: torch.dtype, name: str = "model") -> str:
     """The planner's ModelShape of a LlamaConfig, as JSON text."""
-    return json.dumps(dict(name=name, layers=config.layers, hidden=config.hidden,
-                           heads=config.heads, kv_heads=config.kv_heads, ffn=config.ffn,
-                           vocab=config.vocab,
-                           bytes_per_element=torch.empty((), dtype=dtype).element_size()))
+    return json.dumps(
+        dict(
+            name=name,
+            layers=config.layers,
+            hidden=config.hidden,
+            heads=config.heads,
+            kv_heads=config.kv_heads,
+            ffn=config.ffn,
+            vocab=config.vocab,
+            bytes_per_element=torch.empty((), dtype=dtype).element_size(),
+        )
+    )
 
 
-def cost_model_for(config: llama.LlamaConfig, layers_per_stage: Sequence[int], dtype: torch.dtype,
-                   plan: PlanConfig) -> Any:
+def cost_model_for(
+    config: llama.LlamaConfig, layers_per_stage: Sequence[int], dtype: torch.dtype, plan: PlanConfig
+) -> Any:
     """The cost model the planner uses: the plan config's JSON file, or the analytic model of
     the config's shape on plan.hardware."""
     if plan.cost_model is not None:
         cost = _C.plan.CostModel.load(str(plan.cost_model))
         if list(cost.layers_per_stage) != list(layers_per_stage):
-            raise Error(f"the cost model {plan.cost_model} splits the layers as "
-                        f"{list(cost.layers_per_stage)} but the trainer as "
-                        f"{list(layers_per_stage)}; profile for the trainer's split")
+            raise Error(
+                f"the cost model {plan.cost_model} splits the layers as "
+                f"{list(cost.layers_per_stage)} but the trainer as "
+                f"{list(layers_per_stage)}; profile for the trainer's split"
+            )
         return cost
-    return _C.plan.CostModel.analytic(model_shape_json(config, dtype), plan.hardware,
-                                      list(layers_per_stage))
+    return _C.plan.CostModel.analytic(
+        model_shape_json(config, dtype), plan.hardware, list(layers_per_stage)
+    )
 
 
 def hardware_memory(plan: PlanConfig) -> float:

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import torch
 
 
-def synthetic_batch(lengths: Sequence[int], vocab: int,
-                    generator: torch.Generator) -> list[torch.Tensor]:
+def synthetic_batch(
+    lengths: Sequence[int], vocab: int, generator: torch.Generator
+) -> list[torch.Tensor]:
     batch = []
     for n in lengths:
         start = int(torch.randint(vocab, (1,), generator=generator))

@@ -83,7 +83,10 @@ class MemoryMeter:
         total = self.saved_bytes + held
         if total > self.peak_bytes:
             self.peak_bytes, self.peak_saved_bytes, self.peak_held_bytes = (
-                total, self.saved_bytes, held)
+                total,
+                self.saved_bytes,
+                held,
+            )
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)

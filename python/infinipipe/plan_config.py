@@ -41,14 +41,17 @@ class PlanConfig:
     max_k: int = _TRAINING["max_k"]
     checkpoint_time_limit_s: float = _TRAINING["checkpoint_time_limit_s"]
     baseline_chunkings: bool = _TRAINING["baseline_chunkings"]
-    overlap_waves: bool = _TRAINING["overlap_waves"]  # EPP: a wave may start in the previous one's cool-down
+    overlap_waves: bool = _TRAINING[
+        "overlap_waves"
+    ]  # EPP: a wave may start in the previous one's cool-down
     hardware: str = "cpu"
     cost_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ValueError(f"PlanConfig.method must be one of {', '.join(METHODS)}, "
-                             f"got {self.method!r}")
+            raise ValueError(
+                f"PlanConfig.method must be one of {', '.join(METHODS)}, got {self.method!r}"
+            )
         if self.memory_budget_gib is not None and self.memory_budget_bytes is not None:
             raise ValueError("PlanConfig: give memory_budget_gib or memory_budget_bytes, not both")
         for name in ("memory_budget_gib", "memory_budget_bytes"):

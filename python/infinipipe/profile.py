@@ -20,6 +20,7 @@ pipeline of N+1 ranks on one host): a layer runs slower beside them than alone.
 same adapter the executor drives; --stage cpp the C++ LlamaStage (build/infinipipe-profile does
 the same without Python).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,8 @@ import torch
 from tqdm import tqdm
 
 from infinipipe import _C
-from infinipipe.models import cpp, llama
 from infinipipe.cost import model_shape_json
+from infinipipe.models import cpp, llama
 from infinipipe.stage_adapter import LlamaStageAdapter
 
 STAGES = ("python", "cpp")
@@ -63,29 +64,57 @@ def profiled_module(config: llama.LlamaConfig, stage: str) -> Any:
     raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
 
 
-def _profile_layer(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int, int]],
-                   repeats: int, seed: int = 0, cpu_time: bool = False, progress: Any = None) -> dict:
+def _profile_layer(
+    module: Any,
+    config: llama.LlamaConfig,
+    points: Sequence[tuple[int, int]],
+    repeats: int,
+    seed: int = 0,
+    cpu_time: bool = False,
+    progress: Any = None,
+) -> dict:
     return _C.runtime.profile_layer(
-        module, [tuple(p) for p in points], repeats, warmup=1, dtype=config.dtype,
-        device=torch.device("cpu"), hidden=config.hidden, kv_heads=config.kv_heads,
-        head_dim=config.head_dim, vocab=config.vocab, seed=seed, thread_cpu_time=cpu_time,
-        progress=progress)
+        module,
+        [tuple(p) for p in points],
+        repeats,
+        warmup=1,
+        dtype=config.dtype,
+        device=torch.device("cpu"),
+        hidden=config.hidden,
+        kv_heads=config.kv_heads,
+        head_dim=config.head_dim,
+        vocab=config.vocab,
+        seed=seed,
+        thread_cpu_time=cpu_time,
+        progress=progress,
+    )
 
 
-def time_runs(module: Any, config: llama.LlamaConfig, points: Sequence[tuple[int, int]],
-              repeats: int, *, seed: int = 0, cpu_time: bool = False,
-              progress: bool = True) -> dict:
+def time_runs(
+    module: Any,
+    config: llama.LlamaConfig,
+    points: Sequence[tuple[int, int]],
+    repeats: int,
+    *,
+    seed: int = 0,
+    cpu_time: bool = False,
+    progress: bool = True,
+) -> dict:
     """The raw runs of _C.runtime.profile_layer, with a progress bar."""
     with tqdm(desc="profile", unit="run", disable=not progress) as bar:
+
         def update(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
 
-        return _profile_layer(module, config, points, repeats, seed, cpu_time,
-                              update if progress else None)
+        return _profile_layer(
+            module, config, points, repeats, seed, cpu_time, update if progress else None
+        )
 
 
-def _neighbour(config: llama.LlamaConfig, stage: str, points: list, threads: int, ready: Any) -> None:
+def _neighbour(
+    config: llama.LlamaConfig, stage: str, points: list, threads: int, ready: Any
+) -> None:
     """A process doing the profiled layer work over and over, until it is terminated."""
     torch.set_num_threads(threads)
     module = profiled_module(config, stage)
@@ -102,8 +131,10 @@ def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, 
     ctx = multiprocessing.get_context("spawn")
     # Pipes, not Events: a terminated process would leave an Event's semaphore behind.
     pipes = [ctx.Pipe(duplex=False) for _ in range(count)]
-    procs = [ctx.Process(target=_neighbour, args=(config, stage, points, threads, send), daemon=True)
-             for _, send in pipes]
+    procs = [
+        ctx.Process(target=_neighbour, args=(config, stage, points, threads, send), daemon=True)
+        for _, send in pipes
+    ]
     for proc in procs:
         proc.start()
     for _, send in pipes:
@@ -116,8 +147,10 @@ def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, 
                 started = False
             if not started:
                 proc.join(timeout=5)
-                raise RuntimeError(f"profile: a neighbour process did not start (exit code "
-                                   f"{proc.exitcode}); run without --neighbours to see why")
+                raise RuntimeError(
+                    f"profile: a neighbour process did not start (exit code "
+                    f"{proc.exitcode}); run without --neighbours to see why"
+                )
         yield
     finally:
         for proc in procs:
@@ -131,11 +164,13 @@ def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, 
 
 def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int = 0) -> Any:
     """_C.plan.Calibration of the runs, each point's repeats reduced by `statistic`."""
+
     def t(x):
         return _C.plan.robust_time(x, statistic)
 
-    layer = [(r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"]))
-             for r in runs["layer"]]
+    layer = [
+        (r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"])) for r in runs["layer"]
+    ]
     embedding = [(r["tokens"], t(r["seconds"])) for r in runs["embedding"]]
     head = [(r["tokens"], t(r["seconds"])) for r in runs["head"]]
     return _C.plan.calibrate(layer, embedding, head, holdout_fraction=holdout, seed=seed)
@@ -150,9 +185,16 @@ def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, conte
     n = min(2, int(module.num_layers))
     kv = []
     if context:
-        kv = [[_C.kernels.SequenceKV(context + tokens, config.kv_heads, config.head_dim,
-                                     config.dtype)] if i < n else [None]
-              for i in range(int(module.num_layers))]
+        kv = [
+            [
+                _C.kernels.SequenceKV(
+                    context + tokens, config.kv_heads, config.head_dim, config.dtype
+                )
+            ]
+            if i < n
+            else [None]
+            for i in range(int(module.num_layers))
+        ]
     ctx = _C.runtime.ChunkContext([(0, context, context + tokens)], kv)
     exclude = {p.untyped_storage().data_ptr() for p in module.parameters()}
     first_layer: dict[int, tuple[int, int]] = {}  # storage -> (layer that saved it first, bytes)
@@ -172,19 +214,26 @@ def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, conte
     return sum(b for layer, b in first_layer.values() if layer == n - 1)
 
 
-def activation_bytes(module: Any, config: llama.LlamaConfig, tokens: Sequence[int],
-                     context: int) -> tuple[float, float]:
+def activation_bytes(
+    module: Any, config: llama.LlamaConfig, tokens: Sequence[int], context: int
+) -> tuple[float, float]:
     """(bytes per token, bytes per slice): a line through layer_saved_bytes over token counts."""
     saved = [layer_saved_bytes(module, config, s, context) for s in tokens]
     slope, intercept = np.polyfit(np.asarray(tokens, float), np.asarray(saved, float), 1)
     return float(slope), float(intercept)
 
 
-def cost_json(config: llama.LlamaConfig, layers_per_stage: Sequence[int], calibration: Any,
-              activation_bytes_per_token: float | None = None, hardware: str = "cpu") -> dict:
+def cost_json(
+    config: llama.LlamaConfig,
+    layers_per_stage: Sequence[int],
+    calibration: Any,
+    activation_bytes_per_token: float | None = None,
+    hardware: str = "cpu",
+) -> dict:
     """The analytic cost model of the shape and split with the calibrated coefficients."""
-    base = _C.plan.CostModel.analytic(model_shape_json(config, config.dtype), hardware,
-                                      list(layers_per_stage))
+    base = _C.plan.CostModel.analytic(
+        model_shape_json(config, config.dtype), hardware, list(layers_per_stage)
+    )
     cost = json.loads(_C.plan.apply_calibration(base, calibration).to_json())
     if activation_bytes_per_token is not None:
         cost["coefficients"]["activation_bytes"] = activation_bytes_per_token
@@ -201,17 +250,33 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def profile(config: llama.LlamaConfig, grid: str = "full", stage: str = "python", *,
-            repeats: int | None = None, statistic: str = "median", holdout: float = 0.25,
-            seed: int = 0, cpu_time: bool = False, progress: bool = True,
-            neighbour_count: int = 0) -> dict:
+def profile(
+    config: llama.LlamaConfig,
+    grid: str = "full",
+    stage: str = "python",
+    *,
+    repeats: int | None = None,
+    statistic: str = "median",
+    holdout: float = 0.25,
+    seed: int = 0,
+    cpu_time: bool = False,
+    progress: bool = True,
+    neighbour_count: int = 0,
+) -> dict:
     """Times (beside neighbour_count processes doing the same work), fits and measures; returns
     everything the CLI writes (see main)."""
     points, grid_repeats = grid_points(grid)
     module = profiled_module(config, stage)
     with neighbours(neighbour_count, config, stage, points, torch.get_num_threads()):
-        runs = time_runs(module, config, points, repeats or grid_repeats, seed=seed,
-                         cpu_time=cpu_time, progress=progress)
+        runs = time_runs(
+            module,
+            config,
+            points,
+            repeats or grid_repeats,
+            seed=seed,
+            cpu_time=cpu_time,
+            progress=progress,
+        )
     fits = {s: fit(runs, s, holdout, seed) for s in STATISTICS}
     tokens = sorted({s for s, _ in points})
     whole, whole_fixed = activation_bytes(module, config, tokens, 0)
@@ -221,38 +286,75 @@ def profile(config: llama.LlamaConfig, grid: str = "full", stage: str = "python"
         # A slice of a split sequence saves what a whole sequence does (its own k, v; the K/V
         # buffer is counted apart): the larger of the two, should they differ.
         activation_bytes=max(whole, split),
-        activation_bytes_detail=dict(whole_per_token=whole, whole_per_slice=whole_fixed,
-                                     split_per_token=split, split_per_slice=split_fixed),
-        statistics={s: {k: v for k, v in json.loads(c.to_json()).items()
-                        if k.endswith(("_median", "_max"))} for s, c in fits.items()},
-        runs=runs, repeats=repeats or grid_repeats)
+        activation_bytes_detail=dict(
+            whole_per_token=whole,
+            whole_per_slice=whole_fixed,
+            split_per_token=split,
+            split_per_slice=split_fixed,
+        ),
+        statistics={
+            s: {k: v for k, v in json.loads(c.to_json()).items() if k.endswith(("_median", "_max"))}
+            for s, c in fits.items()
+        },
+        runs=runs,
+        repeats=repeats or grid_repeats,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m infinipipe profile",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m infinipipe profile", description=__doc__.split("\n\n")[0]
+    )
     tiny = llama.LlamaConfig.tiny()
     for name in ("vocab", "hidden", "layers", "heads", "kv_heads", "ffn"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(tiny, name),
-                       help=f"model shape (default: the tiny model's {getattr(tiny, name)})")
-    p.add_argument("--layers-per-stage", type=str, default=None,
-                   help="comma-separated layers per stage (default: two even stages)")
-    p.add_argument("--stage", choices=STAGES, default="python",
-                   help="the Python LlamaStage (what the Python trainer runs) or the C++ one")
+        p.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            default=getattr(tiny, name),
+            help=f"model shape (default: the tiny model's {getattr(tiny, name)})",
+        )
+    p.add_argument(
+        "--layers-per-stage",
+        type=str,
+        default=None,
+        help="comma-separated layers per stage (default: two even stages)",
+    )
+    p.add_argument(
+        "--stage",
+        choices=STAGES,
+        default="python",
+        help="the Python LlamaStage (what the Python trainer runs) or the C++ one",
+    )
     p.add_argument("--dtype", choices=DTYPES, default="float32")
-    p.add_argument("--threads", type=int, default=1,
-                   help="intra-op threads (default 1: the trainer runs one per stage process)")
-    p.add_argument("--neighbours", type=int, default=0,
-                   help="other processes doing the same work meanwhile (default 0: the layer alone; "
-                        "a CPU pipeline of N+1 ranks on this host: N)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads (default 1: the trainer runs one per stage process)",
+    )
+    p.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        help="other processes doing the same work meanwhile (default 0: the layer alone; "
+        "a CPU pipeline of N+1 ranks on this host: N)",
+    )
     p.add_argument("--grid", choices=("quick", "full"), default="full")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
-    p.add_argument("--statistic", choices=STATISTICS, default="median",
-                   help="one time per point from its runs (median: a layer's typical time, what "
-                        "a step sees; see runtime/layer_profiler.h)")
-    p.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
-                   help="cpu: the thread's CPU time, which leaves out time other processes take "
-                        "the core (one thread only); auto: cpu with one thread, else wall")
+    p.add_argument(
+        "--statistic",
+        choices=STATISTICS,
+        default="median",
+        help="one time per point from its runs (median: a layer's typical time, what "
+        "a step sees; see runtime/layer_profiler.h)",
+    )
+    p.add_argument(
+        "--clock",
+        choices=("auto", "wall", "cpu"),
+        default="auto",
+        help="cpu: the thread's CPU time, which leaves out time other processes take "
+        "the core (one thread only); auto: cpu with one thread, else wall",
+    )
     p.add_argument("--holdout", type=float, default=0.25, help="fraction of points held out")
     p.add_argument("--seed", type=int, default=0, help="order of the runs, held-out points")
     p.add_argument("--output", type=Path, default=Path("cost.json"))
@@ -261,46 +363,75 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     cpu_time = args.clock == "cpu" or (args.clock == "auto" and args.threads == 1)
-    config = llama.LlamaConfig(vocab=args.vocab, hidden=args.hidden, layers=args.layers,
-                               heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn,
-                               dtype=getattr(torch, args.dtype))
+    config = llama.LlamaConfig(
+        vocab=args.vocab,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        ffn=args.ffn,
+        dtype=getattr(torch, args.dtype),
+    )
     if args.neighbours < 0:
         p.error(f"--neighbours must be 0 or more, got {args.neighbours}")
     if args.layers_per_stage:
         split = [int(x) for x in args.layers_per_stage.split(",")]
     else:
         split = llama.even_layer_split(config.layers, 2 if config.layers > 1 else 1)
-    result = profile(config, args.grid, args.stage, repeats=args.repeats,
-                     statistic=args.statistic, holdout=args.holdout, seed=args.seed,
-                     cpu_time=cpu_time, progress=not args.no_progress,
-                     neighbour_count=args.neighbours)
+    result = profile(
+        config,
+        args.grid,
+        args.stage,
+        repeats=args.repeats,
+        statistic=args.statistic,
+        holdout=args.holdout,
+        seed=args.seed,
+        cpu_time=cpu_time,
+        progress=not args.no_progress,
+        neighbour_count=args.neighbours,
+    )
     cal = result["calibration"]
-    args.output.write_text(json.dumps(cost_json(config, split, cal, result["activation_bytes"]),
-                                      indent=2))
+    args.output.write_text(
+        json.dumps(cost_json(config, split, cal, result["activation_bytes"]), indent=2)
+    )
     _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
 
-    meta = dict(date=datetime.datetime.now(datetime.UTC).isoformat(),
-                cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
-                stage=args.stage, grid=args.grid, repeats=result["repeats"], dtype=args.dtype,
-                neighbours=args.neighbours,
-                statistic=args.statistic, clock="thread_cpu" if cpu_time else "wall",
-                **json.loads(cal.to_json()), activation_bytes=result["activation_bytes"],
-                activation_bytes_detail=result["activation_bytes_detail"],
-                heldout_errors_by_statistic=result["statistics"], runs=result["runs"])
+    meta = dict(
+        date=datetime.datetime.now(datetime.UTC).isoformat(),
+        cpu=cpu_model(),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        stage=args.stage,
+        grid=args.grid,
+        repeats=result["repeats"],
+        dtype=args.dtype,
+        neighbours=args.neighbours,
+        statistic=args.statistic,
+        clock="thread_cpu" if cpu_time else "wall",
+        **json.loads(cal.to_json()),
+        activation_bytes=result["activation_bytes"],
+        activation_bytes_detail=result["activation_bytes_detail"],
+        heldout_errors_by_statistic=result["statistics"],
+        runs=result["runs"],
+    )
     meta_path = args.output.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta, indent=2))
 
     def pct(v: float) -> str:
         return "n/a" if v != v else f"{v:.1%}"
 
-    print(f"forward a1={cal.a1:.4g} a2={cal.a2:.4g} b={cal.b:.4g}; backward a1={cal.backward_a1:.4g} "
-          f"a2={cal.backward_a2:.4g} b={cal.backward_b:.4g}; g={cal.backward_ratio:.3f} "
-          f"embedding={cal.embedding_s_per_token:.3g} s/token head={cal.head_s_per_token:.3g} "
-          f"s/token activation_bytes/token/layer={result['activation_bytes']:.0f}")
-    print(f"held-out forward error: median {pct(cal.forward_median_error)}, max "
-          f"{pct(cal.forward_max_error)}; backward: median {pct(cal.backward_median_error)}, "
-          f"max {pct(cal.backward_max_error)} ({len(cal.held_out)} of "
-          f"{len(cal.held_out) + len(cal.fit)} points)")
+    print(
+        f"forward a1={cal.a1:.4g} a2={cal.a2:.4g} b={cal.b:.4g}; backward a1={cal.backward_a1:.4g} "
+        f"a2={cal.backward_a2:.4g} b={cal.backward_b:.4g}; g={cal.backward_ratio:.3f} "
+        f"embedding={cal.embedding_s_per_token:.3g} s/token head={cal.head_s_per_token:.3g} "
+        f"s/token activation_bytes/token/layer={result['activation_bytes']:.0f}"
+    )
+    print(
+        f"held-out forward error: median {pct(cal.forward_median_error)}, max "
+        f"{pct(cal.forward_max_error)}; backward: median {pct(cal.backward_median_error)}, "
+        f"max {pct(cal.backward_max_error)} ({len(cal.held_out)} of "
+        f"{len(cal.held_out) + len(cal.fit)} points)"
+    )
     print(f"wrote {args.output} and {meta_path}")
     return 0
 

@@ -39,7 +39,7 @@ from .stage_adapter import protocol_module
 @dataclass
 class StepResult:
     loss: float  # mean next-token loss over the step's target tokens (the same on every rank)
-    plan: dict   # the plan's summary: method, setting, hash, chunks, waves, predictions
+    plan: dict  # the plan's summary: method, setting, hash, chunks, waves, predictions
     stats: dict = field(default_factory=dict)  # this stage's measured times, bytes, memory
     tokens: int = 0
 
@@ -50,16 +50,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _split_of(config: llama.LlamaConfig, layer_split: int | Sequence[int] | None,
-              world_size: int) -> list[int]:
+def _split_of(
+    config: llama.LlamaConfig, layer_split: int | Sequence[int] | None, world_size: int
+) -> list[int]:
     if layer_split is None:
         return llama.even_layer_split(config.layers, world_size)
     if isinstance(layer_split, int):
         return llama.even_layer_split(config.layers, layer_split)
     split = [int(n) for n in layer_split]
     if not split or any(n <= 0 for n in split) or sum(split) != config.layers:
-        raise ValueError(f"layer split {split} must be positive layer counts summing to the "
-                         f"model's {config.layers} layers")
+        raise ValueError(
+            f"layer split {split} must be positive layer counts summing to the "
+            f"model's {config.layers} layers"
+        )
     return split
 
 
@@ -83,12 +86,20 @@ class Trainer:
         gets a world of one.
     """
 
-    def __init__(self, model: llama.LlamaConfig | Callable[[int, list[int]], Any],
-                 optimizer_factory: Callable[[Iterable[torch.Tensor]], torch.optim.Optimizer]
-                 | None = None, *, layer_split: int | Sequence[int] | None = None,
-                 plan: PlanConfig | None = None, dtype: torch.dtype | None = None,
-                 model_config: llama.LlamaConfig | None = None, timeout_s: float = 300.0,
-                 seed: int = 0, group: Any = None, attention_backend: str = "auto") -> None:
+    def __init__(
+        self,
+        model: llama.LlamaConfig | Callable[[int, list[int]], Any],
+        optimizer_factory: Callable[[Iterable[torch.Tensor]], torch.optim.Optimizer] | None = None,
+        *,
+        layer_split: int | Sequence[int] | None = None,
+        plan: PlanConfig | None = None,
+        dtype: torch.dtype | None = None,
+        model_config: llama.LlamaConfig | None = None,
+        timeout_s: float = 300.0,
+        seed: int = 0,
+        group: Any = None,
+        attention_backend: str = "auto",
+    ) -> None:
         self.plan_config = plan if plan is not None else PlanConfig()
         self.timeout_s = float(timeout_s)
         if not self.timeout_s > 0:
@@ -97,8 +108,10 @@ class Trainer:
             config = model
         elif callable(model):
             if model_config is None:
-                raise ValueError("Trainer: with a model factory, give model_config (the "
-                                 "LlamaConfig the planner's cost model is built from)")
+                raise ValueError(
+                    "Trainer: with a model factory, give model_config (the "
+                    "LlamaConfig the planner's cost model is built from)"
+                )
             config = model_config
         else:
             raise TypeError(f"Trainer: model must be a LlamaConfig or a factory, got {model!r}")
@@ -106,8 +119,11 @@ class Trainer:
         self.config = config.replace(dtype=self.dtype)
 
         use_cuda = torch.cuda.is_available()
-        self.device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda
-                       else torch.device("cpu"))
+        self.device = (
+            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            if use_cuda
+            else torch.device("cpu")
+        )
         if use_cuda:
             torch.cuda.set_device(self.device)
         self.group = group if group is not None else self._default_group(use_cuda)
@@ -121,39 +137,57 @@ class Trainer:
                 f"the world has {self.world_size} processes but the pipeline has "
                 f"{self.num_stages} stages (layer split {self.layers_per_stage}); launch one "
                 f"process per stage (torchrun --nproc_per_node={self.num_stages}) or change "
-                f"the layer split")
+                f"the layer split"
+            )
         self.stage_index = self.rank
 
         if isinstance(model, llama.LlamaConfig):
-            self.module = llama.build_stage(self.config, self.layers_per_stage, self.stage_index,
-                                            seed=seed, device=self.device)
+            self.module = llama.build_stage(
+                self.config, self.layers_per_stage, self.stage_index, seed=seed, device=self.device
+            )
         else:
             self.module = model(self.stage_index, list(self.layers_per_stage))
         self.protocol = protocol_module(self.module)
         if int(self.protocol.num_layers) != self.layers_per_stage[self.stage_index]:
-            raise Error(f"stage {self.stage_index}: the model factory built "
-                        f"{self.protocol.num_layers} layers, the split gives it "
-                        f"{self.layers_per_stage[self.stage_index]}")
+            raise Error(
+                f"stage {self.stage_index}: the model factory built "
+                f"{self.protocol.num_layers} layers, the split gives it "
+                f"{self.layers_per_stage[self.stage_index]}"
+            )
         self.parameters = list(self.protocol.parameters())
         factory = optimizer_factory or (lambda params: torch.optim.AdamW(params, lr=1e-3))
         self.optimizer = factory(self.parameters)
 
-        self.cost = cost_model_for(self.config, self.layers_per_stage, self.dtype,
-                                   self.plan_config)
+        self.cost = cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
         stages_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
         self.memory_budget_bytes = self.plan_config.budget_bytes(
-            hardware_memory(self.plan_config), stages_on_host)
+            hardware_memory(self.plan_config), stages_on_host
+        )
         if self.memory_budget_bytes != self.memory_budget_bytes:  # NaN: no default known
             self.memory_budget_bytes = default_budget(self.device) / max(1, stages_on_host)
 
         self.executor = _C.runtime.Executor(
-            self.protocol, self.group, self.stage_index, self.num_stages, self.dtype,
-            self.device, self.config.hidden, self.config.kv_heads, self.config.head_dim,
-            timeout_s=self.timeout_s, attention_backend=attention_backend)
+            self.protocol,
+            self.group,
+            self.stage_index,
+            self.num_stages,
+            self.dtype,
+            self.device,
+            self.config.hidden,
+            self.config.kv_heads,
+            self.config.head_dim,
+            timeout_s=self.timeout_s,
+            attention_backend=attention_backend,
+        )
         self._steps = 0
         self.config_fingerprint = digest(
-            dataclasses.asdict(self.config), self.layers_per_stage, self.plan_config,
-            self.memory_budget_bytes, str(self.dtype), self.world_size)
+            dataclasses.asdict(self.config),
+            self.layers_per_stage,
+            self.plan_config,
+            self.memory_budget_bytes,
+            str(self.dtype),
+            self.world_size,
+        )
 
     # --- setup ---
 
@@ -164,8 +198,13 @@ class Trainer:
             if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
                 dist.init_process_group(backend, timeout=timeout)
             else:
-                dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
-                                        rank=0, world_size=1, timeout=timeout)
+                dist.init_process_group(
+                    backend,
+                    init_method=f"tcp://127.0.0.1:{_free_port()}",
+                    rank=0,
+                    world_size=1,
+                    timeout=timeout,
+                )
         return dist.group.WORLD
 
     # --- a step ---
@@ -175,8 +214,10 @@ class Trainer:
         if isinstance(batch, torch.Tensor) or not isinstance(batch, Sequence) or len(batch) == 0:
             if isinstance(batch, Sequence) and not isinstance(batch, torch.Tensor):
                 raise BatchError("the batch is empty: give at least one token sequence")
-            raise BatchError("a batch must be a list of token sequences (lists of ints or 1-D "
-                             f"integer tensors), got {type(batch).__name__}")
+            raise BatchError(
+                "a batch must be a list of token sequences (lists of ints or 1-D "
+                f"integer tensors), got {type(batch).__name__}"
+            )
         sequences = []
         for i, seq in enumerate(batch):
             try:
@@ -186,15 +227,19 @@ class Trainer:
             if t.numel() == 0:
                 raise BatchError(f"sequence {i} is empty")
             if t.dim() != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-                raise BatchError(f"sequence {i} must be a 1-D list or tensor of integer token "
-                                 f"ids, got {t.dtype} of shape {tuple(t.shape)}")
+                raise BatchError(
+                    f"sequence {i} must be a 1-D list or tensor of integer token "
+                    f"ids, got {t.dtype} of shape {tuple(t.shape)}"
+                )
             t = t.to(device="cpu", dtype=torch.long)
             lo, hi = int(t.min()), int(t.max())
             if lo < 0 or hi >= self.config.vocab:
                 bad = lo if lo < 0 else hi
                 pos = int((t == bad).nonzero()[0])
-                raise BatchError(f"sequence {i}, position {pos}: token id {bad} is outside the "
-                                 f"vocabulary [0, {self.config.vocab})")
+                raise BatchError(
+                    f"sequence {i}, position {pos}: token id {bad} is outside the "
+                    f"vocabulary [0, {self.config.vocab})"
+                )
             sequences.append(t.contiguous())
         if sum(t.numel() - 1 for t in sequences) == 0:
             raise BatchError("the batch has no target tokens (every sequence has one token)")
@@ -207,11 +252,19 @@ class Trainer:
     def _plan_lengths(self, lengths: list[int]) -> Any:
         p = self.plan_config
         return _C.plan.plan_step(
-            lengths, self.cost, float(self.memory_budget_bytes), p.method, k=p.k,
+            lengths,
+            self.cost,
+            float(self.memory_budget_bytes),
+            p.method,
+            k=p.k,
             token_cap=p.token_cap,
-            chunk_tokens=p.chunk_tokens, uniform_recompute=p.uniform_recompute, max_k=p.max_k,
+            chunk_tokens=p.chunk_tokens,
+            uniform_recompute=p.uniform_recompute,
+            max_k=p.max_k,
             checkpoint_time_limit_s=p.checkpoint_time_limit_s,
-            baseline_chunkings=p.baseline_chunkings, overlap_waves=p.overlap_waves)
+            baseline_chunkings=p.baseline_chunkings,
+            overlap_waves=p.overlap_waves,
+        )
 
     def step(self, batch: Any, plan: Any = None, measure_memory: bool = False) -> StepResult:
         """One training step on `batch` (a list of token sequences): plan, check agreement with
@@ -227,16 +280,23 @@ class Trainer:
                 plan = self._plan_lengths(lengths)  # validated by the planner
             else:
                 if list(plan.lengths) != lengths:
-                    raise BatchError(f"the given plan is for sequence lengths "
-                                     f"{list(plan.lengths)}, the batch has {lengths}")
+                    raise BatchError(
+                        f"the given plan is for sequence lengths "
+                        f"{list(plan.lengths)}, the batch has {lengths}"
+                    )
                 plan.validate()
             fingerprint = digest(*(t.numpy().tobytes() for t in sequences))
         except Error as e:
             error = e
         except ValueError as e:
             error = BatchError(str(e))
-        agree(self.executor, error, self.config_fingerprint, fingerprint,
-              None if plan is None or error else plan.hash())
+        agree(
+            self.executor,
+            error,
+            self.config_fingerprint,
+            fingerprint,
+            None if plan is None or error else plan.hash(),
+        )
 
         for p in self.parameters:
             p.grad = None
@@ -258,11 +318,13 @@ class Trainer:
 
         if meter is not None:
             predicted = MemoryMeter.predicted(plan, self.cost, self.stage_index)
-            stats.update(measured_activation_bytes=meter.peak_bytes,
-                         measured_saved_bytes=meter.peak_saved_bytes,
-                         measured_held_bytes=meter.peak_held_bytes,
-                         predicted_activation_bytes=predicted,
-                         activation_ratio=meter.peak_bytes / predicted if predicted > 0
-                         else float("inf"))
-        return StepResult(loss=stats["loss"], plan=plan.summary(), stats=stats,
-                          tokens=sum(plan.lengths))
+            stats.update(
+                measured_activation_bytes=meter.peak_bytes,
+                measured_saved_bytes=meter.peak_saved_bytes,
+                measured_held_bytes=meter.peak_held_bytes,
+                predicted_activation_bytes=predicted,
+                activation_ratio=meter.peak_bytes / predicted if predicted > 0 else float("inf"),
+            )
+        return StepResult(
+            loss=stats["loss"], plan=plan.summary(), stats=stats, tokens=sum(plan.lengths)
+        )

@@ -8,10 +8,10 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from infinipipe import _C  # built by setup.sh (DEVELOPERS.md); a missing build must fail, not skip
+
 SequenceKV, Slice, chunk_attention = _C.SequenceKV, _C.Slice, _C.chunk_attention
 
 BACKENDS = ["flash", "math"]
@@ -57,8 +57,10 @@ def run_schedule(seqs, chunks, forward_order, backward_order, grads, scale, back
     in the given orders. Sequences in `split` get a SequenceKV. Returns per-sequence outputs
     (detached) and the buffers."""
     dtype = seqs[0][0].dtype
-    bufs = {i: SequenceKV(seqs[i][0].shape[0], seqs[i][1].shape[1], seqs[i][0].shape[2], dtype)
-            for i in split}
+    bufs = {
+        i: SequenceKV(seqs[i][0].shape[0], seqs[i][1].shape[1], seqs[i][0].shape[2], dtype)
+        for i in split
+    }
     outs = [torch.zeros_like(q).detach() for q, _, _ in seqs]
     results = {}
     for c in forward_order:
@@ -68,12 +70,13 @@ def run_schedule(seqs, chunks, forward_order, backward_order, grads, scale, back
             qs.append(q[a:b]), ks.append(k[a:b]), vs.append(v[a:b])
             slices.append((i, a, b))
             kvs.append(bufs.get(i))
-        o = chunk_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), slices, kvs, scale,
-                            backend)
+        o = chunk_attention(
+            torch.cat(qs), torch.cat(ks), torch.cat(vs), slices, kvs, scale, backend
+        )
         results[c] = o
         row = 0
         for i, a, b in chunks[c]:
-            outs[i][a:b] = o[row:row + b - a].detach()
+            outs[i][a:b] = o[row : row + b - a].detach()
             row += b - a
     for c in backward_order:
         g = torch.cat([grads[i][a:b] for i, a, b in chunks[c]])
@@ -132,8 +135,9 @@ def test_packed_whole_sequences(backend, dtype, heads, kv_heads):
     rng, gen = random.Random(1), torch.Generator().manual_seed(1)
     lengths = [rng.randint(1, 40) for _ in range(6)]
     seqs = [make_seq(n, heads, kv_heads, 8, dtype, gen) for n in lengths]
-    grads = [torch.randn(n, heads, 8, dtype=torch.float64, generator=gen).to(dtype)
-             for n in lengths]
+    grads = [
+        torch.randn(n, heads, 8, dtype=torch.float64, generator=gen).to(dtype) for n in lengths
+    ]
     chunks = [[(i, 0, n) for i, n in enumerate(lengths)]]
     outs, _ = run_schedule(seqs, chunks, [0], [0], grads, 0.3, backend, set())
     check_against_reference(seqs, outs, grads, 0.3, TOL[dtype])
@@ -177,8 +181,7 @@ def test_hybrid_chunk(backend, dtype):
     gen = torch.Generator().manual_seed(3)
     lengths = [70, 12, 20, 9]
     seqs = [make_seq(n, 4, 2, 8, dtype, gen) for n in lengths]
-    grads = [torch.randn(n, 4, 8, dtype=torch.float64, generator=gen).to(dtype)
-             for n in lengths]
+    grads = [torch.randn(n, 4, 8, dtype=torch.float64, generator=gen).to(dtype) for n in lengths]
     chunks = [[(0, 0, 30), (3, 0, 9)], [(0, 30, 51)], [(1, 0, 12), (0, 51, 70), (2, 0, 20)]]
     outs, bufs = run_schedule(seqs, chunks, [0, 1, 2], [2, 1, 0], grads, 0.3, backend, {0})
     check_against_reference(seqs, outs, grads, 0.3, TOL[dtype])
@@ -193,8 +196,9 @@ def test_random_schedule_of_several_split_sequences(backend, seed):
     last-in-first-out (docs/design.md, "1F1B chunk scheduler")."""
     rng, gen = random.Random(100 + seed), torch.Generator().manual_seed(100 + seed)
     n_long, n_short = rng.randint(1, 3), rng.randint(0, 6)
-    lengths = [rng.randint(20, 120) for _ in range(n_long)] + \
-              [rng.randint(1, 25) for _ in range(n_short)]
+    lengths = [rng.randint(20, 120) for _ in range(n_long)] + [
+        rng.randint(1, 25) for _ in range(n_short)
+    ]
     dtype = torch.float64
     seqs = [make_seq(n, 4, 2, 8, dtype, gen) for n in lengths]
     grads = [torch.randn(n, 4, 8, dtype=dtype, generator=gen) for n in lengths]
@@ -234,8 +238,11 @@ class AttnLayer(torch.nn.Module):
 
     def qkv(self, x):
         n = x.shape[0]
-        return (self.wq(x).view(n, self.h, self.d), self.wk(x).view(n, self.kvh, self.d),
-                self.wv(x).view(n, self.kvh, self.d))
+        return (
+            self.wq(x).view(n, self.h, self.d),
+            self.wk(x).view(n, self.kvh, self.d),
+            self.wv(x).view(n, self.kvh, self.d),
+        )
 
     def forward(self, x, slices, kv, backend):
         return chunk_attention(*self.qkv(x), slices, kv, 0.0, backend).flatten(1)
@@ -262,7 +269,8 @@ def test_recompute(backend, mode):
             o = layer(xs, slices, [kv], backend)
         else:
             o = torch.utils.checkpoint.checkpoint(
-                layer, xs, slices, [kv], backend, use_reentrant=(mode == "checkpoint_reentrant"))
+                layer, xs, slices, [kv], backend, use_reentrant=(mode == "checkpoint_reentrant")
+            )
         outs.append(o)
     for (a, b), o in reversed(list(zip(cuts, outs))):
         o.backward(g[a:b])
@@ -270,7 +278,7 @@ def test_recompute(backend, mode):
     x.grad = None
     layer.zero_grad()
     q, k, v = layer.qkv(x)
-    reference(q, k, v, 8 ** -0.5).flatten(1).backward(g)
+    reference(q, k, v, 8**-0.5).flatten(1).backward(g)
     want = [x.grad] + [p.grad for p in layer.parameters()]
     for a, b in zip(got, want):
         assert rel_err(a, b) < 1e-9
@@ -335,7 +343,6 @@ def test_sequence_kv_binding():
     assert kv.dk is None
 
 
-
 def test_slice_binding():
     s = Slice(3, 4, 9, 20)
     assert (s.seq, s.start, s.end, s.seq_length, s.length, s.context) == (3, 4, 9, 20, 5, 4)
@@ -356,8 +363,7 @@ def test_accumulators_appear_at_the_first_backward_only(backend):
     kv = SequenceKV(n, 2, 8, torch.float64)
     outs = []
     for a, b in cuts:
-        outs.append(chunk_attention(q[a:b], k[a:b], v[a:b], [(0, a, b, n)], [kv], 0.3,
-                                    backend))
+        outs.append(chunk_attention(q[a:b], k[a:b], v[a:b], [(0, a, b, n)], [kv], 0.3, backend))
         assert kv.dk is None and kv.nbytes == 2 * n * 2 * 8 * 8
     outs[2].backward(torch.randn(12, 4, 8, dtype=torch.float64, generator=gen))
     assert kv.dk.shape == kv.k.shape and kv.nbytes == 4 * n * 2 * 8 * 8

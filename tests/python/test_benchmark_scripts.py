@@ -1,4 +1,5 @@
 """The benchmark scripts' smoke paths: cluster_study --smoke and plot_timeline on a small trace."""
+
 import json
 import subprocess
 import sys
@@ -11,12 +12,18 @@ TOOL = ROOT / "build" / "infinipipe-plan"
 BENCHMARKS = ROOT / "benchmarks"
 STAGES = 4
 
-pytestmark = pytest.mark.skipif(not TOOL.exists(), reason="%s is not built (ninja -C build infinipipe-plan)" % TOOL)
+pytestmark = pytest.mark.skipif(
+    not TOOL.exists(), reason="%s is not built (ninja -C build infinipipe-plan)" % TOOL
+)
 
 
 def test_cluster_study_smoke():
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "cluster_study.py"), str(TOOL), "--smoke"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "cluster_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("cluster_study smoke:"), done.stdout
     assert len(done.stdout.strip().splitlines()) == 1
@@ -25,9 +32,34 @@ def test_cluster_study_smoke():
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "trace.json"
-    subprocess.run([str(TOOL), "--distribution", "wikipedia", "--batch", "32", "--context", "8192", "--seed", "0",
-                    "--model", "llama-7b", "--hardware", "a800", "--stages", str(STAGES), "--memory-gib", "80",
-                    "--method", "epp", "--trace", str(path)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            str(TOOL),
+            "--distribution",
+            "wikipedia",
+            "--batch",
+            "32",
+            "--context",
+            "8192",
+            "--seed",
+            "0",
+            "--model",
+            "llama-7b",
+            "--hardware",
+            "a800",
+            "--stages",
+            str(STAGES),
+            "--memory-gib",
+            "80",
+            "--method",
+            "epp",
+            "--trace",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return path
 
 
@@ -43,12 +75,28 @@ def test_parsed_events_cover_every_stage(small_trace):
     assert {"forward", "backward"} <= {e["cat"] for e in events}
     # A measured trace has no memory counters and no thread names: tid is the stage.
     bare = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["tid"] < STAGES]
-    assert {e["stage"] for e in plot_timeline.parse_events({"traceEvents": bare})} == set(range(STAGES))
+    assert {e["stage"] for e in plot_timeline.parse_events({"traceEvents": bare})} == set(
+        range(STAGES)
+    )
 
 
 def test_plot_timeline_cli_writes_png(small_trace, tmp_path):
     out = tmp_path / "timeline.png"
-    subprocess.run([sys.executable, str(BENCHMARKS / "plot_timeline.py"), str(small_trace), str(small_trace),
-                    "--labels", "A", "B", "--output", str(out)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "plot_timeline.py"),
+            str(small_trace),
+            str(small_trace),
+            "--labels",
+            "A",
+            "B",
+            "--output",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert out.exists() and out.stat().st_size > 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,5 +1,6 @@
 """The measured comparison's peers (benchmarks/peers.py): the pipelined peer's smoke check on 2
 processes, and the unpipelined reference against a loss and AdamW step computed by hand."""
+
 import os
 import subprocess
 import sys
@@ -17,10 +18,18 @@ import peers  # noqa: E402
 
 
 def test_smoke_pipelined_matches_unpipelined():
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--smoke"],
-                          env=env, capture_output=True, text=True, timeout=180)
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--smoke"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     assert "smoke OK" in proc.stdout
 
@@ -36,8 +45,15 @@ def test_unpipelined_matches_hand_computed_step(checkpoint_layers):
     # targets of the step and divided by their count, then one AdamW step.
     model = llama.build_full_model(config, seed=0)
     total = sum(s.numel() - 1 for s in batch)
-    loss = sum(F.cross_entropy(model(s, llama.ChunkContext.packed([s.numel()]))[:-1], s[1:],
-                               reduction="sum") for s in batch) / total
+    loss = (
+        sum(
+            F.cross_entropy(
+                model(s, llama.ChunkContext.packed([s.numel()]))[:-1], s[1:], reduction="sum"
+            )
+            for s in batch
+        )
+        / total
+    )
     loss.backward()
     torch.optim.AdamW(model.parameters(), lr=1e-2).step()
 

@@ -1,5 +1,6 @@
 """Profiler: the C++ fit recovers known coefficients; the quick CLI (Python and C++ stage) and the
 C++ tool write loadable cost JSON. No timing asserts: the machine may be busy."""
+
 import json
 import multiprocessing
 import os
@@ -12,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from infinipipe import _C
-from infinipipe import profile
+from infinipipe import _C, profile
 from infinipipe.models import llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ TRUE = (3e-9, 2e-6, 4e-4)  # a1, a2, b: magnitudes like the tiny model on a CPU
 
 
 def forward(a1, a2, b, points=POINTS):
-    return np.array([a1 * ((c + s) ** 2 - c ** 2) + a2 * s + b for s, c in points])
+    return np.array([a1 * ((c + s) ** 2 - c**2) + a2 * s + b for s, c in points])
 
 
 def samples(noise: float, seed: int, g: float = 2.3):
@@ -66,8 +66,9 @@ def test_fit_is_non_negative_and_checks_input():
 
 
 def test_per_token_parts_and_statistics():
-    cal = _C.plan.calibrate(samples(0.0, 0), embedding=[(64, 6.4e-6), (128, 12.8e-6)],
-                            head=[(64, 3.2e-4)])
+    cal = _C.plan.calibrate(
+        samples(0.0, 0), embedding=[(64, 6.4e-6), (128, 12.8e-6)], head=[(64, 3.2e-4)]
+    )
     assert cal.embedding_s_per_token == pytest.approx(1e-7)
     assert cal.head_s_per_token == pytest.approx(5e-6)
     runs = [5.0, 1.0, 2.0, 100.0, 3.0, 4.0, 2.0, 3.0]
@@ -80,8 +81,11 @@ def test_saved_bytes_match_the_analytic_model():
     # The runtime path saves what CostCoefficients::analytic derives, per token, for whole
     # sequences and for slices of split sequences alike, in both stage implementations.
     config = llama.LlamaConfig.tiny()
-    analytic = json.loads(_C.plan.CostModel.analytic(
-        profile.model_shape_json(config, torch.float32), "cpu", [4, 4]).to_json())
+    analytic = json.loads(
+        _C.plan.CostModel.analytic(
+            profile.model_shape_json(config, torch.float32), "cpu", [4, 4]
+        ).to_json()
+    )
     for stage in profile.STAGES:
         module = profile.profiled_module(config, stage)
         for context in (0, 96):
@@ -94,18 +98,44 @@ def test_saved_bytes_match_the_analytic_model():
 def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
     out = tmp_path / "cost.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    proc = subprocess.run([sys.executable, "-m", "infinipipe", "profile", "--grid", "quick",
-                           "--stage", stage, "--output", str(out), "--no-progress",
-                           "--threads", "1", "--layers-per-stage", "3,5"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infinipipe",
+            "profile",
+            "--grid",
+            "quick",
+            "--stage",
+            stage,
+            "--output",
+            str(out),
+            "--no-progress",
+            "--threads",
+            "1",
+            "--layers-per-stage",
+            "3,5",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "held-out forward error" in proc.stdout
     cost = _C.plan.CostModel.load(str(out))
     assert list(cost.layers_per_stage) == [3, 5]
     coef = json.loads(out.read_text())["coefficients"]
     meta = json.loads(out.with_suffix(".meta.json").read_text())
-    for key in ("a1", "a2", "b", "backward_ratio", "embedding_s_per_token", "head_s_per_token",
-                "activation_bytes"):
+    for key in (
+        "a1",
+        "a2",
+        "b",
+        "backward_ratio",
+        "embedding_s_per_token",
+        "head_s_per_token",
+        "activation_bytes",
+    ):
         assert coef[key] == pytest.approx(meta[key])
     assert coef["a2"] > 0 and coef["activation_bytes"] > 0 and coef["head_s_per_token"] > 0
     assert 0 <= meta["forward_heldout_median"] <= meta["forward_heldout_max"]
@@ -127,9 +157,21 @@ def test_cpp_tool_quick_writes_loadable_cost_json(tmp_path):
     if not TOOL.exists():
         pytest.skip(f"{TOOL} is not built (cmake --build build --target infinipipe-profile)")
     out = tmp_path / "cost.json"
-    proc = subprocess.run([str(TOOL), "--grid", "quick", "--output", str(out), "--no-progress",
-                           "--layers-per-stage", "2,6"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(TOOL),
+            "--grid",
+            "quick",
+            "--output",
+            str(out),
+            "--no-progress",
+            "--layers-per-stage",
+            "2,6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "held-out forward error" in proc.stdout
     cost = _C.plan.CostModel.load(str(out))
@@ -143,12 +185,14 @@ def test_cpp_tool_quick_writes_loadable_cost_json(tmp_path):
 
 def test_plan_config_uses_profiled_json(tmp_path):
     import infinipipe
+
     out = tmp_path / "cost.json"
     config = llama.LlamaConfig.tiny()
     cal = _C.plan.calibrate(samples(0.0, 0))
     out.write_text(json.dumps(profile.cost_json(config, [4, 4], cal, 1000.0)))
-    cost = infinipipe.cost_model_for(config, [4, 4], torch.float32,
-                                      infinipipe.PlanConfig(cost_model=str(out)))
+    cost = infinipipe.cost_model_for(
+        config, [4, 4], torch.float32, infinipipe.PlanConfig(cost_model=str(out))
+    )
     assert list(cost.layers_per_stage) == [4, 4]
     assert json.loads(cost.to_json())["coefficients"]["a1"] == pytest.approx(TRUE[0])
 
@@ -174,9 +218,22 @@ def test_neighbours_work_during_the_block_and_stop_after():
 
 def test_cli_rejects_negative_neighbours(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    proc = subprocess.run([sys.executable, "-m", "infinipipe", "profile", "--neighbours", "-1",
-                           "--output", str(tmp_path / "c.json")],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infinipipe",
+            "profile",
+            "--neighbours",
+            "-1",
+            "--output",
+            str(tmp_path / "c.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "--neighbours must be 0 or more" in proc.stderr
 
 

@@ -32,15 +32,21 @@ CASES = {
 
 
 def fingerprints(tool: str, args: list[str]) -> list[str]:
-    out = subprocess.run([tool, *args, *COMMON, "--method", "all", "--json"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [tool, *args, *COMMON, "--method", "all", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     rows = []
     for line in out.splitlines():
         row = json.loads(line)
         kind = "epp" if row["method"] == "epp" else ("static" if row.get("static") else "per-step")
         # repr() of the float keeps every bit: byte-identical predictions, not just close ones.
-        rows.append(f"{row['method']} {kind} step {row['step']}: "
-                    f"{row.get('hash', 'infeasible')} {row.get('step_time_s', 0.0)!r}")
+        rows.append(
+            f"{row['method']} {kind} step {row['step']}: "
+            f"{row.get('hash', 'infeasible')} {row.get('step_time_s', 0.0)!r}"
+        )
     return rows
 
 
@@ -55,11 +61,17 @@ def main() -> int:
         print(f"recorded {sum(map(len, current.values()))} plans in {RECORD}")
         return 0
     recorded = json.loads(RECORD.read_text())
-    differences = [f"{name}: recorded {want!r}, now {got!r}"
-                   for name in CASES
-                   for want, got in zip(recorded[name], current[name]) if want != got]
-    differences += [f"{name}: {len(recorded[name])} plans recorded, {len(current[name])} now"
-                    for name in CASES if len(recorded[name]) != len(current[name])]
+    differences = [
+        f"{name}: recorded {want!r}, now {got!r}"
+        for name in CASES
+        for want, got in zip(recorded[name], current[name])
+        if want != got
+    ]
+    differences += [
+        f"{name}: {len(recorded[name])} plans recorded, {len(current[name])} now"
+        for name in CASES
+        if len(recorded[name]) != len(current[name])
+    ]
     for line in differences:
         print(line)
     print(f"{sum(map(len, current.values()))} plans compared, {len(differences)} differ")

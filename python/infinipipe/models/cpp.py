@@ -22,32 +22,59 @@ from . import llama
 __all__ = ["stage", "build_stage", "load_from"]
 
 
-def stage(config: llama.LlamaConfig, first_layer: int, last_layer: int, has_embedding: bool,
-          has_head: bool, *, seed: int | None = 0,
-          device: torch.device | str = "cpu") -> _C.models.LlamaStage:
+def stage(
+    config: llama.LlamaConfig,
+    first_layer: int,
+    last_layer: int,
+    has_embedding: bool,
+    has_head: bool,
+    *,
+    seed: int | None = 0,
+    device: torch.device | str = "cpu",
+) -> _C.models.LlamaStage:
     """Layers [first_layer, last_layer) in C++; seed as in llama.LlamaStage (None: zeros)."""
     return _C.models.LlamaStage(
-        vocab=config.vocab, hidden=config.hidden, layers=config.layers, heads=config.heads,
-        kv_heads=config.kv_heads, ffn=config.ffn, first_layer=first_layer,
-        last_layer=last_layer, has_embedding=has_embedding, has_head=has_head,
-        rope_theta=config.rope_theta, rms_eps=config.rms_eps, dtype=config.dtype, seed=seed,
-        device=torch.device(device))
+        vocab=config.vocab,
+        hidden=config.hidden,
+        layers=config.layers,
+        heads=config.heads,
+        kv_heads=config.kv_heads,
+        ffn=config.ffn,
+        first_layer=first_layer,
+        last_layer=last_layer,
+        has_embedding=has_embedding,
+        has_head=has_head,
+        rope_theta=config.rope_theta,
+        rms_eps=config.rms_eps,
+        dtype=config.dtype,
+        seed=seed,
+        device=torch.device(device),
+    )
 
 
-def build_stage(config: llama.LlamaConfig, layers_per_stage: int | Sequence[int], index: int, *,
-                seed: int | None = 0,
-                device: torch.device | str = "cpu") -> _C.models.LlamaStage:
+def build_stage(
+    config: llama.LlamaConfig,
+    layers_per_stage: int | Sequence[int],
+    index: int,
+    *,
+    seed: int | None = 0,
+    device: torch.device | str = "cpu",
+) -> _C.models.LlamaStage:
     """Stage `index` of a split, as llama.build_stage but in C++."""
     ranges = llama.layer_ranges(config, layers_per_stage)
     if not 0 <= index < len(ranges):
         raise IndexError(f"stage {index} out of range for {len(ranges)} stages")
     r = ranges[index]
-    return stage(config, r.start, r.stop, index == 0, index == len(ranges) - 1, seed=seed,
-                 device=device)
+    return stage(
+        config, r.start, r.stop, index == 0, index == len(ranges) - 1, seed=seed, device=device
+    )
 
 
-def load_from(cpp_stage: _C.models.LlamaStage, weights: Mapping[str, torch.Tensor] | torch.nn.Module,
-              strict: bool = True) -> _C.models.LlamaStage:
+def load_from(
+    cpp_stage: _C.models.LlamaStage,
+    weights: Mapping[str, torch.Tensor] | torch.nn.Module,
+    strict: bool = True,
+) -> _C.models.LlamaStage:
     """Copies a state dict (or a Python stage's parameters) into the C++ stage."""
     if isinstance(weights, torch.nn.Module):
         weights = weights.state_dict()

@@ -23,8 +23,10 @@ REPO = Path(__file__).resolve().parents[3]
 def binary() -> Path:
     path = Path(os.environ.get("INFINIPIPE_TRAIN_LLAMA_CPP", REPO / "build" / "train_llama_cpp"))
     if not path.is_file():
-        message = (f"{path} is not built: cmake --build build --target train_llama_cpp "
-                   f"(needs INFINIPIPE_WITH_TORCH=ON and libgloo-dev)")
+        message = (
+            f"{path} is not built: cmake --build build --target train_llama_cpp "
+            f"(needs INFINIPIPE_WITH_TORCH=ON and libgloo-dev)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -38,12 +40,31 @@ def free_port() -> int:
 
 
 def test_cpp_example_trains_two_steps_on_two_ranks():
-    command = [sys.executable, "-m", "torch.distributed.run", "--no-python",
-               "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-               str(binary()), "--steps", "2", "--batch", "4", "--context", "256",
-               "--timeout-s", "60"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--no-python",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(binary()),
+        "--steps",
+        "2",
+        "--batch",
+        "4",
+        "--context",
+        "256",
+        "--timeout-s",
+        "60",
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     log = f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
     assert done.returncode == 0, log
     losses = [float(x) for x in re.findall(r"^step +\d+ +loss (\S+)", done.stdout, re.M)]

@@ -21,8 +21,9 @@ sys.path.insert(0, str(RUNTIME_TESTS))
 import bodies  # noqa: E402
 from launcher import REPO, check_all_ok, run_ranks  # noqa: E402
 
-CONFIG = llama.LlamaConfig(vocab=97, hidden=32, layers=3, heads=4, kv_heads=2, ffn=64,
-                           dtype=torch.float64)
+CONFIG = llama.LlamaConfig(
+    vocab=97, hidden=32, layers=3, heads=4, kv_heads=2, ffn=64, dtype=torch.float64
+)
 TOLERANCE = 1e-9
 
 
@@ -43,8 +44,9 @@ def python_model(seed: int = 0) -> llama.LlamaStage:
 
 
 def cpp_copy(model: llama.LlamaStage) -> _C.models.LlamaStage:
-    stage = cpp.stage(CONFIG, model.first_layer, model.last_layer, model.has_embedding,
-                      model.has_head, seed=None)
+    stage = cpp.stage(
+        CONFIG, model.first_layer, model.last_layer, model.has_embedding, model.has_head, seed=None
+    )
     return cpp.load_from(stage, model)
 
 
@@ -62,7 +64,10 @@ def test_names_and_seeded_weights_match_python():
                 assert torch.equal(c, p.detach()), name
                 assert c.requires_grad, name
             assert c_stage.num_layers == len(py_stage.layer_indices)
-            assert (c_stage.has_embedding, c_stage.has_head) == (index == 0, index == len(split) - 1)
+            assert (c_stage.has_embedding, c_stage.has_head) == (
+                index == 0,
+                index == len(split) - 1,
+            )
 
 
 def test_load_state_dict_checks_names_and_shapes():
@@ -72,8 +77,9 @@ def test_load_state_dict_checks_names_and_shapes():
     with pytest.raises(_C.Error, match="unexpected weights"):
         stage.load_state_dict(full)
     stage.load_state_dict(full, strict=False)  # takes layer 1, ignores the rest
-    assert torch.equal(stage.state_dict()["layers.1.mlp.up_proj.weight"],
-                       full["layers.1.mlp.up_proj.weight"])
+    assert torch.equal(
+        stage.state_dict()["layers.1.mlp.up_proj.weight"], full["layers.1.mlp.up_proj.weight"]
+    )
     with pytest.raises(_C.Error, match="lack"):
         stage.load_state_dict({"layers.1.mlp.up_proj.weight": full["layers.1.mlp.up_proj.weight"]})
     bad = llama.stage_state_dict(full, range(1, 2))
@@ -92,9 +98,11 @@ def run_pieces(embed, layer, head, tokens, ctx, first_layer: int, layers: int):
 
 
 def python_pieces(model: llama.LlamaStage):
-    return (lambda t, ctx: model.embed(t),
-            lambda i, h, ctx: model.layer(model.first_layer + i, h, ctx),
-            lambda h, ctx: model.head(h))
+    return (
+        lambda t, ctx: model.embed(t),
+        lambda i, h, ctx: model.layer(model.first_layer + i, h, ctx),
+        lambda h, ctx: model.head(h),
+    )
 
 
 def cpp_pieces(stage):
@@ -168,7 +176,7 @@ def test_slice_of_a_split_sequence_matches_python():
     g = torch.Generator().manual_seed(5)
     seq0 = torch.randint(0, CONFIG.vocab, (21,), generator=g)
     seq1 = torch.randint(0, CONFIG.vocab, (6,), generator=g)
-    chunk_a = [(0, 0, 8, 21)]                    # (seq, start, end, seq_length)
+    chunk_a = [(0, 0, 8, 21)]  # (seq, start, end, seq_length)
     chunk_b = [(0, 8, 21), (1, 0, 6)]
     tokens_a, tokens_b = seq0[:8], torch.cat([seq0[8:], seq1])
 
@@ -176,8 +184,10 @@ def test_slice_of_a_split_sequence_matches_python():
     model.attention_fn = llama.reference_chunk_attention
     py_a, py_b = llama.ChunkContext(chunk_a), llama.ChunkContext(chunk_b)
     py_a.state = py_b.state = state
-    kv = [_C.SequenceKV(21, CONFIG.kv_heads, CONFIG.head_dim, torch.float64)
-          for _ in range(CONFIG.layers)]
+    kv = [
+        _C.SequenceKV(21, CONFIG.kv_heads, CONFIG.head_dim, torch.float64)
+        for _ in range(CONFIG.layers)
+    ]
     c_a = llama.ChunkContext(chunk_a, kv=[[kv[layer]] for layer in range(3)], chunk=0)
     c_b = llama.ChunkContext(chunk_b, kv=[[kv[layer], None] for layer in range(3)], chunk=1)
     assert torch.equal(c_b.positions, torch.cat([torch.arange(8, 21), torch.arange(6)]))
@@ -232,20 +242,38 @@ def test_bad_calls_raise_clear_errors():
 
 
 PIPELINE_CASES = [
-    dict(name="short", dtype="float64", lengths=[5, 17, 33, 9, 24], seed=0,
-         plan=dict(method="epp")),
-    dict(name="long-sliced", dtype="float64", lengths=[300], seed=1,
-         plan=dict(method="chunkflow", chunk_tokens=64)),
-    dict(name="hybrid-checkpointed", dtype="float64", lengths=[200, 40, 25, 13], seed=2,
-         plan=dict(method="chunkflow", chunk_tokens=96, recompute="pattern")),
+    dict(
+        name="short", dtype="float64", lengths=[5, 17, 33, 9, 24], seed=0, plan=dict(method="epp")
+    ),
+    dict(
+        name="long-sliced",
+        dtype="float64",
+        lengths=[300],
+        seed=1,
+        plan=dict(method="chunkflow", chunk_tokens=64),
+    ),
+    dict(
+        name="hybrid-checkpointed",
+        dtype="float64",
+        lengths=[200, 40, 25, 13],
+        seed=2,
+        plan=dict(method="chunkflow", chunk_tokens=96, recompute="pattern"),
+    ),
 ]
 
 
 def test_two_stage_pipeline_with_cpp_stages_matches_unpipelined_python():
-    runs = check_all_ok(run_ranks(
-        "cpp_llama_bodies:cpp_parity", 2, dict(cases=PIPELINE_CASES), timeout_s=240,
-        extra_env={"PYTHONPATH": ":".join([str(REPO / "python"), str(RUNTIME_TESTS),
-                                           str(HERE)])}))
+    runs = check_all_ok(
+        run_ranks(
+            "cpp_llama_bodies:cpp_parity",
+            2,
+            dict(cases=PIPELINE_CASES),
+            timeout_s=240,
+            extra_env={
+                "PYTHONPATH": ":".join([str(REPO / "python"), str(RUNTIME_TESTS), str(HERE)])
+            },
+        )
+    )
     for index, case in enumerate(PIPELINE_CASES):
         per_rank = [r[index] for r in runs]
         assert all(r["runs_in_cpp"] and r["module_type"] == "LlamaStage" for r in per_rank)

@@ -114,6 +114,7 @@ def hf_full_precision(monkeypatch):
 
 def hf_model(ours, config):
     import transformers  # pinned in tests/python/requirements.txt
+
     model = transformers.LlamaForCausalLM(config.to_hf()).to(config.dtype)
     model.load_state_dict(to_hf_state_dict(ours.state_dict()), strict=True)
     return model
@@ -185,12 +186,25 @@ def test_gradients_match_transformers_float64(hf_full_precision):
 def test_config_shapes_and_transformers_config():
     tiny = LlamaConfig.tiny()
     assert (tiny.layers, tiny.hidden, tiny.heads, tiny.kv_heads, tiny.ffn, tiny.vocab) == (
-        8, 128, 4, 2, 352, 512)
+        8,
+        128,
+        4,
+        2,
+        352,
+        512,
+    )
     assert tiny.head_dim == 32 and tiny.rope_theta == 10000.0 and tiny.rms_eps == 1e-6
     import transformers  # noqa: F401  (pinned in tests/python/requirements.txt)
+
     hf = tiny.to_hf()
-    assert (hf.num_hidden_layers, hf.hidden_size, hf.num_attention_heads,
-            hf.num_key_value_heads, hf.intermediate_size, hf.vocab_size) == (8, 128, 4, 2, 352, 512)
+    assert (
+        hf.num_hidden_layers,
+        hf.hidden_size,
+        hf.num_attention_heads,
+        hf.num_key_value_heads,
+        hf.intermediate_size,
+        hf.vocab_size,
+    ) == (8, 128, 4, 2, 352, 512)
     assert hf.tie_word_embeddings is False and hf.attention_bias is False
     assert hf.mlp_bias is False and hf.hidden_act == "silu"
     assert hf.rope_parameters["rope_theta"] == 10000.0
@@ -204,9 +218,17 @@ def test_state_dict_names_round_trip():
     assert "model.embed_tokens.weight" in hf and "lm_head.weight" in hf
     assert "model.norm.weight" in hf
     for i in range(SMALL["layers"]):
-        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                     "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-                     "input_layernorm", "post_attention_layernorm"):
+        for part in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+            "input_layernorm",
+            "post_attention_layernorm",
+        ):
             assert f"model.layers.{i}.{part}.weight" in hf
     assert len(hf) == len(state)
     assert from_hf_state_dict(hf).keys() == state.keys()
@@ -216,11 +238,14 @@ def test_state_dict_names_round_trip():
 # Stages
 
 
-@pytest.mark.parametrize("config,split", [
-    (LlamaConfig(**SMALL, dtype=torch.float64), [1, 2, 1]),
-    (LlamaConfig.tiny(), 3),
-    (LlamaConfig.tiny(), 1),
-])
+@pytest.mark.parametrize(
+    "config,split",
+    [
+        (LlamaConfig(**SMALL, dtype=torch.float64), [1, 2, 1]),
+        (LlamaConfig.tiny(), 3),
+        (LlamaConfig.tiny(), 1),
+    ],
+)
 def test_chained_stages_equal_full_model(config, split):
     full = build_full_model(config, seed=11)
     stages = split_stages(config, split, seed=11)
@@ -237,7 +262,9 @@ def test_chained_stages_equal_full_model(config, split):
         got = s.state_dict()
         assert got.keys() == expected.keys()
         assert all(torch.equal(got[k], expected[k]) for k in got)
-        assert build_stage(config, split, stages.index(s), seed=11).state_dict().keys() == got.keys()
+        assert (
+            build_stage(config, split, stages.index(s), seed=11).state_dict().keys() == got.keys()
+        )
 
     seqs = random_sequences([13, 4, 20], config.vocab, seed=12)
     tokens, ctx = llama.pack_sequences(seqs)
@@ -266,7 +293,8 @@ def test_stage_loads_weights_from_full_state():
     stage = llama.LlamaStage(config, 1, 3, has_embedding=False, has_head=False, seed=None)
     stage.load_state_dict(stage_state_dict(full.state_dict(), range(1, 3)), strict=True)
     assert sorted(stage.state_dict()) == sorted(
-        k for k in full.state_dict() if k.startswith(("layers.1.", "layers.2.")))
+        k for k in full.state_dict() if k.startswith(("layers.1.", "layers.2."))
+    )
 
 
 def test_even_layer_split_matches_planner():
@@ -320,7 +348,7 @@ def test_chunk_loss_sums_to_unpipelined_mean(seed):
         assert sum(len(c) for c in chunks) >= len(lengths)
         for chunk in chunks:
             ctx = chunk_context(chunk)
-            logits = torch.cat([per_seq[i][a:a + n] for i, a, n in chunk])
+            logits = torch.cat([per_seq[i][a : a + n] for i, a, n in chunk])
             total = total + chunk_loss(logits, chunk_targets(ctx, seqs), normaliser)
     assert rel(total, mean) < 1e-12
 
@@ -354,7 +382,7 @@ def test_chunked_run_with_reference_chunk_attention_equals_unpipelined(seed):
     for chunk in random_chunks(lengths, seed):
         ctx = chunk_context(chunk)
         ctx.state = state
-        x = torch.cat([seqs[i][a:a + n] for i, a, n in chunk])
+        x = torch.cat([seqs[i][a : a + n] for i, a, n in chunk])
         for s in stages:
             x = s(x, ctx)
         total = total + chunk_loss(x, chunk_targets(ctx, seqs), normaliser)

@@ -71,8 +71,13 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
     """A plan of `lengths` from a case's spec: the planner (method, budget, setting), a budget
     search (search=...), or given chunks and waves; optionally with the recompute replaced."""
     if "chunks" in spec:
-        plan = _C.plan.build_plan(lengths, spec["chunks"], spec["waves"], trainer.cost,
-                                  overlap_waves=spec.get("overlap_waves", False))
+        plan = _C.plan.build_plan(
+            lengths,
+            spec["chunks"],
+            spec["waves"],
+            trainer.cost,
+            overlap_waves=spec.get("overlap_waves", False),
+        )
     elif "epp_k" in spec:  # EPP's chunking at a fixed K, one wave
         chunks = _C.plan.epp_chunks(lengths, spec["epp_k"], trainer.cost)
         plan = _C.plan.build_plan(lengths, chunks, [list(range(len(chunks)))], trainer.cost)
@@ -80,10 +85,16 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
         plan = search_budget(lengths, trainer.cost, spec["search"])
     else:
         plan = _C.plan.plan_step(
-            lengths, trainer.cost, float(spec.get("budget", 1e9)), spec.get("method", "epp"),
-            k=spec.get("k", 1), token_cap=spec.get("token_cap", max(lengths)),
-            chunk_tokens=spec.get("chunk_tokens", 0), max_k=spec.get("max_k", 8),
-            baseline_chunkings=spec.get("baseline_chunkings", True))
+            lengths,
+            trainer.cost,
+            float(spec.get("budget", 1e9)),
+            spec.get("method", "epp"),
+            k=spec.get("k", 1),
+            token_cap=spec.get("token_cap", max(lengths)),
+            chunk_tokens=spec.get("chunk_tokens", 0),
+            max_k=spec.get("max_k", 8),
+            baseline_chunkings=spec.get("baseline_chunkings", True),
+        )
     if spec.get("recompute") == "pattern":
         plan.recompute = recompute_pattern(plan)
     return plan
@@ -97,16 +108,26 @@ def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
     for case in cases:
         dtype = case["dtype"]
         if dtype not in trainers:
-            trainers[dtype] = infinipipe.Trainer(model_config(dtype), frozen_optimizer,
-                                                 timeout_s=timeout_s)
+            trainers[dtype] = infinipipe.Trainer(
+                model_config(dtype), frozen_optimizer, timeout_s=timeout_s
+            )
         trainer = trainers[dtype]
         batch = make_batch(case["lengths"], case["seed"])
         plan = make_plan(trainer, case["lengths"], case["plan"])
         result = trainer.step(batch, plan=plan, measure_memory=True)
         grads = {name: p.grad.detach().clone() for name, p in trainer.module.named_parameters()}
-        out.append(dict(name=case["name"], loss=result.loss, grads=grads, summary=result.plan,
-                        stats=result.stats, kinds=list(plan.chunk_kinds),
-                        recompute=plan.recompute, stage=trainer.stage_index))
+        out.append(
+            dict(
+                name=case["name"],
+                loss=result.loss,
+                grads=grads,
+                summary=result.plan,
+                stats=result.stats,
+                kinds=list(plan.chunk_kinds),
+                recompute=plan.recompute,
+                stage=trainer.stage_index,
+            )
+        )
     return out
 
 
@@ -115,8 +136,9 @@ def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
 
 
 def world_mismatch(layer_split: list[int]) -> None:
-    infinipipe.Trainer(model_config("float32"), frozen_optimizer, layer_split=layer_split,
-                       timeout_s=20)
+    infinipipe.Trainer(
+        model_config("float32"), frozen_optimizer, layer_split=layer_split, timeout_s=20
+    )
 
 
 def _outcome(fn) -> tuple[str, str] | None:
@@ -156,8 +178,12 @@ def bad_inputs() -> dict:
     results["good_loss"] = trainer.step(good).loss
     # Rank 1 configured a different method: the configurations differ.
     method = "batch" if rank == 1 else "epp"
-    other_config = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=20,
-                                      plan=infinipipe.PlanConfig(method=method))
+    other_config = infinipipe.Trainer(
+        model_config("float32"),
+        frozen_optimizer,
+        timeout_s=20,
+        plan=infinipipe.PlanConfig(method=method),
+    )
     results["different_config"] = _outcome(lambda: other_config.step(good))
     return results
 
@@ -189,8 +215,9 @@ class _DiesMidStep(llama.LlamaStage):
         cls = type(self)
         cls.fail_at_call -= 1
         if cls.fail_at_call == 0:
-            print(f"rank {os.environ['RANK']}: {'hanging' if cls.hang_s else 'dying'} now",
-                  flush=True)
+            print(
+                f"rank {os.environ['RANK']}: {'hanging' if cls.hang_s else 'dying'} now", flush=True
+            )
             time.sleep(cls.hang_s)
             os._exit(17)
         return super().layer(i, hidden, ctx)
@@ -206,22 +233,27 @@ def peer_dies(victim: int, timeout_s: float, lengths: list[int], hang_s: float =
     def factory(stage, split):
         ranges = llama.layer_ranges(config, split)
         r = ranges[stage]
-        module = _DiesMidStep(config, r.start, r.stop, has_embedding=stage == 0,
-                              has_head=stage == len(split) - 1)
+        module = _DiesMidStep(
+            config, r.start, r.stop, has_embedding=stage == 0, has_head=stage == len(split) - 1
+        )
         if stage == victim:
             _DiesMidStep.fail_at_call = 2
             _DiesMidStep.hang_s = hang_s
         return module
 
-    trainer = infinipipe.Trainer(factory, frozen_optimizer, model_config=config,
-                                 timeout_s=timeout_s)
+    trainer = infinipipe.Trainer(
+        factory, frozen_optimizer, model_config=config, timeout_s=timeout_s
+    )
     batch = make_batch(lengths, seed=3)
     plan = trainer.plan(batch)
     started = time.monotonic()
     try:
         trainer.step(batch, plan=plan)
     except Exception as e:
-        print(f"rank {rank}: step failed after {time.monotonic() - started:.2f} s: "
-              f"{type(e).__name__}: {e}", flush=True)
+        print(
+            f"rank {rank}: step failed after {time.monotonic() - started:.2f} s: "
+            f"{type(e).__name__}: {e}",
+            flush=True,
+        )
         raise
     return time.monotonic() - started

@@ -36,13 +36,15 @@ class RankResult:
     elapsed_s: float
     stdout: str
     stderr: str
-    value: Any = None        # what the body returned
+    value: Any = None  # what the body returned
     error: tuple[str, str] | None = None  # (exception type, message) when the body raised
 
     def describe(self) -> str:
-        return (f"rank {self.rank}: returncode {self.returncode} after {self.elapsed_s:.1f} s, "
-                f"error {self.error}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n"
-                f"{self.stderr[-3000:]}")
+        return (
+            f"rank {self.rank}: returncode {self.returncode} after {self.elapsed_s:.1f} s, "
+            f"error {self.error}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n"
+            f"{self.stderr[-3000:]}"
+        )
 
 
 def free_port() -> int:
@@ -51,8 +53,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(target: str, world_size: int, args: dict | None = None, timeout_s: float = 120.0,
-              extra_env: dict | None = None) -> list[RankResult]:
+def run_ranks(
+    target: str,
+    world_size: int,
+    args: dict | None = None,
+    timeout_s: float = 120.0,
+    extra_env: dict | None = None,
+) -> list[RankResult]:
     """Runs `module:function` of this directory on `world_size` ranks; returns per-rank results."""
     with tempfile.TemporaryDirectory(prefix="infinipipe-ranks-") as tmp:
         tmp_path = Path(tmp)
@@ -60,20 +67,35 @@ def run_ranks(target: str, world_size: int, args: dict | None = None, timeout_s:
             pickle.dump(args or {}, f)
         port = free_port()
         procs, logs = [], []
-        pythonpath = os.pathsep.join([str(REPO / "python"), str(HERE),
-                                      os.environ.get("PYTHONPATH", "")])
+        pythonpath = os.pathsep.join(
+            [str(REPO / "python"), str(HERE), os.environ.get("PYTHONPATH", "")]
+        )
         for rank in range(world_size):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
-                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONPATH=pythonpath,
-                       OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                WORLD_SIZE=str(world_size),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(world_size),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                PYTHONPATH=pythonpath,
+                OMP_NUM_THREADS="1",
+                PYTHONUNBUFFERED="1",
+            )
             env.update(extra_env or {})
             out = open(tmp_path / f"out{rank}.txt", "w+")
             err = open(tmp_path / f"err{rank}.txt", "w+")
             logs.append((out, err))
-            procs.append(subprocess.Popen(
-                [sys.executable, str(HERE / "_worker.py"), target, str(tmp_path)],
-                env=env, stdout=out, stderr=err, cwd=str(HERE)))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(HERE / "_worker.py"), target, str(tmp_path)],
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    cwd=str(HERE),
+                )
+            )
         started = time.monotonic()
         ended: list[float | None] = [None] * world_size
         while any(e is None for e in ended):
@@ -93,9 +115,13 @@ def run_ranks(target: str, world_size: int, args: dict | None = None, timeout_s:
             out, err = logs[rank]
             out.seek(0)
             err.seek(0)
-            result = RankResult(rank, returncode,
-                                ended[rank] if ended[rank] is not None else timeout_s,
-                                out.read(), err.read())
+            result = RankResult(
+                rank,
+                returncode,
+                ended[rank] if ended[rank] is not None else timeout_s,
+                out.read(),
+                err.read(),
+            )
             out.close()
             err.close()
             value_file = tmp_path / f"rank{rank}.pt"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from launcher import run_ranks
 
 # Start-up (importing torch, joining the group) comes on top of the step's own timeout.
@@ -29,13 +28,16 @@ def bad_inputs():
     return [r.value for r in results]
 
 
-@pytest.mark.parametrize("case, text", [
-    ("out_of_vocab", "sequence 1, position 1: token id 97 is outside the vocabulary [0, 97)"),
-    ("negative_id", "sequence 0, position 1: token id -4 is outside the vocabulary"),
-    ("empty_batch", "the batch is empty"),
-    ("empty_sequence", "sequence 1 is empty"),
-    ("float_tokens", "sequence 0 must be a 1-D list or tensor of integer token ids"),
-])
+@pytest.mark.parametrize(
+    "case, text",
+    [
+        ("out_of_vocab", "sequence 1, position 1: token id 97 is outside the vocabulary [0, 97)"),
+        ("negative_id", "sequence 0, position 1: token id -4 is outside the vocabulary"),
+        ("empty_batch", "the batch is empty"),
+        ("empty_sequence", "sequence 1 is empty"),
+        ("float_tokens", "sequence 0 must be a 1-D list or tensor of integer token ids"),
+    ],
+)
 def test_bad_batch_is_rejected_on_every_rank(bad_inputs, case, text):
     for rank, outcome in enumerate(bad_inputs):
         assert outcome[case] is not None, f"rank {rank} accepted {case}"
@@ -51,11 +53,14 @@ def test_bad_batch_on_one_rank_stops_every_rank(bad_inputs):
     assert "rank(s) 1 rejected the step" in message and "token id 1000" in message
 
 
-@pytest.mark.parametrize("case, what", [
-    ("different_batch", "different batches"),
-    ("different_plan", "different plans"),
-    ("different_config", "different trainer configurations"),
-])
+@pytest.mark.parametrize(
+    "case, what",
+    [
+        ("different_batch", "different batches"),
+        ("different_plan", "different plans"),
+        ("different_config", "different trainer configurations"),
+    ],
+)
 def test_ranks_that_disagree_all_raise_naming_the_ranks(bad_inputs, case, what):
     for rank, outcome in enumerate(bad_inputs):
         assert outcome[case] is not None, f"rank {rank} ran a step the ranks disagree on"
@@ -78,9 +83,12 @@ def _failure_seconds(stdout: str) -> float:
 @pytest.mark.parametrize("world, victim", [(2, 1), (2, 0), (4, 2)])
 def test_a_peer_that_dies_mid_step_is_named_by_the_others(world, victim):
     timeout = 10.0
-    results = run_ranks("bodies:peer_dies", world,
-                        dict(victim=victim, timeout_s=timeout, lengths=[300, 200, 50, 40, 30]),
-                        timeout_s=timeout + 2 * STARTUP_ALLOWANCE_S)
+    results = run_ranks(
+        "bodies:peer_dies",
+        world,
+        dict(victim=victim, timeout_s=timeout, lengths=[300, 200, 50, 40, 30]),
+        timeout_s=timeout + 2 * STARTUP_ALLOWANCE_S,
+    )
     assert results[victim].returncode == 17, results[victim].describe()
     for r in results:
         if r.rank == victim:
@@ -95,8 +103,12 @@ def test_a_peer_that_dies_mid_step_is_named_by_the_others(world, victim):
 
 def test_a_peer_lost_before_the_agreement_fails_the_step_not_a_hang():
     timeout = 10.0
-    results = run_ranks("bodies:dies_before_agreement", 2, dict(victim=1, timeout_s=timeout),
-                        timeout_s=timeout + 2 * STARTUP_ALLOWANCE_S)
+    results = run_ranks(
+        "bodies:dies_before_agreement",
+        2,
+        dict(victim=1, timeout_s=timeout),
+        timeout_s=timeout + 2 * STARTUP_ALLOWANCE_S,
+    )
     assert results[1].returncode == 17, results[1].describe()
     r = results[0]
     assert r.returncode == 1, r.describe()
@@ -107,9 +119,12 @@ def test_a_peer_lost_before_the_agreement_fails_the_step_not_a_hang():
 
 def test_a_peer_that_hangs_is_reported_after_the_timeout():
     timeout = 5.0
-    results = run_ranks("bodies:peer_dies", 2,
-                        dict(victim=1, timeout_s=timeout, lengths=[300, 200, 50, 40, 30],
-                             hang_s=2 * timeout), timeout_s=2 * timeout + STARTUP_ALLOWANCE_S)
+    results = run_ranks(
+        "bodies:peer_dies",
+        2,
+        dict(victim=1, timeout_s=timeout, lengths=[300, 200, 50, 40, 30], hang_s=2 * timeout),
+        timeout_s=2 * timeout + STARTUP_ALLOWANCE_S,
+    )
     r = results[0]
     assert r.returncode == 1, r.describe()
     assert "rank 1 (stage 1) did not send within 5 s" in r.error[1]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 
+import bodies
 import pytest
 import torch
-
-import bodies
-from infinipipe.models import llama
 from launcher import check_all_ok, run_ranks
+
+from infinipipe.models import llama
 
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
 
@@ -28,9 +28,10 @@ WAVES = [300, 200, 40, 30, 20]
 PRESSURE = [700, 300, 260, 30, 20]
 
 # Chunks and waves given explicitly: three waves, one holding a split sequence and a hybrid.
-GIVEN_WAVES = dict(chunks=[[(0, 0, 150)], [(0, 150, 300), (2, 0, 40)], [(1, 0, 200)],
-                           [(3, 0, 30), (4, 0, 20)]],
-                   waves=[[0, 1], [2], [3]])
+GIVEN_WAVES = dict(
+    chunks=[[(0, 0, 150)], [(0, 150, 300), (2, 0, 40)], [(1, 0, 200)], [(3, 0, 30), (4, 0, 20)]],
+    waves=[[0, 1], [2], [3]],
+)
 # The same, each wave starting during the previous one's cool-down.
 OVERLAPPED_WAVES = dict(GIVEN_WAVES, overlap_waves=True)
 
@@ -41,28 +42,69 @@ OWN = dict(method="epp", baseline_chunkings=False)
 
 
 def case(name, dtype, lengths, plan, seed=0, **expect):
-    return dict(name=f"{name}-{dtype}", dtype=dtype, lengths=lengths, plan=plan, seed=seed,
-                expect=expect)
+    return dict(
+        name=f"{name}-{dtype}", dtype=dtype, lengths=lengths, plan=plan, seed=seed, expect=expect
+    )
 
 
 CASES = [
     case("short", "float64", SHORT, OWN, kinds={"packed"}, min_chunks=2),
-    case("long-sliced", "float64", LONG, dict(method="chunkflow", chunk_tokens=128),
-         kinds={"split"}, min_chunks=5),
+    case(
+        "long-sliced",
+        "float64",
+        LONG,
+        dict(method="chunkflow", chunk_tokens=128),
+        kinds={"split"},
+        min_chunks=5,
+    ),
     case("long-epp", "float64", [1024], OWN, kinds={"split"}, min_chunks=2),
     case("hybrid", "float64", HYBRID, OWN, has_kind="hybrid"),
-    case("given-waves", "float64", WAVES, GIVEN_WAVES, min_waves=3, has_kind="hybrid", overlapped=False),
-    case("given-waves-overlapped", "float64", WAVES, OVERLAPPED_WAVES, min_waves=3, overlapped=True),
+    case(
+        "given-waves",
+        "float64",
+        WAVES,
+        GIVEN_WAVES,
+        min_waves=3,
+        has_kind="hybrid",
+        overlapped=False,
+    ),
+    case(
+        "given-waves-overlapped", "float64", WAVES, OVERLAPPED_WAVES, min_waves=3, overlapped=True
+    ),
     case("planner-waves", "float64", PRESSURE, dict(search="waves"), min_waves=2),
     case("planner-checkpoint", "float64", SHORT, dict(search="recompute"), recompute=True),
-    case("edited-checkpoint-sliced", "float64", LONG,
-         dict(method="chunkflow", chunk_tokens=128, recompute="pattern"), recompute=True),
-    case("edited-checkpoint-hybrid", "float64", HYBRID, dict(OWN, recompute="pattern"),
-         recompute=True, has_kind="hybrid"),
-    case("edited-checkpoint-waves", "float64", WAVES, dict(GIVEN_WAVES, recompute="pattern"),
-         recompute=True, min_waves=3),
-    case("edited-checkpoint-overlapped", "float64", WAVES, dict(OVERLAPPED_WAVES, recompute="pattern"),
-         recompute=True, min_waves=3, overlapped=True),
+    case(
+        "edited-checkpoint-sliced",
+        "float64",
+        LONG,
+        dict(method="chunkflow", chunk_tokens=128, recompute="pattern"),
+        recompute=True,
+    ),
+    case(
+        "edited-checkpoint-hybrid",
+        "float64",
+        HYBRID,
+        dict(OWN, recompute="pattern"),
+        recompute=True,
+        has_kind="hybrid",
+    ),
+    case(
+        "edited-checkpoint-waves",
+        "float64",
+        WAVES,
+        dict(GIVEN_WAVES, recompute="pattern"),
+        recompute=True,
+        min_waves=3,
+    ),
+    case(
+        "edited-checkpoint-overlapped",
+        "float64",
+        WAVES,
+        dict(OVERLAPPED_WAVES, recompute="pattern"),
+        recompute=True,
+        min_waves=3,
+        overlapped=True,
+    ),
     # One batch, many plans: every method and several K must give the same gradients.
     case("mix-epp-k1", "float64", MIX, dict(method="epp", max_k=1), seed=7, same_as="mix"),
     case("mix-epp", "float64", MIX, dict(method="epp"), seed=7, same_as="mix"),
@@ -72,17 +114,36 @@ CASES = [
     case("mix-batch", "float64", MIX, dict(method="batch"), seed=7, same_as="mix"),
     case("mix-seq1f1b-k2", "float64", MIX, dict(method="seq1f1b", k=2), seed=7, same_as="mix"),
     case("mix-seq1f1b-k4", "float64", MIX, dict(method="seq1f1b", k=4), seed=7, same_as="mix"),
-    case("mix-chunkflow-128", "float64", MIX, dict(method="chunkflow", chunk_tokens=128), seed=7,
-         same_as="mix"),
-    case("mix-chunkflow-256", "float64", MIX, dict(method="chunkflow", chunk_tokens=256), seed=7,
-         same_as="mix"),
+    case(
+        "mix-chunkflow-128",
+        "float64",
+        MIX,
+        dict(method="chunkflow", chunk_tokens=128),
+        seed=7,
+        same_as="mix",
+    ),
+    case(
+        "mix-chunkflow-256",
+        "float64",
+        MIX,
+        dict(method="chunkflow", chunk_tokens=256),
+        seed=7,
+        same_as="mix",
+    ),
     # float32
     case("short", "float32", SHORT, OWN),
     case("long-sliced", "float32", LONG, dict(method="chunkflow", chunk_tokens=128)),
-    case("edited-checkpoint-hybrid", "float32", HYBRID, dict(OWN, recompute="pattern"),
-         recompute=True),
+    case(
+        "edited-checkpoint-hybrid",
+        "float32",
+        HYBRID,
+        dict(OWN, recompute="pattern"),
+        recompute=True,
+    ),
     case("given-waves", "float32", WAVES, GIVEN_WAVES, min_waves=3),
-    case("given-waves-overlapped", "float32", WAVES, OVERLAPPED_WAVES, min_waves=3, overlapped=True),
+    case(
+        "given-waves-overlapped", "float32", WAVES, OVERLAPPED_WAVES, min_waves=3, overlapped=True
+    ),
     case("mix-seq1f1b-k4", "float32", MIX, dict(method="seq1f1b", k=4), seed=7),
 ]
 CASE_INDEX = {c["name"]: i for i, c in enumerate(CASES)}
@@ -230,17 +291,25 @@ def test_measured_activation_memory_against_prediction(runs, world, capsys):
     with capsys.disabled():
         print(f"\n{world} stages: measured / predicted activation memory per (case, stage)")
         for name, stage, stats in rows:
-            print(f"  {name:34s} stage {stage}: {stats['measured_activation_bytes']:>10d} B "
-                  f"(saved {stats['measured_saved_bytes']}, held {stats['measured_held_bytes']})"
-                  f" / {stats['predicted_activation_bytes']:>12.0f} B = "
-                  f"{stats['activation_ratio']:.3f}")
+            print(
+                f"  {name:34s} stage {stage}: {stats['measured_activation_bytes']:>10d} B "
+                f"(saved {stats['measured_saved_bytes']}, held {stats['measured_held_bytes']})"
+                f" / {stats['predicted_activation_bytes']:>12.0f} B = "
+                f"{stats['activation_ratio']:.3f}"
+            )
         print(f"  min {min(ratios):.3f}, median {median:.3f}, max {max(ratios):.3f}")
     assert all(math.isfinite(r) and r > 0 for r in ratios)
-    over = [(name, stage, round(s["activation_ratio"], 4)) for name, stage, s in rows
-            if s["activation_ratio"] > UPPER]
+    over = [
+        (name, stage, round(s["activation_ratio"], 4))
+        for name, stage, s in rows
+        if s["activation_ratio"] > UPPER
+    ]
     assert not over, f"measured above the prediction: {over}"
-    under = [(name, stage, round(s["activation_ratio"], 4)) for name, stage, s in rows
-             if s["activation_ratio"] < FLOOR]
+    under = [
+        (name, stage, round(s["activation_ratio"], 4))
+        for name, stage, s in rows
+        if s["activation_ratio"] < FLOOR
+    ]
     assert not under, f"prediction not tight (below {FLOOR}): {under}"
     assert median >= MEDIAN_FLOOR, median
 

@@ -29,14 +29,19 @@ class LlamaConfig:
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
         if self.hidden % self.heads != 0:
-            raise ValueError(f"LlamaConfig: heads ({self.heads}) must divide hidden ({self.hidden})")
+            raise ValueError(
+                f"LlamaConfig: heads ({self.heads}) must divide hidden ({self.hidden})"
+            )
         if self.heads % self.kv_heads != 0:
             raise ValueError(
-                f"LlamaConfig: kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+                f"LlamaConfig: kv_heads ({self.kv_heads}) must divide heads ({self.heads})"
+            )
         if self.head_dim % 2 != 0:
             raise ValueError(f"LlamaConfig: head_dim ({self.head_dim}) must be even for rotary")
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
-            raise ValueError(f"LlamaConfig.dtype must be a floating torch.dtype, got {self.dtype!r}")
+            raise ValueError(
+                f"LlamaConfig.dtype must be a floating torch.dtype, got {self.dtype!r}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -89,7 +94,10 @@ class LlamaConfig:
         if getattr(hf_config, "hidden_act", "silu") != "silu":
             raise ValueError(f"unsupported hidden_act {hf_config.hidden_act!r}: only 'silu'")
         head_dim = getattr(hf_config, "head_dim", None)
-        if head_dim is not None and head_dim * hf_config.num_attention_heads != hf_config.hidden_size:
+        if (
+            head_dim is not None
+            and head_dim * hf_config.num_attention_heads != hf_config.hidden_size
+        ):
             raise ValueError("unsupported transformers config: head_dim * heads != hidden_size")
         return cls(
             vocab=hf_config.vocab_size,

@@ -18,8 +18,13 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float = 1e-6, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        eps: float = 1e-6,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
         self.eps = eps
@@ -35,16 +40,21 @@ class RMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.eps}"
 
 
-def rotary_inv_freq(head_dim: int, theta: float, dtype: torch.dtype = torch.float32,
-                    device: torch.device | str | None = None) -> torch.Tensor:
+def rotary_inv_freq(
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Inverse frequencies [head_dim / 2] in the compute dtype of `dtype` (>= float32)."""
     cdt = _compute_dtype(dtype)
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).to(cdt) / head_dim
-    return 1.0 / (theta ** exponents)
+    return 1.0 / (theta**exponents)
 
 
-def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
-                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin tables [T, head_dim] for explicit positions [T]; computed elementwise per row,
     so the table of positions start..end-1 is exactly rows start..end-1 of a full one."""
     freqs = positions[:, None].to(inv_freq.dtype) * inv_freq[None, :]
@@ -74,8 +84,15 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden, config.kv_heads * config.head_dim, **kw)
         self.o_proj = nn.Linear(config.heads * config.head_dim, config.hidden, **kw)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: ChunkContext,
-                attention_fn: AttentionFn, layer_index: int) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx: ChunkContext,
+        attention_fn: AttentionFn,
+        layer_index: int,
+    ) -> torch.Tensor:
         t = x.shape[0]
         q = apply_rotary(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
         k = apply_rotary(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
@@ -108,8 +125,16 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
         self.post_attention_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
 
-    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                ctx: ChunkContext, attention_fn: AttentionFn, layer_index: int) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, ctx,
-                                         attention_fn, layer_index)
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx: ChunkContext,
+        attention_fn: AttentionFn,
+        layer_index: int,
+    ) -> torch.Tensor:
+        hidden = hidden + self.self_attn(
+            self.input_layernorm(hidden), cos, sin, ctx, attention_fn, layer_index
+        )
         return hidden + self.mlp(self.post_attention_layernorm(hidden))

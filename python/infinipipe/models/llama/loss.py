@@ -15,8 +15,9 @@ from .context import ChunkContext, Slice
 IGNORE_INDEX = _C.runtime.IGNORE_INDEX  # target of a token that has none (a sequence's last)
 
 
-def pack_sequences(sequences: Sequence[torch.Tensor | Sequence[int]],
-                   device: torch.device | str | None = None) -> tuple[torch.Tensor, ChunkContext]:
+def pack_sequences(
+    sequences: Sequence[torch.Tensor | Sequence[int]], device: torch.device | str | None = None
+) -> tuple[torch.Tensor, ChunkContext]:
     """Whole sequences packed into one chunk: (tokens [T], ctx) with sequence ids 0..n-1."""
     seqs = [torch.as_tensor(s, dtype=torch.long, device=device).reshape(-1) for s in sequences]
     ctx = ChunkContext.packed([s.numel() for s in seqs], device=torch.device(device or "cpu"))
@@ -28,9 +29,11 @@ def count_targets(lengths: Iterable[int]) -> int:
     return sum(max(int(n) - 1, 0) for n in lengths)
 
 
-def chunk_targets(ctx: ChunkContext | Iterable[Slice | tuple[int, int, int]],
-                  sequences: Mapping[int, Any] | Sequence[Any],
-                  device: torch.device | str | None = None) -> torch.Tensor:
+def chunk_targets(
+    ctx: ChunkContext | Iterable[Slice | tuple[int, int, int]],
+    sequences: Mapping[int, Any] | Sequence[Any],
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Target ids [T] of a chunk's rows (a context, or its slices as (seq, start, end)): the next
     token of the same sequence (for a slice's last token, the first token of the next slice),
     IGNORE_INDEX for a sequence's final token. sequences[seq] is that sequence's full token list
@@ -44,7 +47,9 @@ def chunk_targets(ctx: ChunkContext | Iterable[Slice | tuple[int, int, int]],
     return _C.runtime.next_token_targets(slices, tokens).to(device)
 
 
-def chunk_loss(logits: torch.Tensor, targets: torch.Tensor, normaliser: int | float) -> torch.Tensor:
+def chunk_loss(
+    logits: torch.Tensor, targets: torch.Tensor, normaliser: int | float
+) -> torch.Tensor:
     """Summed cross-entropy of a chunk's rows divided by the step's target count, so that the
     sum over a step's chunks is the mean loss over all its target tokens."""
     return _C.runtime.next_token_loss(logits, targets, float(normaliser))
@@ -55,6 +60,7 @@ def reference_loss(model: Any, sequences: Sequence[torch.Tensor | Sequence[int]]
     device = next(model.parameters()).device
     tokens, ctx = pack_sequences(sequences, device)
     logits = model(tokens, ctx)
-    normaliser = count_targets(s.numel() for s in
-                               (torch.as_tensor(q).reshape(-1) for q in sequences))
+    normaliser = count_targets(
+        s.numel() for s in (torch.as_tensor(q).reshape(-1) for q in sequences)
+    )
     return chunk_loss(logits, chunk_targets(ctx, list(sequences), device), normaliser)

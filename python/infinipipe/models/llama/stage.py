@@ -26,25 +26,39 @@ class LlamaStage(nn.Module):
     PyTorch's default initialisation (to be overwritten by load_state_dict).
     """
 
-    def __init__(self, config: LlamaConfig, first_layer: int, last_layer: int,
-                 has_embedding: bool, has_head: bool, *, seed: int | None = 0,
-                 device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        config: LlamaConfig,
+        first_layer: int,
+        last_layer: int,
+        has_embedding: bool,
+        has_head: bool,
+        *,
+        seed: int | None = 0,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
         if not (0 <= first_layer < last_layer <= config.layers):
             raise ValueError(
                 f"LlamaStage: layer range [{first_layer}, {last_layer}) must be non-empty and "
-                f"within [0, {config.layers}) (last_layer is exclusive)")
+                f"within [0, {config.layers}) (last_layer is exclusive)"
+            )
         self.config = config
         self.first_layer, self.last_layer = first_layer, last_layer
         self.has_embedding, self.has_head = bool(has_embedding), bool(has_head)
-        self.embed_tokens = (nn.Embedding(config.vocab, config.hidden, dtype=config.dtype,
-                                          device=device) if has_embedding else None)
+        self.embed_tokens = (
+            nn.Embedding(config.vocab, config.hidden, dtype=config.dtype, device=device)
+            if has_embedding
+            else None
+        )
         self.layers = nn.ModuleDict(
-            {str(i): DecoderLayer(config, device) for i in range(first_layer, last_layer)})
+            {str(i): DecoderLayer(config, device) for i in range(first_layer, last_layer)}
+        )
         if has_head:
             self.norm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
-            self.lm_head = nn.Linear(config.hidden, config.vocab, bias=False, dtype=config.dtype,
-                                     device=device)
+            self.lm_head = nn.Linear(
+                config.hidden, config.vocab, bias=False, dtype=config.dtype, device=device
+            )
         else:
             self.norm = None
             self.lm_head = None
@@ -60,11 +74,14 @@ class LlamaStage(nn.Module):
         return range(self.first_layer, self.last_layer)
 
     def extra_repr(self) -> str:
-        return (f"layers=[{self.first_layer}, {self.last_layer}), "
-                f"has_embedding={self.has_embedding}, has_head={self.has_head}")
+        return (
+            f"layers=[{self.first_layer}, {self.last_layer}), "
+            f"has_embedding={self.has_embedding}, has_head={self.has_head}"
+        )
 
-    def _rotary(self, ctx: ChunkContext, dtype: torch.dtype,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rotary(
+        self, ctx: ChunkContext, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin of the chunk's positions, made once per chunk and kept on its context."""
         cache = getattr(ctx, "rotary_cache", None)
         if cache is None:
@@ -73,26 +90,32 @@ class LlamaStage(nn.Module):
         if key not in cache:
             freq_key = (_compute_dtype(dtype), device)
             if freq_key not in self._inv_freq:
-                self._inv_freq[freq_key] = rotary_inv_freq(self.config.head_dim,
-                                                           self.config.rope_theta, dtype, device)
+                self._inv_freq[freq_key] = rotary_inv_freq(
+                    self.config.head_dim, self.config.rope_theta, dtype, device
+                )
             cache[key] = rotary_cos_sin(ctx.positions.to(device), self._inv_freq[freq_key], dtype)
         return cache[key]
 
-    def _chunk_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         ctx: ChunkContext, layer_index: int) -> torch.Tensor:
+    def _chunk_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: ChunkContext, layer_index: int
+    ) -> torch.Tensor:
         return ctx.attention(layer_index - self.first_layer, q, k, v)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.embed_tokens is None:
             raise RuntimeError(f"{self.extra_repr()}: this stage has no embedding")
         if tokens.dim() != 1 or tokens.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"embed: expected a 1-D integer token tensor, got {tokens.dtype} "
-                             f"{tuple(tokens.shape)}")
+            raise ValueError(
+                f"embed: expected a 1-D integer token tensor, got {tokens.dtype} "
+                f"{tuple(tokens.shape)}"
+            )
         if tokens.numel() > 0:
             lo, hi = int(tokens.min()), int(tokens.max())
             if lo < 0 or hi >= self.config.vocab:
                 bad = lo if lo < 0 else hi
-                raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab})")
+                raise ValueError(
+                    f"token id {bad} is outside the vocabulary [0, {self.config.vocab})"
+                )
         return self.embed_tokens(tokens)
 
     def layer(self, i: int, hidden: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
@@ -100,8 +123,10 @@ class LlamaStage(nn.Module):
         if not (self.first_layer <= i < self.last_layer):
             raise IndexError(f"layer {i} is not on this stage ({self.extra_repr()})")
         if hidden.dim() != 2 or hidden.shape[0] != ctx.num_tokens:
-            raise ValueError(f"layer {i}: hidden has shape {tuple(hidden.shape)}, expected "
-                             f"[{ctx.num_tokens}, {self.config.hidden}] for {ctx!r}")
+            raise ValueError(
+                f"layer {i}: hidden has shape {tuple(hidden.shape)}, expected "
+                f"[{ctx.num_tokens}, {self.config.hidden}] for {ctx!r}"
+            )
         cos, sin = self._rotary(ctx, hidden.dtype, hidden.device)
         fn = self.attention_fn or self._chunk_attention
         return self.layers[str(i)](hidden, cos, sin, ctx, fn, i)
@@ -128,8 +153,10 @@ def even_layer_split(layers: int, stages: int) -> list[int]:
     if stages < 1:
         raise ValueError(f"pipeline stages must be at least 1, got {stages}")
     if layers < stages:
-        raise ValueError(f"cannot split {layers} layers over {stages} pipeline stages: every "
-                         "stage needs a layer; use fewer stages")
+        raise ValueError(
+            f"cannot split {layers} layers over {stages} pipeline stages: every "
+            "stage needs a layer; use fewer stages"
+        )
     split = [layers // stages] * stages
     extra = layers % stages
     first = (stages - extra + 1) // 2
@@ -153,28 +180,56 @@ def layer_ranges(config: LlamaConfig, layers_per_stage: int | Sequence[int]) -> 
     return ranges
 
 
-def split_stages(config: LlamaConfig, layers_per_stage: int | Sequence[int], *, seed: int | None = 0,
-                 device: torch.device | str | None = None) -> list[LlamaStage]:
+def split_stages(
+    config: LlamaConfig,
+    layers_per_stage: int | Sequence[int],
+    *,
+    seed: int | None = 0,
+    device: torch.device | str | None = None,
+) -> list[LlamaStage]:
     """All stages of a pipeline: layers_per_stage is a list of layer counts, or a stage count
     (split as the planner does). With the same seed they hold the full model's weights."""
     ranges = layer_ranges(config, layers_per_stage)
-    return [LlamaStage(config, r.start, r.stop, has_embedding=(s == 0),
-                       has_head=(s == len(ranges) - 1), seed=seed, device=device)
-            for s, r in enumerate(ranges)]
+    return [
+        LlamaStage(
+            config,
+            r.start,
+            r.stop,
+            has_embedding=(s == 0),
+            has_head=(s == len(ranges) - 1),
+            seed=seed,
+            device=device,
+        )
+        for s, r in enumerate(ranges)
+    ]
 
 
-def build_stage(config: LlamaConfig, layers_per_stage: int | Sequence[int], stage: int, *,
-                seed: int | None = 0, device: torch.device | str | None = None) -> LlamaStage:
+def build_stage(
+    config: LlamaConfig,
+    layers_per_stage: int | Sequence[int],
+    stage: int,
+    *,
+    seed: int | None = 0,
+    device: torch.device | str | None = None,
+) -> LlamaStage:
     """Only stage `stage` of split_stages (what one pipeline rank builds)."""
     ranges = layer_ranges(config, layers_per_stage)
     if not 0 <= stage < len(ranges):
         raise IndexError(f"stage {stage} out of range for {len(ranges)} stages")
     r = ranges[stage]
-    return LlamaStage(config, r.start, r.stop, has_embedding=(stage == 0),
-                      has_head=(stage == len(ranges) - 1), seed=seed, device=device)
+    return LlamaStage(
+        config,
+        r.start,
+        r.stop,
+        has_embedding=(stage == 0),
+        has_head=(stage == len(ranges) - 1),
+        seed=seed,
+        device=device,
+    )
 
 
-def build_full_model(config: LlamaConfig, *, seed: int | None = 0,
-                     device: torch.device | str | None = None) -> LlamaStage:
+def build_full_model(
+    config: LlamaConfig, *, seed: int | None = 0, device: torch.device | str | None = None
+) -> LlamaStage:
     """One stage holding everything: the unpipelined reference."""
     return LlamaStage(config, 0, config.layers, True, True, seed=seed, device=device)

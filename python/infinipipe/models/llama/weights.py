@@ -26,9 +26,12 @@ def init_weights(stage: nn.Module, seed: int, std: float = 0.02) -> None:
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * std)
 
 
-def stage_state_dict(full_state: Mapping[str, torch.Tensor], layer_range: range | Sequence[int],
-                     has_embedding: bool | None = None,
-                     has_head: bool | None = None) -> dict[str, torch.Tensor]:
+def stage_state_dict(
+    full_state: Mapping[str, torch.Tensor],
+    layer_range: range | Sequence[int],
+    has_embedding: bool | None = None,
+    has_head: bool | None = None,
+) -> dict[str, torch.Tensor]:
     """The entries of a full model's state dict (our names) that a stage holds.
 
     layer_range: the stage's global layer indices (range(first, last)). has_embedding defaults
@@ -57,8 +60,10 @@ def stage_state_dict(full_state: Mapping[str, torch.Tensor], layer_range: range 
 
 def to_hf_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our names -> transformers LlamaForCausalLM names (adds "model." except for lm_head)."""
-    return {(name if name.startswith("lm_head.") else "model." + name): value
-            for name, value in state.items()}
+    return {
+        (name if name.startswith("lm_head.") else "model." + name): value
+        for name, value in state.items()
+    }
 
 
 def from_hf_state_dict(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -68,7 +73,7 @@ def from_hf_state_dict(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.
         if "rotary_emb" in name:
             continue
         if name.startswith("model."):
-            out[name[len("model."):]] = value
+            out[name[len("model.") :]] = value
         elif name.startswith("lm_head."):
             out[name] = value
         else:
