@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -34,10 +36,14 @@ inline CostModel hand_made(double a1, double a2) {
 enum class Distribution { kLogNormal, kUniform, kOneHuge, kAllEqual };
 inline const char* name(Distribution d) {
   switch (d) {
-    case Distribution::kLogNormal: return "log-normal";
-    case Distribution::kUniform: return "uniform";
-    case Distribution::kOneHuge: return "one-huge";
-    case Distribution::kAllEqual: return "all-equal";
+    case Distribution::kLogNormal:
+      return "log-normal";
+    case Distribution::kUniform:
+      return "uniform";
+    case Distribution::kOneHuge:
+      return "one-huge";
+    case Distribution::kAllEqual:
+      return "all-equal";
   }
   return "?";
 }
@@ -79,6 +85,38 @@ inline std::vector<int64_t> sample_lengths(Distribution d, int count, int64_t ma
     }
   }
   return lengths;
+}
+
+// A random step of every distribution: `per_distribution` steps each, 1-300 sequences of up to
+// 64K tokens.
+struct Case {
+  std::vector<int64_t> lengths;
+  std::string label;
+};
+inline std::vector<Case> random_cases(uint64_t seed, int per_distribution) {
+  std::mt19937_64 rng(seed);
+  std::vector<Case> cases;
+  for (Distribution d : all_distributions())
+    for (int trial = 0; trial < per_distribution; ++trial) {
+      const int count = std::uniform_int_distribution<int>(1, 300)(rng);
+      const int64_t max_length = std::uniform_int_distribution<int64_t>(1, 65536)(rng);
+      cases.push_back({sample_lengths(d, count, max_length, rng),
+                       std::string(name(d)) + " trial " + std::to_string(trial)});
+    }
+  return cases;
+}
+
+inline int64_t longest_of(const std::vector<int64_t>& lengths) {
+  return *std::max_element(lengths.begin(), lengths.end());
+}
+
+// How often each slice (sequence, start, end) occurs in the chunks, whatever chunk holds it.
+inline std::map<std::tuple<int, int64_t, int64_t>, int> slice_counts(
+    const std::vector<Chunk>& chunks) {
+  std::map<std::tuple<int, int64_t, int64_t>, int> counts;
+  for (const Chunk& c : chunks)
+    for (const Slice& s : c.slices) ++counts[{s.seq, s.start, s.end}];
+  return counts;
 }
 
 inline double slice_cost(const CostModel& cost, const Slice& s) {

@@ -13,6 +13,7 @@
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
 #include "infinipipe/plan/planner.h"
+#include "support/random_lengths.h"
 
 namespace infinipipe::testing {
 
@@ -23,19 +24,7 @@ struct Instance {
   std::string description;
 };
 
-inline std::vector<int64_t> random_lengths(std::mt19937_64& rng, int max_sequences,
-                                           int64_t max_length) {
-  std::uniform_int_distribution<int> count(1, max_sequences);
-  std::lognormal_distribution<double> short_length(std::log(double(max_length) / 64), 1.0);
-  std::uniform_int_distribution<int64_t> long_length(max_length / 4, max_length);
-  std::bernoulli_distribution is_long(0.15);
-  std::vector<int64_t> lengths(count(rng));
-  for (int64_t& n : lengths) {
-    const double drawn = is_long(rng) ? double(long_length(rng)) : short_length(rng);
-    n = std::clamp<int64_t>(static_cast<int64_t>(drawn), 1, max_length);
-  }
-  return lengths;
-}
+using test_support::random_lengths;
 
 // Memory of the whole step held at once on the busiest stage, without recompute: an upper end
 // for budgets that still make the planner work.
