@@ -1,0 +1,184 @@
+// greedy_solver.cc: the greedy covering of the checkpointing program (raise the variable that
+// covers the most still-needed bytes per second, then lower what turned out unnecessary). It is
+// feasible whenever any assignment is, not always optimal, and fast on sweep-sized problems.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/solver_problems.h"
+#include "infinipipe/checkpoint/checkpoint_planner.h"
+#include "infinipipe/core/error.h"
+#include "problem_tools.h"
+
+namespace infinipipe {
+namespace {
+
+using namespace checkpoint_test;
+
+TEST(GreedySolver, ReportInfeasibleWhenARowCannotBeCoveredAtUpperBounds) {
+  TiedProblem problem = uncoverable_problem();
+  const TiedSolution infeasible = solve_greedy(problem);
+  EXPECT_FALSE(infeasible.feasible);
+  EXPECT_EQ(infeasible.values, problem.upper);
+  // Exactly what the upper bounds reach is enough (boundary counts).
+  problem.rows[1].need = 3 * kGiB;
+  const TiedSolution greedy = solve_greedy(problem);
+  ASSERT_TRUE(greedy.feasible);
+  EXPECT_EQ(greedy.values[1], 2);
+  EXPECT_EQ(greedy.values[2], 4);
+  EXPECT_TRUE(solution_feasible(problem, greedy.values));
+  EXPECT_TRUE(near(greedy.objective, solution_objective(problem, greedy.values)));
+}
+
+TEST(GreedySolver, NoRowsMeansNoRecompute) {
+  TiedProblem problem;
+  problem.cost = {1e-3, 1e-3};
+  problem.upper = {4, 4};
+  const TiedSolution s = solve_greedy(problem);
+  EXPECT_TRUE(s.feasible);
+  EXPECT_EQ(s.values, std::vector<int>({0, 0}));
+  EXPECT_EQ(s.objective, 0);
+  EXPECT_EQ(s.solver, "greedy");
+}
+
+TEST(GreedySolver, MalformedProblemsAreRejected) {
+  TiedProblem problem;
+  problem.cost = {1e-3};
+  problem.upper = {2};
+  problem.rows.push_back({{1}, {kGiB}, kGiB, 0, 0});  // variable 1 does not exist
+  EXPECT_THROW(solve_greedy(problem), Error);
+}
+
+TEST(GreedySolver, TakesTheMostBytesPerSecondFirst) {
+  // set_cover_problem: x2 covers three rows for 1.4 ms, the best rate, and x1 the row left.
+  const TiedProblem problem = set_cover_problem();
+  const TiedSolution greedy = solve_greedy(problem);
+  ASSERT_TRUE(greedy.feasible);
+  EXPECT_EQ(greedy.values, (std::vector<int>{0, 1, 1}));
+  EXPECT_TRUE(near(greedy.objective, 2.4e-3)) << greedy.objective;
+  EXPECT_FALSE(greedy.optimal) << "greedy proves nothing";
+}
+
+// BUG (greedy_solver.cc, not fixed here: src/ belongs to another engineer). The clean-up is to
+// lower picks that later picks made unnecessary ("Later picks can make earlier ones unnecessary;
+// lower the dearest first, keeping every row"), but it starts from slack[r] = -remaining[r], and
+// the raising loop stops updating remaining[r] once row r is satisfied (`if (before <= 0)
+// continue;`). A row's slack is then only the overshoot of the increment that satisfied it, never
+// what later picks added, so a pick made unnecessary by a later one is kept. Here x0 is kept
+// although x1 alone covers both rows ({1, 1}, 1.45 ms, instead of {0, 1}, 1 ms); in 15 of the
+// 300 small random problems below, the answer keeps a variable that can be lowered by one. The
+// answers stay feasible, only dearer (more recompute); fixing it changes plans
+// (tests/tools/plan_fingerprints.py).
+TEST(GreedySolver, LowersPicksThatLaterPicksMadeUnnecessary) {
+  GTEST_SKIP() << "greedy_solver.cc's clean-up never sees what later picks added to a satisfied "
+                  "row (see the comment above)";
+  // Row 0 (1 GiB) is covered by x0 (0.45 ms) or x1 (1 ms); row 1 (1 GiB) by x1 alone. x0 has the
+  // best rate (1 GiB per 0.45 ms against x1's 2 GiB per ms) and goes first; x1 must follow for
+  // row 1 and covers row 0 as well, so the clean-up drops x0.
+  TiedProblem problem;
+  problem.cost = {0.45e-3, 1e-3};
+  problem.upper = {1, 1};
+  problem.rows.push_back({{0, 1}, {kGiB, kGiB}, kGiB, 0, 0});
+  problem.rows.push_back({{1}, {kGiB}, kGiB, 0, 1});
+  const TiedSolution greedy = solve_greedy(problem);
+  ASSERT_TRUE(greedy.feasible);
+  EXPECT_EQ(greedy.values, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(near(greedy.objective, 1e-3));
+
+  // No answer keeps a variable that can be lowered by one without breaking a row.
+  std::mt19937_64 rng(20240612);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int num_vars = std::uniform_int_distribution<int>(2, 6)(rng);
+    const int num_rows = std::uniform_int_distribution<int>(1, 6)(rng);
+    const TiedProblem random = random_problem(rng, num_vars, num_rows, 4, 4, 1.1);
+    const TiedSolution answer = solve_greedy(random);
+    if (!answer.feasible) continue;
+    for (size_t j = 0; j < answer.values.size(); ++j) {
+      if (answer.values[j] == 0) continue;
+      std::vector<int> lower = answer.values;
+      --lower[j];
+      EXPECT_FALSE(solution_feasible(random, lower))
+          << "trial " << trial << ": variable " << j << " could be lowered";
+    }
+  }
+}
+
+TEST(GreedySolver, FreeRecomputeGoesFirstAndAsFarAsItHelps) {
+  // x0 is free but saves 0.1 GiB a layer (up to 10); x1 saves the whole 1 GiB for 1 ms.
+  TiedProblem problem;
+  problem.cost = {0, 1e-3};
+  problem.upper = {10, 1};
+  problem.rows.push_back({{0, 1}, {0.1 * kGiB, kGiB}, kGiB, 0, 0});
+  const TiedSolution greedy = solve_greedy(problem);
+  ASSERT_TRUE(greedy.feasible);
+  EXPECT_EQ(greedy.values, (std::vector<int>{10, 0}));
+  EXPECT_EQ(greedy.objective, 0);
+  // With only 5 free layers, the paid one is needed, and then the free ones are not.
+  problem.upper[0] = 5;
+  const TiedSolution paid = solve_greedy(problem);
+  ASSERT_TRUE(paid.feasible);
+  EXPECT_EQ(paid.values[1], 1);
+  EXPECT_TRUE(solution_feasible(problem, paid.values));
+}
+
+TEST(GreedySolver, FeasibleWheneverAnythingIsAndNeverBelowTheOptimum) {
+  std::mt19937_64 rng(20240612);
+  int feasible = 0, infeasible = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int num_vars = std::uniform_int_distribution<int>(2, 6)(rng);
+    const int num_rows = std::uniform_int_distribution<int>(1, 6)(rng);
+    const TiedProblem problem = random_problem(rng, num_vars, num_rows, 4, 4, 1.1);
+    const TiedSolution exact = solve_exhaustive(problem);
+    const TiedSolution greedy = solve_greedy(problem);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    ASSERT_EQ(greedy.feasible, exact.feasible);
+    if (!greedy.feasible) {
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    EXPECT_TRUE(solution_feasible(problem, greedy.values));
+    EXPECT_TRUE(near(greedy.objective, solution_objective(problem, greedy.values)));
+    EXPECT_GE(greedy.objective, exact.objective * (1 - 1e-9));
+  }
+  EXPECT_GT(feasible, 100);
+  EXPECT_GT(infeasible, 10);
+}
+
+TEST(GreedySolver, GreedyIsFastOnSweepSizedProblems) {
+  std::mt19937_64 rng(3);
+  TiedProblem problem;
+  const int num_vars = 1000, num_rows = 10000, band = 24;
+  for (int j = 0; j < num_vars; ++j) {
+    problem.upper.push_back(4);
+    problem.cost.push_back(std::uniform_real_distribution<double>(1e-4, 1e-3)(rng));
+  }
+  // Like real moments: each row holds a band of consecutive chunks in flight.
+  for (int r = 0; r < num_rows; ++r) {
+    TiedProblem::Row row;
+    const int first = static_cast<int>(static_cast<long long>(r) * (num_vars - band) / num_rows);
+    double reachable = 0;
+    for (int j = first; j < first + band; ++j) {
+      row.var.push_back(j);
+      row.coef.push_back(std::uniform_real_distribution<double>(0.01 * kGiB, 0.5 * kGiB)(rng));
+      reachable += row.coef.back() * problem.upper[j];
+    }
+    row.need = std::uniform_real_distribution<double>(0.0, 0.6)(rng) * reachable;
+    problem.rows.push_back(row);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const TiedSolution greedy = solve_greedy(problem);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(greedy.feasible);
+  EXPECT_TRUE(solution_feasible(problem, greedy.values));
+  EXPECT_LT(ms, 500.0);
+  RecordProperty("greedy_ms", std::to_string(ms));
+  std::printf("greedy on %d vars x %d rows: %.1f ms\n", num_vars, num_rows, ms);
+}
+
+}  // namespace
+}  // namespace infinipipe
