@@ -52,11 +52,13 @@ TEST(ScheduledSimulation, OverlappedWavesOfPackedChunksRunAsOneWave) {
       for (int c = 0; c < waves * m; ++c) split[c / m].push_back(c);
       ScheduleOptions options;
       options.num_stages = d;
-      const SimResult back_to_back = simulate(build_schedule(chunks, split, options), chunks, cost, {}, {});
+      const SimResult back_to_back =
+          simulate(build_schedule(chunks, split, options), chunks, cost, {}, {});
       options.overlap_waves = true;
       const Schedule overlapped = build_schedule(chunks, split, options);
       const SimResult r = simulate(overlapped, chunks, cost, {}, {});
-      EXPECT_NEAR(back_to_back.step_time_s, waves * (m + d - 1) * 0.3, 1e-9) << "d=" << d << " m=" << m;
+      EXPECT_NEAR(back_to_back.step_time_s, waves * (m + d - 1) * 0.3, 1e-9)
+          << "d=" << d << " m=" << m;
       EXPECT_NEAR(r.step_time_s, (waves * m + d - 1) * 0.3, 1e-9) << "d=" << d << " m=" << m;
       EXPECT_TRUE(waves_overlap(overlapped, split));
       const Schedule one = build_schedule(chunks, one_wave(waves * m), options);
@@ -72,7 +74,8 @@ TEST(ScheduledSimulation, OneFOneBHoldsFewerChunksThanGPipe) {
   std::vector<Chunk> chunks = test::equal_chunks(m, 50);
   ScheduleOptions options;
   options.num_stages = d;
-  SimResult one_f_one_b = simulate(build_schedule(chunks, one_wave(m), options), chunks, cost, {}, {});
+  SimResult one_f_one_b =
+      simulate(build_schedule(chunks, one_wave(m), options), chunks, cost, {}, {});
   options.kind = ScheduleKind::kGPipe;
   SimResult gpipe = simulate(build_schedule(chunks, one_wave(m), options), chunks, cost, {}, {});
   const double act = cost.activation_bytes(chunks[0], 0, 0);
@@ -93,14 +96,17 @@ TEST(ScheduledSimulation, RandomEppStepsSimulateWithoutDeadlock) {
     CostModel cost = CostModel::analytic(shape, Hardware::builtin("cpu"), d);
     std::lognormal_distribution<double> length(6.0, 1.2);
     std::vector<int64_t> lengths(std::uniform_int_distribution<int>(1, 24)(rng));
-    for (int64_t& n : lengths) n = std::max<int64_t>(1, std::min<int64_t>(20000, static_cast<int64_t>(length(rng))));
+    for (int64_t& n : lengths)
+      n = std::max<int64_t>(1, std::min<int64_t>(20000, static_cast<int64_t>(length(rng))));
     const int k = std::uniform_int_distribution<int>(1, 6)(rng);
     std::vector<Chunk> chunks = epp_chunks(lengths, k, cost);
-    SCOPED_TRACE("trial " + std::to_string(trial) + " d=" + std::to_string(d) + " k=" + std::to_string(k));
+    SCOPED_TRACE("trial " + std::to_string(trial) + " d=" + std::to_string(d) +
+                 " k=" + std::to_string(k));
 
     std::vector<std::vector<int>> all_chains = chains(chunks);
     std::shuffle(all_chains.begin(), all_chains.end(), rng);
-    const int num_waves = std::uniform_int_distribution<int>(1, std::min<int>(3, all_chains.size()))(rng);
+    const int num_waves =
+        std::uniform_int_distribution<int>(1, std::min<int>(3, all_chains.size()))(rng);
     std::vector<Wave> waves(num_waves);
     for (size_t i = 0; i < all_chains.size(); ++i)
       for (int c : all_chains[i]) waves[i % num_waves].push_back(c);
@@ -145,6 +151,40 @@ TEST(ScheduledSimulation, RandomEppStepsSimulateWithoutDeadlock) {
       EXPECT_EQ(next, moments.size());
     }
   }
+}
+
+// The paper's Figure (penalty bubbles): a long sequence's slices scheduled after short chunks
+// stall the pipeline, because its warm-up is sized for a chain of one; longest first avoids it.
+TEST(ScheduledSimulation, LongestFirstAvoidsThePenaltyBubblesOfShortFirst) {
+  const int stages = 4, k = 4, shorts = 4;
+  const CostModel cost =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), stages);
+  const int64_t slice = 2048;
+  std::vector<Chunk> chunks;
+  for (int i = 0; i < k; ++i)  // sequence 0: one chain of k slices
+    chunks.push_back(Chunk{{Slice{0, i * slice, (i + 1) * slice, k * slice}}});
+  for (int j = 0; j < shorts; ++j)  // sequences 1..shorts: chains of one
+    chunks.push_back(Chunk{{Slice{1 + j, 0, slice, slice}}});
+  Wave short_first, longest_first;
+  for (int j = 0; j < shorts; ++j) short_first.push_back(k + j);
+  for (int i = 0; i < k; ++i) short_first.push_back(i);
+  longest_first = short_first;  // the default order sorts it
+  ScheduleOptions keep;
+  keep.num_stages = stages;
+  keep.keep_chain_order = true;
+  ScheduleOptions sorted;
+  sorted.num_stages = stages;
+  const Schedule bad = build_schedule(chunks, {short_first}, keep);
+  const Schedule good = build_schedule(chunks, {longest_first}, sorted);
+  ASSERT_NO_THROW(validate_schedule(bad, chunks));
+  ASSERT_NO_THROW(validate_schedule(good, chunks));
+  ASSERT_EQ(bad.stages[0].front().chunk, k) << "short-first did not keep the given order";
+  SimOptions sim_options;
+  sim_options.record_events = false;
+  const SimResult slow = simulate(bad, chunks, cost, {}, sim_options);
+  const SimResult fast = simulate(good, chunks, cost, {}, sim_options);
+  EXPECT_LT(fast.step_time_s, slow.step_time_s);
+  EXPECT_LT(fast.mean_bubble_fraction(), slow.mean_bubble_fraction());
 }
 
 }  // namespace
