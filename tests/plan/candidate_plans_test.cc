@@ -1,0 +1,173 @@
+// candidate_plans.cc: a candidate made into a plan, in the order the search looks closer: one
+// wave without recompute (exact when it fits, else an optimistic time and more excess), one wave
+// with recompute, and plan_with_recompute, which keeps the faster of one wave and waves.
+#include "candidate_plans.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "infinipipe/schedule/scheduler.h"
+#include "plan/candidate_fixtures.h"
+#include "plan/instances.h"
+#include "planner_support.h"
+#include "wave_grouping.h"
+
+namespace infinipipe {
+namespace {
+
+using planning::Candidate;
+using testing::candidate;
+using testing::Instance;
+using testing::random_instance;
+using testing::some_setting;
+
+TEST(OneWaveWithoutRecompute, ExactWhenItFitsAndMoreExcessWhenNot) {
+  std::mt19937_64 rng(90);
+  int fits = 0, over = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Instance inst = random_instance(rng);
+    const Candidate bounded = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, bounded.setting));
+    Candidate cand = bounded;
+    planning::one_wave_without_recompute(cand, inst.cost, inst.options);
+    const size_t n = cand.chunks.size();
+    const int d = inst.options.num_stages;
+    EXPECT_TRUE(cand.simulated);
+    ASSERT_EQ(cand.waves.size(), 1u);
+    EXPECT_EQ(cand.waves[0], planning::all_chunks(n));
+    ScheduleOptions schedule_options;
+    schedule_options.num_stages = d;
+    EXPECT_EQ(cand.schedule.text(),
+              build_schedule(cand.chunks, cand.waves, schedule_options).text());
+    EXPECT_TRUE(cand.checkpoint.feasible);
+    EXPECT_EQ(cand.checkpoint.solver, "none needed");
+    EXPECT_EQ(cand.checkpoint.recompute, Recompute(d, std::vector<int>(n, 0)));
+    const SimResult sim = planning::predict(cand.schedule, cand.chunks, inst.cost, {},
+                                            inst.options.memory_budget_bytes);
+    EXPECT_EQ(cand.sim.step_time_s, sim.step_time_s);
+    EXPECT_EQ(cand.sim.peak_memory_bytes, sim.peak_memory_bytes);
+    EXPECT_EQ(cand.sim.over_budget, sim.over_budget);
+    EXPECT_EQ(cand.optimistic, sim.step_time_s);
+    EXPECT_GE(cand.optimistic, bounded.bound * (1 - 1e-9));
+    EXPECT_EQ(cand.key, planning::search_key(cand));
+    for (int p = 0; p < d; ++p) {
+      // The excess only grows, to the simulated peak's (which counts buffers and workspaces).
+      EXPECT_GE(cand.excess[p], bounded.excess[p]);
+      EXPECT_GE(cand.excess[p], sim.peak_memory_bytes[p] - inst.options.memory_budget_bytes);
+      EXPECT_GE(cand.recompute_floor[p], bounded.recompute_floor[p]);
+    }
+    if (sim.over_budget) {
+      ++over;
+      EXPECT_TRUE(planning::over_budget(cand));
+    } else {
+      ++fits;
+      // A plan that fits as it is: its key is its exact time.
+      EXPECT_FALSE(planning::over_budget(cand));
+      EXPECT_EQ(cand.key, sim.step_time_s);
+    }
+  }
+  EXPECT_GE(fits, 5);
+  EXPECT_GE(over, 5);
+}
+
+TEST(OneWaveWithRecompute, FitsTheBudgetAndCostsAtLeastTheOptimisticTime) {
+  std::mt19937_64 rng(91);
+  int fitted = 0, failed = 0;
+  for (int trial = 0; trial < 80 && fitted < 10; ++trial) {
+    const Instance inst = random_instance(rng);
+    Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    planning::one_wave_without_recompute(cand, inst.cost, inst.options);
+    if (!cand.sim.over_budget) continue;
+    const double optimistic = cand.optimistic;
+    std::string reason;
+    if (!planning::one_wave_with_recompute(cand, planning::kInfinity, inst.cost, inst.options,
+                                           reason)) {
+      ++failed;
+      EXPECT_EQ(reason.rfind(planning::label(cand.setting) + ": ", 0), 0u) << reason;
+      continue;
+    }
+    ++fitted;
+    EXPECT_TRUE(reason.empty());
+    ASSERT_EQ(cand.waves.size(), 1u);
+    EXPECT_EQ(cand.waves[0], planning::all_chunks(cand.chunks.size()));
+    EXPECT_TRUE(cand.checkpoint.feasible);
+    EXPECT_GT(cand.checkpoint.recompute_s, 0);
+    EXPECT_FALSE(cand.sim.over_budget);
+    // Recompute only lengthens the step.
+    EXPECT_GE(cand.sim.step_time_s, optimistic * (1 - 1e-12));
+    const SimResult sim =
+        planning::predict(cand.schedule, cand.chunks, inst.cost, cand.checkpoint.recompute,
+                          inst.options.memory_budget_bytes);
+    EXPECT_EQ(sim.step_time_s, cand.sim.step_time_s);
+  }
+  EXPECT_GE(fitted, 5);
+}
+
+TEST(PlanWithRecompute, KeepsTheFasterOfOneWaveAndWaves) {
+  std::mt19937_64 rng(92);
+  int compared = 0, chose_waves = 0, chose_one = 0;
+  for (int trial = 0; trial < 400 && (compared < 15 || chose_waves < 2); ++trial) {
+    const Instance inst = random_instance(rng);
+    Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    planning::one_wave_without_recompute(cand, inst.cost, inst.options);
+    if (!cand.sim.over_budget) continue;
+    // Each path alone, as plan_with_recompute takes them.
+    Candidate one = cand;
+    std::string ignored;
+    const bool one_fits = planning::one_wave_key(cand) < planning::kInfinity &&
+                          planning::one_wave_with_recompute(one, planning::kInfinity, inst.cost,
+                                                            inst.options, ignored);
+    const double goal = one_fits ? one.sim.step_time_s : planning::kInfinity;
+    const bool try_waves = !one_fits || planning::waves_key(cand) < goal;
+    Candidate waves = cand;
+    const bool waves_fit =
+        try_waves && planning::grouped_waves(waves, goal, inst.cost, inst.options, ignored);
+
+    Candidate kept = cand;
+    std::string reason;
+    bool grouped = false;
+    const bool fits = planning::plan_with_recompute(kept, planning::kInfinity, true, inst.cost,
+                                                    inst.options, reason, grouped);
+    EXPECT_EQ(grouped, try_waves);
+    ASSERT_EQ(fits, one_fits || waves_fit);
+    if (!fits) {
+      EXPECT_FALSE(reason.empty());
+      continue;
+    }
+    ++compared;
+    EXPECT_FALSE(kept.sim.over_budget);
+    double fastest = planning::kInfinity;
+    if (one_fits) fastest = one.sim.step_time_s;
+    if (waves_fit) fastest = std::min(fastest, waves.sim.step_time_s);
+    EXPECT_EQ(kept.sim.step_time_s, fastest);
+    if (waves_fit && (!one_fits || waves.sim.step_time_s < one.sim.step_time_s)) {
+      ++chose_waves;
+      EXPECT_EQ(kept.waves, waves.waves);
+    } else {
+      ++chose_one;
+      EXPECT_EQ(kept.waves.size(), 1u);
+    }
+    // Without grouping, the one-wave plan or nothing.
+    Candidate alone = cand;
+    bool alone_grouped = true;
+    const bool alone_fits = planning::plan_with_recompute(
+        alone, planning::kInfinity, false, inst.cost, inst.options, reason, alone_grouped);
+    EXPECT_FALSE(alone_grouped);
+    EXPECT_EQ(alone_fits, one_fits);
+    if (alone_fits) {
+      EXPECT_EQ(alone.waves.size(), 1u);
+      EXPECT_EQ(alone.sim.step_time_s, one.sim.step_time_s);
+    }
+  }
+  EXPECT_GE(compared, 8);
+  EXPECT_GE(chose_one, 1);
+  EXPECT_GE(chose_waves, 1);
+}
+
+}  // namespace
+}  // namespace infinipipe
