@@ -6,17 +6,19 @@
 #include <random>
 #include <vector>
 
-#include "infinipipe/core/recompute.h"
 #include "infinipipe/core/chunk.h"
+#include "infinipipe/core/recompute.h"
 #include "infinipipe/cost/cost_model.h"
-#include "support/small_shape.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/sim/memory_timeline.h"
+#include "support/small_shape.h"
 
 namespace infinipipe::checkpoint_test {
 
 // Small decoder: only its parameter count (model state, negligible here) reaches the planner.
-inline ModelShape tiny_shape(int layers) { return test_support::small_shape("checkpoint-test", layers); }
+inline ModelShape tiny_shape(int layers) {
+  return test_support::small_shape("checkpoint-test", layers);
+}
 
 // Test inputs with round numbers, not a model of any hardware: per layer a token costs 10 us
 // plus a quadratic attention term, a chunk 100 us; a layer keeps 4 KiB per token, a
@@ -71,7 +73,9 @@ inline Step random_step(std::mt19937_64& rng, int stages) {
     for (int i = 0; i < slices; ++i) {
       const int64_t end = i + 1 == slices ? length : (i + 1) * slice;
       Chunk chunk{{Slice{seq, i * slice, end, length}}};
-      for (; i + 1 == slices && next_short < shorts.size() && chunk.tokens() + shorts[next_short] <= cap; ++next_short)
+      for (; i + 1 == slices && next_short < shorts.size() &&
+             chunk.tokens() + shorts[next_short] <= cap;
+           ++next_short)
         chunk.slices.push_back({short_id(next_short), 0, shorts[next_short], shorts[next_short]});
       step.chunks.push_back(chunk);
     }
@@ -87,11 +91,13 @@ inline Step random_step(std::mt19937_64& rng, int stages) {
   if (!open.slices.empty()) step.chunks.push_back(open);
 
   const std::vector<std::vector<int>> all_chains = chains(step.chunks);
-  const int num_waves = std::min<int>(std::uniform_int_distribution<int>(1, 2)(rng), all_chains.size());
+  const int num_waves =
+      std::min<int>(std::uniform_int_distribution<int>(1, 2)(rng), all_chains.size());
   step.waves.assign(num_waves, {});
   for (size_t c = 0; c < all_chains.size(); ++c) {
-    const int w = c < static_cast<size_t>(num_waves) ? static_cast<int>(c)
-                                                     : std::uniform_int_distribution<int>(0, num_waves - 1)(rng);
+    const int w = c < static_cast<size_t>(num_waves)
+                      ? static_cast<int>(c)
+                      : std::uniform_int_distribution<int>(0, num_waves - 1)(rng);
     step.waves[w].insert(step.waves[w].end(), all_chains[c].begin(), all_chains[c].end());
   }
   ScheduleOptions options;
@@ -112,7 +118,8 @@ inline double peak_bytes(const Step& step, const CostModel& cost, const Recomput
 
 inline Recompute uniform_layers(const CostModel& cost, int num_chunks, int layers) {
   Recompute r(cost.num_stages());
-  for (int p = 0; p < cost.num_stages(); ++p) r[p].assign(num_chunks, std::min(layers, cost.layers(p)));
+  for (int p = 0; p < cost.num_stages(); ++p)
+    r[p].assign(num_chunks, std::min(layers, cost.layers(p)));
   return r;
 }
 
@@ -125,7 +132,8 @@ inline Recompute full_layers(const CostModel& cost, int num_chunks) {
 // A budget `tightness` of the way from what full recompute needs (1) to what no recompute
 // needs (0), so a feasible plan always exists and some recompute is needed when tightness > 0.
 inline double budget_between(const Step& step, const CostModel& cost, double tightness) {
-  const double low = peak_bytes(step, cost, full_layers(cost, static_cast<int>(step.chunks.size())));
+  const double low =
+      peak_bytes(step, cost, full_layers(cost, static_cast<int>(step.chunks.size())));
   const double high = peak_bytes(step, cost, Recompute{});
   return high - tightness * (high - low);
 }

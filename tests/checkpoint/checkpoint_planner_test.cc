@@ -16,11 +16,15 @@ namespace {
 
 using namespace checkpoint_test;
 
-const CheckpointMethod kAllMethods[] = {CheckpointMethod::kNone,       CheckpointMethod::kFull,
-                                        CheckpointMethod::kUniform,    CheckpointMethod::kStageAware,
-                                        CheckpointMethod::kStageAwareGreedy, CheckpointMethod::kUntiedGreedy};
+const CheckpointMethod kAllMethods[] = {CheckpointMethod::kNone,
+                                        CheckpointMethod::kFull,
+                                        CheckpointMethod::kUniform,
+                                        CheckpointMethod::kStageAware,
+                                        CheckpointMethod::kStageAwareGreedy,
+                                        CheckpointMethod::kUntiedGreedy};
 
-CheckpointResult plan(const Step& step, const CostModel& cost, CheckpointMethod method, double budget) {
+CheckpointResult plan(const Step& step, const CostModel& cost, CheckpointMethod method,
+                      double budget) {
   CheckpointOptions options;
   options.method = method;
   options.memory_budget_bytes = budget;
@@ -31,7 +35,8 @@ CheckpointResult plan(const Step& step, const CostModel& cost, CheckpointMethod 
 double recompute_seconds(const Step& step, const CostModel& cost, const Recompute& r) {
   double total = 0;
   for (size_t p = 0; p < r.size(); ++p)
-    for (size_t k = 0; k < step.chunks.size(); ++k) total += r[p][k] * cost.layer_forward_time(step.chunks[k]);
+    for (size_t k = 0; k < step.chunks.size(); ++k)
+      total += r[p][k] * cost.layer_forward_time(step.chunks[k]);
   return total;
 }
 
@@ -52,8 +57,8 @@ TEST(CheckpointPlanner, EveryFeasiblePlanFitsEveryMomentAndTheSimulator) {
     const double tightness = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
     const double budget = budget_between(step, cost, tightness);
     const int n = static_cast<int>(step.chunks.size());
-    SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(d) + " stages, " + std::to_string(n) +
-                 " chunks, tightness " + std::to_string(tightness));
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(d) + " stages, " +
+                 std::to_string(n) + " chunks, tightness " + std::to_string(tightness));
 
     std::vector<CheckpointResult> results;
     for (CheckpointMethod method : kAllMethods) {
@@ -72,15 +77,16 @@ TEST(CheckpointPlanner, EveryFeasiblePlanFitsEveryMomentAndTheSimulator) {
         }
       }
       EXPECT_LE(peak_bytes(step, cost, r.recompute), budget * (1 + 1e-9)) << r.solver;
-      EXPECT_NEAR(r.recompute_s, recompute_seconds(step, cost, r.recompute), 1e-12 + 1e-9 * r.recompute_s);
+      EXPECT_NEAR(r.recompute_s, recompute_seconds(step, cost, r.recompute),
+                  1e-12 + 1e-9 * r.recompute_s);
       SimOptions sim;
       sim.memory_budget_bytes = budget * (1 + 1e-9);
       sim.record_events = false;
       const SimResult simulated = simulate(step.schedule, step.chunks, cost, r.recompute, sim);
       EXPECT_FALSE(simulated.over_budget) << r.solver << ": " << simulated.over_budget_message;
     }
-    const CheckpointResult &none = results[0], &full = results[1], &uniform = results[2], &aware = results[3],
-                           &aware_greedy = results[4], &untied = results[5];
+    const CheckpointResult &none = results[0], &full = results[1], &uniform = results[2],
+                           &aware = results[3], &aware_greedy = results[4], &untied = results[5];
     // The budget lies at or above what full recompute needs, so everything but "none" fits.
     EXPECT_TRUE(full.feasible);
     EXPECT_TRUE(uniform.feasible);
@@ -91,7 +97,9 @@ TEST(CheckpointPlanner, EveryFeasiblePlanFitsEveryMomentAndTheSimulator) {
     if (!none.feasible) ++none_infeasible;
     if (aware.recompute_s > 0) ++needed_recompute;
     // Uniform is the smallest count that fits: one less does not.
-    const int c = uniform.recompute.empty() ? 0 : *std::max_element(uniform.recompute[0].begin(), uniform.recompute[0].end());
+    const int c = uniform.recompute.empty()
+                      ? 0
+                      : *std::max_element(uniform.recompute[0].begin(), uniform.recompute[0].end());
     if (c > 0) EXPECT_GT(peak_bytes(step, cost, uniform_layers(cost, n, c - 1)), budget);
     // Choosing per stage and chunk never recomputes more than one count for all.
     EXPECT_LE(aware.recompute_s, uniform.recompute_s * (1 + 1e-9));
@@ -115,7 +123,8 @@ TEST(CheckpointPlanner, StageZeroRecomputesAtLeastAsMuchAsTheLastStage) {
       options.num_stages = d;
       step.schedule = build_schedule(step.chunks, step.waves, options);
       const double budget = budget_between(step, cost, tightness);
-      for (CheckpointMethod method : {CheckpointMethod::kStageAware, CheckpointMethod::kStageAwareGreedy}) {
+      for (CheckpointMethod method :
+           {CheckpointMethod::kStageAware, CheckpointMethod::kStageAwareGreedy}) {
         const CheckpointResult r = plan(step, cost, method, budget);
         ASSERT_TRUE(r.feasible) << r.reason;
         EXPECT_GE(stage_total(r.recompute, 0), stage_total(r.recompute, d - 1))
@@ -142,7 +151,8 @@ TEST(CheckpointPlanner, TiedPlanNeverDelaysMoreThanUntiedGreedyInTheDiagonalMode
     const int d = std::uniform_int_distribution<int>(2, 4)(rng);
     const CostModel cost = test_cost(std::vector<int>(d, 4));
     const Step step = random_step(rng, d);
-    const double budget = budget_between(step, cost, std::uniform_real_distribution<double>(0.2, 0.9)(rng));
+    const double budget =
+        budget_between(step, cost, std::uniform_real_distribution<double>(0.2, 0.9)(rng));
     const TiedProblem problem = build_tied_problem(step.schedule, step.chunks, cost, budget);
     auto delay = [&](const Recompute& r) {
       std::vector<int> largest(problem.upper.size(), 0);
@@ -184,7 +194,8 @@ TEST(CheckpointPlanner, InfeasibleNamesTheStageTheSequenceAndTheBytes) {
     EXPECT_NE(r.reason.find("sequence 2 (600000 tokens)"), std::string::npos);
     EXPECT_NE(r.reason.find("budget of 1.00 GiB"), std::string::npos);
     // The worst moment is sequence 2's forward or backward (which adds its workspace).
-    EXPECT_TRUE(r.reason.find(" at F2 ") != std::string::npos || r.reason.find(" at B2 ") != std::string::npos);
+    EXPECT_TRUE(r.reason.find(" at F2 ") != std::string::npos ||
+                r.reason.find(" at B2 ") != std::string::npos);
     EXPECT_NE(r.reason.find("more pipeline stages"), std::string::npos);
     EXPECT_NE(r.reason.find("slice count K"), std::string::npos);
     if (method != CheckpointMethod::kNone)
@@ -214,8 +225,9 @@ TEST(CheckpointPlanner, NoRecomputeWhenEverythingFits) {
   const CostModel cost = test_cost({3, 3, 3});
   const Step step = random_step(rng, 3);
   const double budget = peak_bytes(step, cost, Recompute{}) * 1.01;
-  for (CheckpointMethod method : {CheckpointMethod::kNone, CheckpointMethod::kUniform, CheckpointMethod::kStageAware,
-                                  CheckpointMethod::kStageAwareGreedy, CheckpointMethod::kUntiedGreedy}) {
+  for (CheckpointMethod method :
+       {CheckpointMethod::kNone, CheckpointMethod::kUniform, CheckpointMethod::kStageAware,
+        CheckpointMethod::kStageAwareGreedy, CheckpointMethod::kUntiedGreedy}) {
     const CheckpointResult r = plan(step, cost, method, budget);
     ASSERT_TRUE(r.feasible);
     EXPECT_EQ(r.recompute_s, 0);

@@ -8,9 +8,9 @@
 
 #include "checkpoint/checkpoint_fixtures.h"
 #include "infinipipe/checkpoint/checkpoint_planner.h"
-#include "problem_tools.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/sim/memory_timeline.h"
+#include "problem_tools.h"
 
 namespace infinipipe {
 namespace {
@@ -53,7 +53,8 @@ TEST(TiedProblem, VariablesFollowTheBackwardDiagonals) {
     for (int j = 0; j < n + d - 1; ++j) {
       EXPECT_EQ(problem.upper[j], expected_upper[j]) << "variable " << j;
       // The slowest layer on the diagonal, ties broken toward less summed work.
-      EXPECT_DOUBLE_EQ(problem.cost[j], expected_cost[j] + kWorkTieBreak * work[j]) << "variable " << j;
+      EXPECT_DOUBLE_EQ(problem.cost[j], expected_cost[j] + kWorkTieBreak * work[j])
+          << "variable " << j;
     }
 
     // One row per moment over budget, needing exactly the excess, each chunk in flight saving
@@ -89,10 +90,12 @@ TEST(TiedProblem, RowsAreLinearInRecompute) {
     const double budget = budget_between(step, cost, 0.8);
     const TiedProblem problem = build_tied_problem(step.schedule, step.chunks, cost, budget);
     std::vector<int> values(problem.upper.size());
-    for (size_t j = 0; j < values.size(); ++j) values[j] = std::uniform_int_distribution<int>(0, problem.upper[j])(rng);
+    for (size_t j = 0; j < values.size(); ++j)
+      values[j] = std::uniform_int_distribution<int>(0, problem.upper[j])(rng);
     Recompute recompute(d);
     for (int p = 0; p < d; ++p)
-      for (size_t k = 0; k < step.chunks.size(); ++k) recompute[p].push_back(values[problem.var_of[p][k]]);
+      for (size_t k = 0; k < step.chunks.size(); ++k)
+        recompute[p].push_back(values[problem.var_of[p][k]]);
     for (const TiedProblem::Row& row : problem.rows) {
       const auto moments = memory_moments(step.schedule, row.stage, step.chunks, cost);
       const MemoryMoment* moment = nullptr;
@@ -108,8 +111,14 @@ TEST(TiedProblem, RowsAreLinearInRecompute) {
 TEST(TiedProblem, DifferentBackwardOrdersAreAnError) {
   const std::vector<Chunk> chunks = {whole(0, 100), whole(1, 100)};
   Schedule schedule;
-  schedule.stages = {{{ActionType::kForward, 0}, {ActionType::kForward, 1}, {ActionType::kBackward, 0}, {ActionType::kBackward, 1}},
-                     {{ActionType::kForward, 0}, {ActionType::kForward, 1}, {ActionType::kBackward, 1}, {ActionType::kBackward, 0}}};
+  schedule.stages = {{{ActionType::kForward, 0},
+                      {ActionType::kForward, 1},
+                      {ActionType::kBackward, 0},
+                      {ActionType::kBackward, 1}},
+                     {{ActionType::kForward, 0},
+                      {ActionType::kForward, 1},
+                      {ActionType::kBackward, 1},
+                      {ActionType::kBackward, 0}}};
   const CostModel cost = test_cost({2, 2});
   try {
     build_tied_problem(schedule, chunks, cost, 1e9);
@@ -123,7 +132,8 @@ TEST(TiedProblem, DifferentBackwardOrdersAreAnError) {
 TEST(TiedProblem, MissingBackwardAndStageMismatchAreErrors) {
   const std::vector<Chunk> chunks = {whole(0, 100), whole(1, 100)};
   Schedule schedule;
-  schedule.stages = {{{ActionType::kForward, 0}, {ActionType::kForward, 1}, {ActionType::kBackward, 0}}};
+  schedule.stages = {
+      {{ActionType::kForward, 0}, {ActionType::kForward, 1}, {ActionType::kBackward, 0}}};
   EXPECT_THROW(build_tied_problem(schedule, chunks, test_cost({2}), 1e9), Error);
   schedule.stages[0].push_back({ActionType::kBackward, 1});
   EXPECT_THROW(build_tied_problem(schedule, chunks, test_cost({2, 2}), 1e9), Error);
@@ -139,7 +149,8 @@ TEST(TiedProblem, MilpEqualsExhaustiveOnRealSchedules) {
     const Step step = random_step(rng, d);
     if (step.chunks.size() > 5) continue;  // keep 3^(n + d - 1) small
     const double tightness = std::uniform_real_distribution<double>(0.1, 1.0)(rng);
-    const TiedProblem problem = build_tied_problem(step.schedule, step.chunks, cost, budget_between(step, cost, tightness));
+    const TiedProblem problem =
+        build_tied_problem(step.schedule, step.chunks, cost, budget_between(step, cost, tightness));
     if (problem.rows.empty()) continue;
     const TiedSolution exact = solve_exhaustive(problem);
     const TiedSolution milp = solve_milp(problem, 5.0);

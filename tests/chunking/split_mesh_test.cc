@@ -32,7 +32,8 @@ void check_mesh(int64_t longest, int k, const CostModel& cost) {
         << "slice " << j << " [" << b[j] << ", " << b[j + 1] << ") is off the target by more "
         << "than one token's cost";
     if (j > 0)
-      EXPECT_LE(b[j + 1] - b[j], b[j] - b[j - 1]) << "slice " << j << " is longer than slice " << j - 1;
+      EXPECT_LE(b[j + 1] - b[j], b[j] - b[j - 1])
+          << "slice " << j << " is longer than slice " << j - 1;
   }
 }
 

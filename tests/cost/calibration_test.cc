@@ -86,7 +86,8 @@ TEST(Calibration, BackwardFittedOnItsOwn) {
   for (const LayerSample& s : samples)
     EXPECT_NEAR(cal.backward_s(s.tokens, s.context), backward(s), 1e-9 * backward(s));
 
-  const CostModel base = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  const CostModel base =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
   const CostModel got = apply_calibration(base, cal);
   Chunk chunk;
   chunk.slices.push_back(Slice{0, 256, 768, 1024});
@@ -97,7 +98,7 @@ TEST(Calibration, HeldOutSplit) {
   const std::vector<LayerSample> samples = synthetic(0, 0);  // 6 x 6 grid
   const CalibrationOptions options{0.25, 7};
   const std::vector<int> held = held_out_indices(samples, options);
-  EXPECT_EQ(held.size(), 9u);  // round(0.25 * 36)
+  EXPECT_EQ(held.size(), 9u);                           // round(0.25 * 36)
   EXPECT_EQ(held, held_out_indices(samples, options));  // deterministic
   EXPECT_TRUE(std::is_sorted(held.begin(), held.end()));
   EXPECT_EQ(std::set<int>(held.begin(), held.end()).size(), held.size());
@@ -136,15 +137,15 @@ TEST(Calibration, NonNegative) {
   auto loss = [&](double a1, double a2) {
     double sum = 0;
     for (const LayerSample& s : samples) {
-      const double r = (a1 * s.tokens * double(2 * s.context + s.tokens) + a2 * s.tokens) /
-                           s.forward_s - 1;
+      const double r =
+          (a1 * s.tokens * double(2 * s.context + s.tokens) + a2 * s.tokens) / s.forward_s - 1;
       sum += r * r;
     }
     return sum;
   };
   for (double f : {0.99, 1.01})
-    EXPECT_LE(loss(coef[0], coef[1]), std::min(loss(f * coef[0], coef[1]),
-                                               loss(coef[0], f * coef[1])));
+    EXPECT_LE(loss(coef[0], coef[1]),
+              std::min(loss(f * coef[0], coef[1]), loss(coef[0], f * coef[1])));
 }
 
 TEST(Calibration, PerTokenParts) {
@@ -153,7 +154,8 @@ TEST(Calibration, PerTokenParts) {
   EXPECT_NEAR(*cal.embedding_s_per_token, 1e-7, 1e-16);
   EXPECT_NEAR(*cal.head_s_per_token, 3e-6, 1e-15);
 
-  const CostModel base = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  const CostModel base =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
   const CostModel got = apply_calibration(base, cal);
   EXPECT_EQ(got.coefficients().a1, cal.a1);
   EXPECT_EQ(got.coefficients().backward_ratio, cal.backward_ratio);
@@ -182,8 +184,9 @@ TEST(Calibration, Statistics) {
 
 TEST(Calibration, BadInput) {
   std::vector<LayerSample> samples = synthetic(0, 0);
-  EXPECT_NE(error_of([&] { calibrate({{samples.begin(), samples.begin() + 2}}); })
-                .find("fewer than the 3 unknowns"),
+  EXPECT_NE(error_of([&] {
+              calibrate({{samples.begin(), samples.begin() + 2}});
+            }).find("fewer than the 3 unknowns"),
             std::string::npos);
   std::vector<LayerSample> bad = samples;
   bad[3].forward_s = 0;
@@ -193,15 +196,22 @@ TEST(Calibration, BadInput) {
   EXPECT_NE(error_of([&] { calibrate({bad}); }).find("positive time"), std::string::npos);
   bad = samples;
   bad[0].tokens = 0;
-  EXPECT_NE(error_of([&] { calibrate({bad}); }).find("tokens must be at least 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { calibrate({bad}); }).find("tokens must be at least 1"),
+            std::string::npos);
   // Two token counts at one context cannot separate a1, a2 and b.
   std::vector<LayerSample> flat;
   for (int64_t s : {64, 128, 64, 128}) flat.push_back({s, 0, 1e-3 * s, 2e-3 * s});
-  EXPECT_NE(error_of([&] { calibrate({flat}, {0.0, 0}); }).find("do not determine"),
+  EXPECT_NE(error_of([&] {
+              calibrate({flat}, {0.0, 0});
+            }).find("do not determine"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { calibrate({samples}, {1.0, 0}); }).find("holdout_fraction"),
+  EXPECT_NE(error_of([&] {
+              calibrate({samples}, {1.0, 0});
+            }).find("holdout_fraction"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { calibrate({samples, {}, {{10, 0}}}); }).find("head sample 0"),
+  EXPECT_NE(error_of([&] {
+              calibrate({samples, {}, {{10, 0}}});
+            }).find("head sample 0"),
             std::string::npos);
   EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick' or 'full'"), std::string::npos);
 }

@@ -205,16 +205,17 @@ TEST(CostModel, MeasuredLayerBackwardReplacesTheRatioForLayersOnly) {
   c.backward_a1 = 3 * c.a1, c.backward_a2 = 1.5 * c.a2, c.backward_b = 0;
   const CostModel m(analytic.shape(), analytic.layers_per_stage(), c);
   const Chunk chunk{{{0, 1000, 3000, 5000}, {1, 0, 700, 700}}};
-  const double layer = 3 * c.a1 * (2000.0 * (2 * 1000 + 2000) + 700.0 * 700) +
-                       1.5 * c.a2 * (2000 + 700);
+  const double layer =
+      3 * c.a1 * (2000.0 * (2 * 1000 + 2000) + 700.0 * 700) + 1.5 * c.a2 * (2000 + 700);
   EXPECT_NEAR(m.layer_backward_time(chunk), layer, 1e-12 * layer);
   EXPECT_NEAR(analytic.layer_backward_time(chunk), 2 * analytic.layer_forward_time(chunk), 1e-15);
   // Middle stages: layers only. The last stage adds g times the head's forward; recompute
   // adds forwards.
   EXPECT_NEAR(m.backward_time(chunk, 1, 0), 8 * layer, 1e-12);
-  EXPECT_NEAR(m.backward_time(chunk, 3, 2) - m.backward_time(chunk, 1, 0),
-              2 * (m.forward_time(chunk, 3) - m.forward_time(chunk, 1)) +
-                  2 * m.layer_forward_time(chunk), 1e-12);
+  EXPECT_NEAR(
+      m.backward_time(chunk, 3, 2) - m.backward_time(chunk, 1, 0),
+      2 * (m.forward_time(chunk, 3) - m.forward_time(chunk, 1)) + 2 * m.layer_forward_time(chunk),
+      1e-12);
 }
 
 TEST(CostModel, Llama13bModelStateSplitsOverStages) {
@@ -252,7 +253,9 @@ TEST(CostModel, ConstructorRejectsInconsistentStages) {
 
 class CostModelFile : public ::testing::Test {
  protected:
-  std::string path_ = ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name() + std::string("_") + "cost_model_test.json";
+  std::string path_ = ::testing::TempDir() +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                      std::string("_") + "cost_model_test.json";
   void TearDown() override { std::remove(path_.c_str()); }
   void write(const std::string& text) { std::ofstream(path_) << text; }
 };

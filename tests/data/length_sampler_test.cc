@@ -121,7 +121,9 @@ TEST(SampleLengths, BadArgumentsAreErrors) {
 
 class LengthsFile : public ::testing::Test {
  protected:
-  std::string path_ = ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name() + std::string("_") + "length_sampler_test.txt";
+  std::string path_ = ::testing::TempDir() +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                      std::string("_") + "length_sampler_test.txt";
   void TearDown() override { std::remove(path_.c_str()); }
   std::string read_error(const std::string& text) {
     std::ofstream(path_) << text;

@@ -146,9 +146,14 @@ TEST(Plan, AnyExecutableChangeChangesTheHash) {
       {"slice end", [](Plan& p) { p.chunks.back().slices.back().end -= 1; }},
       {"chunk order", [](Plan& p) { std::swap(p.chunks.front(), p.chunks.back()); }},
       {"waves", [](Plan& p) { p.waves.push_back({}); }},
-      {"schedule", [](Plan& p) { std::swap(p.schedule.stages[0].front(), p.schedule.stages[0].back()); }},
+      {"schedule",
+       [](Plan& p) { std::swap(p.schedule.stages[0].front(), p.schedule.stages[0].back()); }},
       {"recompute", [](Plan& p) { p.recompute[0][0] += 1; }},
-      {"layers", [](Plan& p) { p.layers_per_stage[0] += 1; p.layers_per_stage[1] -= 1; }},
+      {"layers",
+       [](Plan& p) {
+         p.layers_per_stage[0] += 1;
+         p.layers_per_stage[1] -= 1;
+       }},
   };
   std::set<std::string> seen = {plan.hash()};
   for (const auto& [name, edit] : edits) {
@@ -160,8 +165,8 @@ TEST(Plan, AnyExecutableChangeChangesTheHash) {
 
 TEST(Plan, MalformedJsonNamesTheField) {
   const nlohmann::json good = small_plan();
-  for (const char* field : {"method", "lengths", "chunks", "waves", "schedule", "recompute",
-                            "layers_per_stage"}) {
+  for (const char* field :
+       {"method", "lengths", "chunks", "waves", "schedule", "recompute", "layers_per_stage"}) {
     nlohmann::json j = good;
     j.erase(field);
     expect_error_naming(j, field);

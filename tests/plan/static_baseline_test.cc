@@ -117,7 +117,8 @@ TEST(StaticBaseline, OneSettingForAllStepsWithTheWorstStepsRecompute) {
 }
 
 TEST(StaticBaseline, NoStepsIsAnError) {
-  const CostModel cost = CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
   PlannerOptions o;
   o.num_stages = 2;
   o.memory_budget_bytes = 1e12;

@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-#include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/schedule/scheduler.h"
@@ -13,8 +13,9 @@
 namespace infinipipe {
 namespace {
 
-const ActionType kAllTypes[] = {ActionType::kForward,     ActionType::kBackward,     ActionType::kSendForward,
-                                ActionType::kRecvForward, ActionType::kSendBackward, ActionType::kRecvBackward};
+const ActionType kAllTypes[] = {ActionType::kForward,      ActionType::kBackward,
+                                ActionType::kSendForward,  ActionType::kRecvForward,
+                                ActionType::kSendBackward, ActionType::kRecvBackward};
 
 TEST(Action, TextFormsAreTheDocumentedOnes) {
   EXPECT_EQ((Action{ActionType::kForward, 3}).text(), "F3");
@@ -35,8 +36,8 @@ TEST(Action, TextRoundTripsForEveryType) {
 }
 
 TEST(Action, ParseRejectsWhatIsNotATextForm) {
-  for (const char* bad : {"", "F", "B", "SEND_F", "X3", "F-1", "F+1", "F3x", "f3", "send_f3", "SEND_3", "SEND_X3",
-                          " F3", "F3 ", "F 3", "RECV_F3.0", "F9999999999"}) {
+  for (const char* bad : {"", "F", "B", "SEND_F", "X3", "F-1", "F+1", "F3x", "f3", "send_f3",
+                          "SEND_3", "SEND_X3", " F3", "F3 ", "F 3", "RECV_F3.0", "F9999999999"}) {
     EXPECT_THROW(Action::parse(bad), Error) << '"' << bad << '"';
   }
   try {
@@ -65,13 +66,16 @@ TEST(Action, PredicatesPartitionTheTypes) {
 
 Schedule small_schedule() {
   Schedule s;
-  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"), Action::parse("B0")},
-              {Action::parse("RECV_F0"), Action::parse("F0"), Action::parse("B0"), Action::parse("SEND_B0")}};
+  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"),
+               Action::parse("B0")},
+              {Action::parse("RECV_F0"), Action::parse("F0"), Action::parse("B0"),
+               Action::parse("SEND_B0")}};
   return s;
 }
 
 TEST(Schedule, TextIsOneLinePerStage) {
-  EXPECT_EQ(small_schedule().text(), "stage 0: F0 SEND_F0 RECV_B0 B0\nstage 1: RECV_F0 F0 B0 SEND_B0\n");
+  EXPECT_EQ(small_schedule().text(),
+            "stage 0: F0 SEND_F0 RECV_B0 B0\nstage 1: RECV_F0 F0 B0 SEND_B0\n");
 }
 
 TEST(Schedule, JsonRoundTripsGeneratedSchedules) {
@@ -90,8 +94,9 @@ TEST(Schedule, JsonRoundTripsGeneratedSchedules) {
 
 TEST(Schedule, JsonHasTheDocumentedShape) {
   const nlohmann::json j = small_schedule();
-  EXPECT_EQ(j, nlohmann::json::parse(
-                   R"({"stages": [["F0","SEND_F0","RECV_B0","B0"],["RECV_F0","F0","B0","SEND_B0"]]})"));
+  EXPECT_EQ(
+      j, nlohmann::json::parse(
+             R"({"stages": [["F0","SEND_F0","RECV_B0","B0"],["RECV_F0","F0","B0","SEND_B0"]]})"));
 }
 
 std::string json_error(const std::string& text) {
@@ -136,7 +141,8 @@ TEST(Schedule, GridMarksExactlyTheRequestedCell) {
   const Schedule s = build_schedule(step.chunks, step.waves, options);
   EXPECT_EQ(occurrences(s.grid(), ">>"), 0u);
   for (int stage = 0; stage < 3; ++stage) {
-    for (int index : {0, static_cast<int>(s.stages[stage].size()) / 2, static_cast<int>(s.stages[stage].size()) - 1}) {
+    for (int index : {0, static_cast<int>(s.stages[stage].size()) / 2,
+                      static_cast<int>(s.stages[stage].size()) - 1}) {
       const std::string grid = s.grid(stage, index);
       ASSERT_EQ(occurrences(grid, ">>"), 1u) << grid;
       const std::vector<std::string> rows = lines(grid);
@@ -157,7 +163,8 @@ TEST(Schedule, GridMarksExactlyTheRequestedCell) {
       ASSERT_NE(mark, std::string::npos) << grid;
       EXPECT_EQ(rows[0].find("stage " + std::to_string(stage)), mark + 2) << grid;
       const size_t text_end = row.find_first_of(" |", mark + 2);
-      EXPECT_EQ(row.substr(mark + 2, text_end == std::string::npos ? std::string::npos : text_end - mark - 2),
+      EXPECT_EQ(row.substr(mark + 2,
+                           text_end == std::string::npos ? std::string::npos : text_end - mark - 2),
                 s.stages[stage][index].text())
           << grid;
       // Every other shown row is as in the unmarked grid (plain row 1 + step is that step).

@@ -27,7 +27,8 @@ struct Instance {
   std::vector<int> length_of_chunk;
 };
 
-Instance make_instance(const std::vector<int>& lengths, const std::vector<int>& counts, std::mt19937_64& rng) {
+Instance make_instance(const std::vector<int>& lengths, const std::vector<int>& counts,
+                       std::mt19937_64& rng) {
   StepBuilder b;
   // Interleave the lengths, so that chain discovery order is not the sorted order.
   std::vector<int> todo;
@@ -56,7 +57,8 @@ std::pair<int, int> groups_of(const Instance& in, const Wave& wave) {
     if (end != -1 && end != g) return {-1, -1};  // a gap
     end = g + 1;
   }
-  if (first == -1 || chunks_per_length.size() != static_cast<size_t>(end - first)) return {-1, -1};  // a foreign length
+  if (first == -1 || chunks_per_length.size() != static_cast<size_t>(end - first))
+    return {-1, -1};  // a foreign length
   return {first, end};
 }
 
@@ -69,7 +71,8 @@ TEST(Grouping, EqualsBruteForceOverAllCutSets) {
     lengths.resize(std::uniform_int_distribution<int>(1, 6)(rng));
     std::sort(lengths.rbegin(), lengths.rend());
     std::vector<int> counts;
-    for (size_t g = 0; g < lengths.size(); ++g) counts.push_back(std::uniform_int_distribution<int>(1, 3)(rng));
+    for (size_t g = 0; g < lengths.size(); ++g)
+      counts.push_back(std::uniform_int_distribution<int>(1, 3)(rng));
     const Instance in = make_instance(lengths, counts, rng);
     const int m = static_cast<int>(lengths.size());
 
@@ -78,7 +81,9 @@ TEST(Grouping, EqualsBruteForceOverAllCutSets) {
     const double p_inf = std::uniform_real_distribution<double>(0.0, 0.6)(rng);
     for (int i = 0; i < m; ++i)
       for (int j = i + 1; j <= m; ++j)
-        cost[i][j] = std::bernoulli_distribution(p_inf)(rng) ? kInf : std::uniform_int_distribution<int>(1, 50)(rng);
+        cost[i][j] = std::bernoulli_distribution(p_inf)(rng)
+                         ? kInf
+                         : std::uniform_int_distribution<int>(1, 50)(rng);
 
     bool bad_wave_asked = false;
     const WaveCost wave_cost = [&](const Wave& wave) {
@@ -135,12 +140,13 @@ TEST(Grouping, WavesHoldWholeChainsInSchedulableOrder) {
   std::mt19937_64 rng(3);
   const Instance in = make_instance({5, 3, 1}, {2, 2, 4}, rng);
   // Cheap enough to merge everything: one wave with every chunk.
-  const std::vector<Wave> one = group_into_waves(in.step.chunks, [](const Wave& w) { return 1.0 + w.size(); });
+  const std::vector<Wave> one =
+      group_into_waves(in.step.chunks, [](const Wave& w) { return 1.0 + w.size(); });
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].size(), in.step.chunks.size());
   // A wave may hold at most 10 chunks (a memory limit): the 5s alone, then the 3s and 1s.
-  const std::vector<Wave> capped =
-      group_into_waves(in.step.chunks, [](const Wave& w) { return w.size() > 10 ? kInf : 1.0 + w.size(); });
+  const std::vector<Wave> capped = group_into_waves(
+      in.step.chunks, [](const Wave& w) { return w.size() > 10 ? kInf : 1.0 + w.size(); });
   ASSERT_EQ(capped.size(), 2u);
   EXPECT_EQ(capped[0].size(), 10u);
   EXPECT_EQ(capped[1].size(), 10u);

@@ -42,7 +42,8 @@ TEST(OrderWave, LongestChainFirstTiesByFirstChunkBackwardFifoChainsLifoChunks) {
   EXPECT_EQ(order.forward, (std::vector<int>{2, 3, 4, 6, 7, 8, 0, 1, 5}));
   EXPECT_EQ(order.backward, (std::vector<int>{4, 3, 2, 8, 7, 6, 1, 0, 5}));
 
-  options.keep_chain_order = true;  // chains by first appearance in the wave: {5}, {6,7,8}, {0,1}, {2,3,4}
+  options.keep_chain_order =
+      true;  // chains by first appearance in the wave: {5}, {6,7,8}, {0,1}, {2,3,4}
   const WaveOrder kept = order_wave(step.chunks, wave, options);
   EXPECT_EQ(kept.forward, (std::vector<int>{5, 6, 7, 8, 0, 1, 2, 3, 4}));
   EXPECT_EQ(kept.backward, (std::vector<int>{5, 8, 7, 6, 1, 0, 4, 3, 2}));
@@ -55,7 +56,7 @@ TEST(OrderWave, RejectsWavesThatAreNotWholeChains) {
   b.add_chain(1);
   Step& step = b.step();
   ScheduleOptions options;
-  EXPECT_THROW(order_wave(step.chunks, {0, 1, 3}, options), Error);     // chunk 2 of the chain missing
+  EXPECT_THROW(order_wave(step.chunks, {0, 1, 3}, options), Error);  // chunk 2 of the chain missing
   EXPECT_THROW(order_wave(step.chunks, {0, 1, 2, 2}, options), Error);  // twice
   EXPECT_THROW(order_wave(step.chunks, {0, 1, 2, 4}, options), Error);  // no such chunk
 }
@@ -67,8 +68,9 @@ TEST(BuildSchedule, RejectsBadWavesAndStages) {
   Step& step = b.step();
   ScheduleOptions options;
   options.num_stages = 2;
-  EXPECT_THROW(build_schedule(step.chunks, {{0, 1}}, options), Error);          // chunk 2 in no wave
-  EXPECT_THROW(build_schedule(step.chunks, {{0, 1, 2}, {2}}, options), Error);  // chunk 2 in two waves
+  EXPECT_THROW(build_schedule(step.chunks, {{0, 1}}, options), Error);  // chunk 2 in no wave
+  EXPECT_THROW(build_schedule(step.chunks, {{0, 1, 2}, {2}}, options),
+               Error);  // chunk 2 in two waves
   options.num_stages = 0;
   EXPECT_THROW(build_schedule(step.chunks, {{0, 1, 2}}, options), Error);
 }
@@ -84,8 +86,9 @@ TEST(BuildSchedule, PackedChunksGiveTextbook1F1B) {
   EXPECT_EQ(joined(computes_of(s.stages[2])), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5");
   EXPECT_EQ(joined(computes_of(s.stages[3])), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
   // One compute ahead: the receive for the next compute is posted before the current one.
-  EXPECT_EQ(joined(s.stages[3]), "RECV_F0 F0 RECV_F1 B0 SEND_B0 F1 RECV_F2 B1 SEND_B1 F2 RECV_F3 B2 SEND_B2 "
-                                 "F3 RECV_F4 B3 SEND_B3 F4 RECV_F5 B4 SEND_B4 F5 B5 SEND_B5");
+  EXPECT_EQ(joined(s.stages[3]),
+            "RECV_F0 F0 RECV_F1 B0 SEND_B0 F1 RECV_F2 B1 SEND_B1 F2 RECV_F3 B2 SEND_B2 "
+            "F3 RECV_F4 B3 SEND_B3 F4 RECV_F5 B4 SEND_B4 F5 B5 SEND_B5");
   EXPECT_EQ(joined(s.stages[1]),
             "RECV_F0 RECV_F1 F0 SEND_F0 RECV_F2 F1 SEND_F1 RECV_B0 F2 SEND_F2 RECV_F3 B0 SEND_B0 "
             "RECV_B1 F3 SEND_F3 RECV_F4 B1 SEND_B1 RECV_B2 F4 SEND_F4 RECV_F5 B2 SEND_B2 "
@@ -109,7 +112,9 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
     std::map<int, int> fpos, bpos;
     for (int i = 0; i < static_cast<int>(computes.size()); ++i) {
       auto& where = computes[i].type == ActionType::kForward ? fpos : bpos;
-      ASSERT_TRUE(where.emplace(computes[i].chunk, i).second) << "twice: " << computes[i].text() << "\n" << s.text();
+      ASSERT_TRUE(where.emplace(computes[i].chunk, i).second)
+          << "twice: " << computes[i].text() << "\n"
+          << s.text();
     }
     ASSERT_EQ(fpos.size(), static_cast<size_t>(n));
     ASSERT_EQ(bpos.size(), static_cast<size_t>(n));
@@ -131,7 +136,8 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
       in_flight += computes[i].type == ActionType::kForward ? 1 : -1;
       const int w = wave_of[computes[i].chunk];
       const int holds = (d - 1 - p) + std::max(k_max_of[w], w > 0 ? k_max_of[w - 1] : 0);
-      if (overlapped && !options.keep_chain_order) EXPECT_LE(in_flight, holds) << "stage " << p << "\n" << s.text();
+      if (overlapped && !options.keep_chain_order)
+        EXPECT_LE(in_flight, holds) << "stage " << p << "\n" << s.text();
       for (size_t j = i + 1; j < computes.size(); ++j) {
         if (wave_of[computes[i].chunk] <= wave_of[computes[j].chunk]) continue;
         EXPECT_TRUE(overlapped) << "stage " << p;
@@ -146,7 +152,8 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
         if (wave_of[a.chunk] == static_cast<int>(w)) wave.push_back(a);
       const int wave_chunks = static_cast<int>(step.waves[w].size());
       int forwards_before_first_backward = 0;
-      while (wave[forwards_before_first_backward].type == ActionType::kForward) ++forwards_before_first_backward;
+      while (wave[forwards_before_first_backward].type == ActionType::kForward)
+        ++forwards_before_first_backward;
       if (options.kind == ScheduleKind::kGPipe) {
         EXPECT_EQ(forwards_before_first_backward, wave_chunks);
         continue;
@@ -162,13 +169,16 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
       }
       // Warm-up w_p forwards, then the steady state's first forward, then the first backward.
       const int warmup = std::min(wave_chunks, (d - 1 - p) + (k_max - 1));
-      EXPECT_EQ(forwards_before_first_backward, std::min(wave_chunks, warmup + 1)) << "stage " << p << "\n" << s.text();
+      EXPECT_EQ(forwards_before_first_backward, std::min(wave_chunks, warmup + 1))
+          << "stage " << p << "\n"
+          << s.text();
       // After the warm-up, forwards and backwards alternate until the forwards run out.
       for (int i = forwards_before_first_backward; i + 1 < static_cast<int>(wave.size()); ++i) {
         const bool forwards_left = std::count_if(wave.begin() + i, wave.end(), [](const Action& a) {
           return a.type == ActionType::kForward;
         });
-        if (forwards_left) EXPECT_NE(wave[i].type, wave[i + 1].type) << "stage " << p << "\n" << s.text();
+        if (forwards_left)
+          EXPECT_NE(wave[i].type, wave[i + 1].type) << "stage " << p << "\n" << s.text();
       }
     }
 
@@ -177,10 +187,12 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
       if (a.is_recv()) {
-        const ActionType compute = a.type == ActionType::kRecvForward ? ActionType::kForward : ActionType::kBackward;
+        const ActionType compute =
+            a.type == ActionType::kRecvForward ? ActionType::kForward : ActionType::kBackward;
         int computes_between = 0;
         size_t j = i + 1;
-        for (; j < list.size() && list[j] != Action{compute, a.chunk}; ++j) computes_between += list[j].is_compute();
+        for (; j < list.size() && list[j] != Action{compute, a.chunk}; ++j)
+          computes_between += list[j].is_compute();
         ASSERT_LT(j, list.size()) << a.text() << " without its compute, stage " << p;
         EXPECT_LE(computes_between, 1) << a.text() << " posted too early, stage " << p;
       }
@@ -188,12 +200,15 @@ void check_properties(const Step& step, const Schedule& s, const ScheduleOptions
         const bool sends = a.type == ActionType::kForward ? p < d - 1 : p > 0;
         if (sends) {
           ASSERT_LT(i + 1, list.size());
-          const ActionType send = a.type == ActionType::kForward ? ActionType::kSendForward : ActionType::kSendBackward;
+          const ActionType send =
+              a.type == ActionType::kForward ? ActionType::kSendForward : ActionType::kSendBackward;
           EXPECT_EQ(list[i + 1], (Action{send, a.chunk}));
         }
         const bool receives = a.type == ActionType::kForward ? p > 0 : p < d - 1;
-        const ActionType recv = a.type == ActionType::kForward ? ActionType::kRecvForward : ActionType::kRecvBackward;
-        EXPECT_EQ(std::count(list.begin(), list.begin() + i, Action{recv, a.chunk}), receives ? 1 : 0);
+        const ActionType recv =
+            a.type == ActionType::kForward ? ActionType::kRecvForward : ActionType::kRecvBackward;
+        EXPECT_EQ(std::count(list.begin(), list.begin() + i, Action{recv, a.chunk}),
+                  receives ? 1 : 0);
       }
     }
   }
@@ -216,8 +231,8 @@ TEST(BuildSchedule, RandomStepsAreValidAndHaveThe1F1BShape) {
             options.overlap_waves = overlap;
             const Schedule s = build_schedule(step.chunks, step.waves, options);
             ASSERT_NO_THROW(validate_schedule(s, step.chunks))
-                << "trial " << trial << " d=" << d << " gpipe=" << (kind == ScheduleKind::kGPipe) << " keep=" << keep
-                << " overlap=" << overlap;
+                << "trial " << trial << " d=" << d << " gpipe=" << (kind == ScheduleKind::kGPipe)
+                << " keep=" << keep << " overlap=" << overlap;
             check_properties(step, s, options);
             if (::testing::Test::HasFailure()) return;
             ++built;

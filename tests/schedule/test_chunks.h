@@ -25,7 +25,8 @@ class StepBuilder {
     std::vector<int> ids;
     if (length == 1) {
       Chunk c;
-      for (int s = 0; s < std::max(1, short_sequences_in_last); ++s) c.slices.push_back(whole(10 + s));
+      for (int s = 0; s < std::max(1, short_sequences_in_last); ++s)
+        c.slices.push_back(whole(10 + s));
       ids.push_back(push(c));
     } else {
       const int seq = next_seq_++;

@@ -64,7 +64,8 @@ TEST(Validator, CatchesAMissingBackward) {
 TEST(Validator, CatchesAChunkMissingAltogether) {
   Fixture f = valid_fixture();
   auto& stage0 = f.schedule.stages[0];
-  for (const char* gone : {"F5", "B5", "SEND_F5", "RECV_B5"}) stage0.erase(stage0.begin() + index_of(stage0, gone));
+  for (const char* gone : {"F5", "B5", "SEND_F5", "RECV_B5"})
+    stage0.erase(stage0.begin() + index_of(stage0, gone));
   // Nothing to point at: the mark sits just past the end of the stage's list.
   expect_invalid(f.schedule, f.step.chunks, 0, static_cast<int>(stage0.size()), "never runs F5");
 }
@@ -94,7 +95,8 @@ TEST(Validator, CatchesBrokenSliceOrder) {
   for (auto& list : f.schedule.stages)
     for (Action& a : list)
       if (a.chunk == 0 || a.chunk == 1) a.chunk = 1 - a.chunk;
-  expect_invalid(f.schedule, f.step.chunks, 0, old_f0, "F1 at stage 0 step " + std::to_string(old_f0) + " runs before F0");
+  expect_invalid(f.schedule, f.step.chunks, 0, old_f0,
+                 "F1 at stage 0 step " + std::to_string(old_f0) + " runs before F0");
 }
 
 TEST(Validator, CatchesBrokenReverseSliceOrderInBackward) {
@@ -106,7 +108,8 @@ TEST(Validator, CatchesBrokenReverseSliceOrderInBackward) {
   std::swap(stage1[b4 + 1], stage1[b3 + 1]);  // their SEND_Bs follow them
   std::swap(f.schedule.stages[0][index_of(f.schedule.stages[0], "RECV_B4")],
             f.schedule.stages[0][index_of(f.schedule.stages[0], "RECV_B3")]);
-  expect_invalid(f.schedule, f.step.chunks, 1, b4, "B3 at stage 1 step " + std::to_string(b4) + " runs before B4");
+  expect_invalid(f.schedule, f.step.chunks, 1, b4,
+                 "B3 at stage 1 step " + std::to_string(b4) + " runs before B4");
 }
 
 TEST(Validator, CatchesASendWithoutReceive) {
@@ -114,7 +117,8 @@ TEST(Validator, CatchesASendWithoutReceive) {
   auto& stage1 = f.schedule.stages[1];
   stage1.erase(stage1.begin() + index_of(stage1, "RECV_F2"));
   expect_invalid(f.schedule, f.step.chunks, 0, index_of(f.schedule.stages[0], "SEND_F2"),
-                 "SEND_F2 at stage 0 step " + std::to_string(index_of(f.schedule.stages[0], "SEND_F2")) +
+                 "SEND_F2 at stage 0 step " +
+                     std::to_string(index_of(f.schedule.stages[0], "SEND_F2")) +
                      " has no matching RECV_F2 on stage 1");
 }
 
@@ -123,7 +127,8 @@ TEST(Validator, CatchesAReceiveThatIsNeverSent) {
   auto& stage1 = f.schedule.stages[1];
   stage1.erase(stage1.begin() + index_of(stage1, "SEND_B3"));
   const int recv = index_of(f.schedule.stages[0], "RECV_B3");
-  expect_invalid(f.schedule, f.step.chunks, 0, recv, "RECV_B3 at stage 0 step " + std::to_string(recv) + " is never sent");
+  expect_invalid(f.schedule, f.step.chunks, 0, recv,
+                 "RECV_B3 at stage 0 step " + std::to_string(recv) + " is never sent");
 }
 
 TEST(Validator, CatchesChannelOrderMismatch) {
@@ -132,13 +137,16 @@ TEST(Validator, CatchesChannelOrderMismatch) {
   const int r3 = index_of(stage2, "RECV_F3"), r4 = index_of(stage2, "RECV_F4");
   std::swap(stage2[r3], stage2[r4]);
   // The first receive out of order is RECV_F4, now where RECV_F3 was; it is the 4th receive.
-  expect_invalid(f.schedule, f.step.chunks, 2, r3, "4th receive from stage 1, but that stage's 4th send is SEND_F3");
+  expect_invalid(f.schedule, f.step.chunks, 2, r3,
+                 "4th receive from stage 1, but that stage's 4th send is SEND_F3");
 }
 
 TEST(Validator, CatchesAComputeWhoseReceiveComesAfterIt) {
   Schedule s;
-  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"), Action::parse("B0")},
-              {Action::parse("F0"), Action::parse("RECV_F0"), Action::parse("B0"), Action::parse("SEND_B0")}};
+  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"),
+               Action::parse("B0")},
+              {Action::parse("F0"), Action::parse("RECV_F0"), Action::parse("B0"),
+               Action::parse("SEND_B0")}};
   StepBuilder b;
   b.add_chain(1);
   expect_invalid(s, b.step().chunks, 1, 0, "F0 at stage 1 step 0 has no RECV_F0 before it");
@@ -155,7 +163,8 @@ TEST(Validator, CatchesCommunicationPastTheEndsOfThePipeline) {
 TEST(Validator, CatchesUnknownChunks) {
   Fixture f = valid_fixture();
   f.schedule.stages[2].push_back(Action::parse("F6"));
-  expect_invalid(f.schedule, f.step.chunks, 2, static_cast<int>(f.schedule.stages[2].size()) - 1, "only 6 chunks");
+  expect_invalid(f.schedule, f.step.chunks, 2, static_cast<int>(f.schedule.stages[2].size()) - 1,
+                 "only 6 chunks");
 }
 
 TEST(Validator, CatchesACraftedDeadlock) {
@@ -181,13 +190,18 @@ TEST(Validator, CatchesACraftedDeadlock) {
     validate_schedule(s, b.step().chunks);
   } catch (const Error& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("stage 0 step 3 SEND_F1 waits for stage 1 to post RECV_F1"), std::string::npos) << message;
-    EXPECT_NE(message.find("stage 1 step 3 SEND_B0 waits for stage 0 to post RECV_B0"), std::string::npos) << message;
+    EXPECT_NE(message.find("stage 0 step 3 SEND_F1 waits for stage 1 to post RECV_F1"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("stage 1 step 3 SEND_B0 waits for stage 0 to post RECV_B0"),
+              std::string::npos)
+        << message;
   }
   // Posting the receives early removes the deadlock.
   std::swap(s.stages[0][4], s.stages[0][2]);  // RECV_B0 before F1
   std::swap(s.stages[0][3], s.stages[0][4]);  // ... and SEND_F1 stays after F1
-  ASSERT_EQ(Schedule{{s.stages[0]}}.text(), "stage 0: F0 SEND_F0 RECV_B0 F1 SEND_F1 B0 RECV_B1 B1\n");
+  ASSERT_EQ(Schedule{{s.stages[0]}}.text(),
+            "stage 0: F0 SEND_F0 RECV_B0 F1 SEND_F1 B0 RECV_B1 B1\n");
   EXPECT_NO_THROW(validate_schedule(s, b.step().chunks));
 }
 
@@ -195,10 +209,12 @@ TEST(Validator, CatchesADeadlockOfComputesWaitingForData) {
   // Every send meets a posted receive, but stage 0 wants B0 before it forwards chunk 1 while
   // stage 1 wants F1 before it runs B0: two computes wait for each other's data.
   Schedule s;
-  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"), Action::parse("B0"),
-               Action::parse("F1"), Action::parse("SEND_F1"), Action::parse("RECV_B1"), Action::parse("B1")},
-              {Action::parse("RECV_F0"), Action::parse("RECV_F1"), Action::parse("F0"), Action::parse("F1"),
-               Action::parse("B0"), Action::parse("SEND_B0"), Action::parse("B1"), Action::parse("SEND_B1")}};
+  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"),
+               Action::parse("B0"), Action::parse("F1"), Action::parse("SEND_F1"),
+               Action::parse("RECV_B1"), Action::parse("B1")},
+              {Action::parse("RECV_F0"), Action::parse("RECV_F1"), Action::parse("F0"),
+               Action::parse("F1"), Action::parse("B0"), Action::parse("SEND_B0"),
+               Action::parse("B1"), Action::parse("SEND_B1")}};
   StepBuilder b;
   b.add_chain(1);
   b.add_chain(1);

@@ -58,7 +58,8 @@ TEST(ChromeTrace, OneCompleteEventPerComputeOnItsStageThread) {
   // Times are in microseconds: the last event ends at the step time.
   double last_end = 0;
   for (const auto& e : trace["traceEvents"])
-    if (e["ph"] == "X") last_end = std::max(last_end, e["ts"].get<double>() + e["dur"].get<double>());
+    if (e["ph"] == "X")
+      last_end = std::max(last_end, e["ts"].get<double>() + e["dur"].get<double>());
   EXPECT_NEAR(last_end, r.step_time_s * 1e6, 1e-6);
 }
 

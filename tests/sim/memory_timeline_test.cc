@@ -43,11 +43,11 @@ TEST(MemoryTimeline, SplitSequenceBuffersOpenAndClose) {
       {1, ms + kv, {3, 0}},
       {2, ms + kv, {3, 0, 1}},
       {3, ms + kv, {3, 0, 1, 2}},
-      {4, ms + kv + ws(3), {3, 0, 1, 2}},           // whole chunk: no dK/dV yet
-      {5, ms + kv + kv + ws(2), {0, 1, 2}},         // the sequence's first backward opens dK/dV
+      {4, ms + kv + ws(3), {3, 0, 1, 2}},    // whole chunk: no dK/dV yet
+      {5, ms + kv + kv + ws(2), {0, 1, 2}},  // the sequence's first backward opens dK/dV
       {6, ms + kv + kv + ws(1), {0, 1}},
-      {7, ms + kv + kv + ws(0), {0}},               // its first slice: both buffers still there
-      {8, ms, {4}},                                 // ... and gone after it
+      {7, ms + kv + kv + ws(0), {0}},  // its first slice: both buffers still there
+      {8, ms, {4}},                    // ... and gone after it
       {9, ms + ws(4), {4}},
   };
   ASSERT_EQ(moments.size(), expected.size());
@@ -73,7 +73,8 @@ TEST(MemoryTimeline, SkipsCommunicationAndCountsEachStageOnItsOwn) {
   }
   // Stage 0 warms up with one forward, so it holds two chunks; the last stage never more than one.
   EXPECT_EQ(memory_moments(s, 0, chunks, cost)[1].in_flight.size(), 2u);
-  for (const MemoryMoment& m : memory_moments(s, 1, chunks, cost)) EXPECT_EQ(m.in_flight.size(), 1u);
+  for (const MemoryMoment& m : memory_moments(s, 1, chunks, cost))
+    EXPECT_EQ(m.in_flight.size(), 1u);
 }
 
 TEST(MemoryTimeline, MomentBytesAddTheActivationsWithTheirRecompute) {
@@ -83,11 +84,12 @@ TEST(MemoryTimeline, MomentBytesAddTheActivationsWithTheirRecompute) {
   moment.fixed_bytes = 1234;
   moment.in_flight = {3, 0, 1};
   Recompute recompute = {{2, 1, 0, 3, 0}};
-  double expected = 1234 + cost.activation_bytes(chunks[3], 0, 3) + cost.activation_bytes(chunks[0], 0, 2) +
-                    cost.activation_bytes(chunks[1], 0, 1);
+  double expected = 1234 + cost.activation_bytes(chunks[3], 0, 3) +
+                    cost.activation_bytes(chunks[0], 0, 2) + cost.activation_bytes(chunks[1], 0, 1);
   EXPECT_DOUBLE_EQ(moment_bytes(moment, 0, chunks, cost, recompute), expected);
   // Recomputing can only lower a moment (checkpointed layers keep their input only).
-  EXPECT_LT(moment_bytes(moment, 0, chunks, cost, recompute), moment_bytes(moment, 0, chunks, cost, {}));
+  EXPECT_LT(moment_bytes(moment, 0, chunks, cost, recompute),
+            moment_bytes(moment, 0, chunks, cost, {}));
 }
 
 TEST(MemoryTimeline, ObservablePeakLeavesOutModelStateAndWorkspaceGradients) {
@@ -107,9 +109,9 @@ TEST(MemoryTimeline, ObservablePeakLeavesOutModelStateAndWorkspaceGradients) {
   // layers: its held full layer already bounds the recompute.
   const Recompute recompute = {{0, 1, 2, 0, 0}};
   const double held = act(0, 0) + act(1, 1) + act(2, 2);
-  EXPECT_DOUBLE_EQ(observable_activation_peak(s, 0, chunks, cost, recompute),
-                   std::max(kv + act(3, 0) + held,
-                            2 * kv + held + cost.checkpoint_saving_bytes(chunks[2], 0)));
+  EXPECT_DOUBLE_EQ(
+      observable_activation_peak(s, 0, chunks, cost, recompute),
+      std::max(kv + act(3, 0) + held, 2 * kv + held + cost.checkpoint_saving_bytes(chunks[2], 0)));
 }
 
 TEST(MemoryTimeline, ObservablePeakIsBelowThePeakAndAboveEveryForwardMoment) {

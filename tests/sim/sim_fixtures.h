@@ -5,8 +5,8 @@
 
 #include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/cost_model.h"
-#include "support/small_shape.h"
 #include "infinipipe/schedule/action.h"
+#include "support/small_shape.h"
 
 namespace infinipipe::test {
 
@@ -37,9 +37,7 @@ inline CostModel simple_cost(std::vector<int> layers_per_stage, double p2p_s_per
 }
 
 // A chunk holding one whole sequence.
-inline Chunk whole(int seq, int64_t tokens) {
-  return Chunk{{Slice{seq, 0, tokens, tokens}}};
-}
+inline Chunk whole(int seq, int64_t tokens) { return Chunk{{Slice{seq, 0, tokens, tokens}}}; }
 
 inline std::vector<Chunk> equal_chunks(int m, int64_t tokens) {
   std::vector<Chunk> chunks;
@@ -60,16 +58,20 @@ inline Schedule with_communication(const std::vector<std::vector<Action>>& compu
   for (int p = 0; p < d; ++p) {
     auto& out = schedule.stages[p];
     auto post_recv = [&](const Action& a) {
-      if (a.type == ActionType::kForward && p > 0) out.push_back({ActionType::kRecvForward, a.chunk});
-      if (a.type == ActionType::kBackward && p < d - 1) out.push_back({ActionType::kRecvBackward, a.chunk});
+      if (a.type == ActionType::kForward && p > 0)
+        out.push_back({ActionType::kRecvForward, a.chunk});
+      if (a.type == ActionType::kBackward && p < d - 1)
+        out.push_back({ActionType::kRecvBackward, a.chunk});
     };
     const auto& list = computes[p];
     if (!list.empty()) post_recv(list[0]);
     for (size_t i = 0; i < list.size(); ++i) {
       if (i + 1 < list.size()) post_recv(list[i + 1]);
       out.push_back(list[i]);
-      if (list[i].type == ActionType::kForward && p < d - 1) out.push_back({ActionType::kSendForward, list[i].chunk});
-      if (list[i].type == ActionType::kBackward && p > 0) out.push_back({ActionType::kSendBackward, list[i].chunk});
+      if (list[i].type == ActionType::kForward && p < d - 1)
+        out.push_back({ActionType::kSendForward, list[i].chunk});
+      if (list[i].type == ActionType::kBackward && p > 0)
+        out.push_back({ActionType::kSendBackward, list[i].chunk});
     }
   }
   return schedule;

@@ -84,8 +84,9 @@ TEST(Simulator, TransfersOnOneLinkAreSerialised) {
   // transfer waits for the link: it starts at 60 ms (not 20) and lands at 110 ms.
   CostModel cost = test::simple_cost({1, 1}, 5e-3);
   Schedule s;
-  s.stages = {{F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}},
-              {Action{ActionType::kRecvForward, 0}, Action{ActionType::kRecvForward, 1}, F(0), F(1)}};
+  s.stages = {
+      {F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}},
+      {Action{ActionType::kRecvForward, 0}, Action{ActionType::kRecvForward, 1}, F(0), F(1)}};
   SimResult r = simulate(s, test::equal_chunks(2, 10), cost, {}, {});
   EXPECT_NEAR(find_event(r, 0, "SEND_F1")->start_s, 0.060, 1e-12);
   EXPECT_NEAR(find_event(r, 1, "F1")->start_s, 0.110, 1e-12);
@@ -97,8 +98,9 @@ TEST(Simulator, SendWaitsUntilThePeerPostsItsReceive) {
   // so stage 0 is held in SEND_F1 until then and its F2 starts at 70 ms, not 20 ms.
   CostModel cost = test::simple_cost({1, 1}, 5e-3);
   Schedule s;
-  s.stages = {{F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}, F(2)},
-              {Action{ActionType::kRecvForward, 0}, F(0), Action{ActionType::kRecvForward, 1}, F(1)}};
+  s.stages = {
+      {F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}, F(2)},
+      {Action{ActionType::kRecvForward, 0}, F(0), Action{ActionType::kRecvForward, 1}, F(1)}};
   SimResult r = simulate(s, test::equal_chunks(3, 10), cost, {}, {});
   EXPECT_NEAR(find_event(r, 0, "F2")->start_s, 0.070, 1e-12);
   EXPECT_NEAR(find_event(r, 1, "F1")->start_s, 0.120, 1e-12);
@@ -143,14 +145,15 @@ TEST(Simulator, PeakMemoryOfTwoStageOneFOneB) {
   CostModel cost = test::simple_cost({2, 2});
   std::vector<Chunk> chunks = test::equal_chunks(4, 10);
   SimResult r = simulate(test::one_f_one_b(2, 4), chunks, cost, {}, {});
-  const double act0 = cost.activation_bytes(chunks[0], 0, 0), act1 = cost.activation_bytes(chunks[0], 1, 0);
+  const double act0 = cost.activation_bytes(chunks[0], 0, 0),
+               act1 = cost.activation_bytes(chunks[0], 1, 0);
   const double ws0 = cost.backward_workspace_bytes(chunks[0], 0);
   const double ws1 = cost.backward_workspace_bytes(chunks[0], 1);
   const double ms0 = cost.model_state_bytes(0), ms1 = cost.model_state_bytes(1);
   EXPECT_DOUBLE_EQ(r.peak_memory_bytes[0], ms0 + 2 * act0 + ws0);
   EXPECT_DOUBLE_EQ(r.peak_memory_bytes[1], ms1 + act1 + ws1);
 
-  std::vector<double> expected0 = {ms0 + act0,           ms0 + 2 * act0, ms0 + 2 * act0 + ws0,
+  std::vector<double> expected0 = {ms0 + act0,           ms0 + 2 * act0,       ms0 + 2 * act0 + ws0,
                                    ms0 + 2 * act0,       ms0 + 2 * act0 + ws0, ms0 + 2 * act0,
                                    ms0 + 2 * act0 + ws0, ms0 + act0 + ws0};
   ASSERT_EQ(r.memory[0].size(), expected0.size());
@@ -180,10 +183,12 @@ TEST(Simulator, OverBudgetNamesTheStageTheMomentAndTheBytes) {
   ASSERT_TRUE(r.over_budget);
   EXPECT_NE(r.over_budget_message.find("stage 0"), std::string::npos) << r.over_budget_message;
   EXPECT_EQ(r.over_budget_message.find("stage 1"), std::string::npos) << r.over_budget_message;
-  EXPECT_NE(r.over_budget_message.find("B0"), std::string::npos) << r.over_budget_message;  // first peak moment
+  EXPECT_NE(r.over_budget_message.find("B0"), std::string::npos)
+      << r.over_budget_message;  // first peak moment
   char peak[32], budget[32];
   std::snprintf(peak, sizeof peak, "%.2f GiB", r.peak_memory_bytes[0] / (1024.0 * 1024 * 1024));
-  std::snprintf(budget, sizeof budget, "%.2f GiB", options.memory_budget_bytes / (1024.0 * 1024 * 1024));
+  std::snprintf(budget, sizeof budget, "%.2f GiB",
+                options.memory_budget_bytes / (1024.0 * 1024 * 1024));
   EXPECT_NE(r.over_budget_message.find(peak), std::string::npos) << r.over_budget_message;
   EXPECT_NE(r.over_budget_message.find(budget), std::string::npos) << r.over_budget_message;
 
@@ -195,8 +200,9 @@ TEST(Simulator, DeadlockIsReportedWithTheStuckStepMarked) {
   // Stage 0 waits for chunk 0's gradient before it sends chunk 0's activation.
   CostModel cost = test::simple_cost({1, 1});
   Schedule s;
-  s.stages = {{F(0), Action{ActionType::kRecvBackward, 0}, B(0), Action{ActionType::kSendForward, 0}},
-              {Action{ActionType::kRecvForward, 0}, F(0), B(0), Action{ActionType::kSendBackward, 0}}};
+  s.stages = {
+      {F(0), Action{ActionType::kRecvBackward, 0}, B(0), Action{ActionType::kSendForward, 0}},
+      {Action{ActionType::kRecvForward, 0}, F(0), B(0), Action{ActionType::kSendBackward, 0}}};
   try {
     simulate(s, {test::whole(0, 10)}, cost, {}, {});
     FAIL() << "expected a deadlock";
@@ -212,8 +218,9 @@ TEST(Simulator, DeadlockIsReportedWithTheStuckStepMarked) {
 TEST(Simulator, MessagesMatchInOrderOnALink) {
   CostModel cost = test::simple_cost({1, 1});
   Schedule s;
-  s.stages = {{F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}},
-              {Action{ActionType::kRecvForward, 1}, Action{ActionType::kRecvForward, 0}, F(0), F(1)}};
+  s.stages = {
+      {F(0), Action{ActionType::kSendForward, 0}, F(1), Action{ActionType::kSendForward, 1}},
+      {Action{ActionType::kRecvForward, 1}, Action{ActionType::kRecvForward, 0}, F(0), F(1)}};
   try {
     simulate(s, test::equal_chunks(2, 10), cost, {}, {});
     FAIL() << "expected a mismatch";
@@ -230,8 +237,10 @@ TEST(Simulator, RejectsAScheduleForAnotherPipeline) {
 // Longest path through the compute dependencies alone (stage order, activations down,
 // gradients up), each compute starting as soon as they allow: a lower bound for the simulation
 // with free transfers (equal to it when no SEND waits for its RECV).
-std::vector<std::vector<double>> compute_only_end_times(const Schedule& s, const std::vector<Chunk>& chunks,
-                                                        const CostModel& cost, const Recompute& recompute) {
+std::vector<std::vector<double>> compute_only_end_times(const Schedule& s,
+                                                        const std::vector<Chunk>& chunks,
+                                                        const CostModel& cost,
+                                                        const Recompute& recompute) {
   const int d = s.num_stages(), m = static_cast<int>(chunks.size());
   std::vector<std::vector<double>> f_end(d, std::vector<double>(m, -1)), b_end = f_end;
   std::vector<size_t> pc(d, 0);
@@ -251,7 +260,8 @@ std::vector<std::vector<double>> compute_only_end_times(const Schedule& s, const
           if (p < d - 1 && b_end[p + 1][a.chunk] < 0) break;
           if (p < d - 1) ready = std::max(ready, b_end[p + 1][a.chunk]);
           clock[p] = b_end[p][a.chunk] =
-              ready + cost.backward_time(chunks[a.chunk], p, recompute_layers(recompute, p, a.chunk));
+              ready +
+              cost.backward_time(chunks[a.chunk], p, recompute_layers(recompute, p, a.chunk));
         }
         moved = true;
       }
@@ -273,10 +283,12 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
     const double p2p = std::uniform_real_distribution<double>(0, 2e-3)(rng);
     CostModel cost = test::simple_cost(layers, p2p);
     std::vector<Chunk> chunks;
-    for (int c = 0; c < m; ++c) chunks.push_back(test::whole(c, std::uniform_int_distribution<int>(1, 100)(rng)));
+    for (int c = 0; c < m; ++c)
+      chunks.push_back(test::whole(c, std::uniform_int_distribution<int>(1, 100)(rng)));
     Recompute recompute(d, std::vector<int>(m));
     for (int p = 0; p < d; ++p)
-      for (int c = 0; c < m; ++c) recompute[p][c] = std::uniform_int_distribution<int>(0, layers[p])(rng);
+      for (int c = 0; c < m; ++c)
+        recompute[p][c] = std::uniform_int_distribution<int>(0, layers[p])(rng);
     const bool use_gpipe = trial % 3 == 0;
     Schedule s = use_gpipe ? test::gpipe(d, m) : test::one_f_one_b(d, m);
     SCOPED_TRACE("trial " + std::to_string(trial) + "\n" + s.text());
@@ -301,7 +313,8 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
       EXPECT_GE(z.step_time_s, longest - 1e-9);
       EXPECT_LE(z.step_time_s, r.step_time_s + 1e-9);  // transfer time never shortens a step
       for (const SimEvent& e : z.events)
-        if (e.category == "backward") EXPECT_GE(e.end_s, b_end[e.stage][std::stoi(e.name.substr(1))] - 1e-9);
+        if (e.category == "backward")
+          EXPECT_GE(e.end_s, b_end[e.stage][std::stoi(e.name.substr(1))] - 1e-9);
     }
     for (int p = 0; p < d; ++p) {
       EXPECT_GE(r.bubble_fraction[p], -1e-12);
@@ -314,7 +327,9 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
         if (a.type == ActionType::kForward) {
           busy += cost.forward_time(chunk, p);
           EXPECT_GE(e->start_s, previous_end - 1e-12);
-          if (p > 0) EXPECT_GE(e->start_s, by_name.at({p - 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
+          if (p > 0)
+            EXPECT_GE(e->start_s,
+                      by_name.at({p - 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
         } else {
           int k = recompute[p][a.chunk];
           busy += cost.backward_time(chunk, p, k);
@@ -322,7 +337,8 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
           double start = k > 0 ? by_name.at({p, "recompute " + a.text()})->start_s : e->start_s;
           EXPECT_GE(start, previous_end - 1e-12);
           EXPECT_GE(start, by_name.at({p, "F" + std::to_string(a.chunk)})->end_s - 1e-12);
-          if (p < d - 1) EXPECT_GE(start, by_name.at({p + 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
+          if (p < d - 1)
+            EXPECT_GE(start, by_name.at({p + 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
         }
         previous_end = e->end_s;
       }
