@@ -27,8 +27,11 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-.venv/bin/pip install -q -r requirements-dev.txt -r tests/python/requirements.txt \
-  -r benchmarks/requirements.txt
+# The runtime's packages; with --all also what the tests, the format check and the benchmarks use.
+requirements=(-r requirements.txt)
+$ALL && requirements+=(-r requirements-dev.txt -r tests/python/requirements.txt
+                       -r benchmarks/requirements.txt)
+.venv/bin/pip install -q "${requirements[@]}"
 
 if $ALL; then target=(); tests=ON; else target=(--target infinipipe_C); tests=OFF; fi
 echo "setup: building ${target[1]:-everything} (build/)"
