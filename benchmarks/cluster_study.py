@@ -18,19 +18,15 @@ import sys
 import tempfile
 import time
 
-from planning_comparison import (
+from lib.plan_tool import (
     BASELINES,
     HEADLINE,
     LABELS,
-    collect,
-    describe_setting,
-    epp_setting,
     machine,
     mean,
-    run_tool,
-    times,
     tool_args,
 )
+from lib.simulated_case import kinds, run_case, timeline
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = ["llama-7b", "llama-13b", "llama-30b"]
@@ -45,78 +41,6 @@ BASE = dict(
 )
 SMOKE = dict(BASE, model="llama-7b", stages=4, context=49152, batch=64, steps=2)
 TARGET = dict(context=98304, stages=8, speedup=1.3, against=["seq1f1b", "batch"])
-
-
-def kinds():
-    """(key, method, table) for every reported method: EPP, then each baseline static and best."""
-    out = [("epp", "epp", "epp")]
-    for m in BASELINES:
-        out += [(m + " static", m, "static"), (m + " best", m, "best")]
-    return out
-
-
-def summarise(by_step, steps, method, kind):
-    t = times(by_step, steps)
-    if t is None:
-        failed = [i for i in range(steps) if not by_step[i]["feasible"]]
-        return {
-            "feasible": False,
-            "infeasible_steps": failed,
-            "reason": by_step[failed[0]].get("reason", ""),
-        }
-    rows = [by_step[i] for i in range(steps)]
-    settings = sorted(
-        {
-            epp_setting(r["setting"]) if method == "epp" else describe_setting(method, r["setting"])
-            for r in rows
-        }
-    )
-    return {
-        "feasible": True,
-        "mean_step_s": mean(t),
-        "step_s": t,
-        "bubble_fraction": mean([r["bubble_fraction"] for r in rows]),
-        "recompute_s": mean([r["recompute_s"] for r in rows]),
-        "peak_memory_gib": max(max(r["peak_memory_gib"]) for r in rows),
-        "setting": settings[0] if kind == "static" else "per step (%d distinct)" % len(settings),
-    }
-
-
-def compute_bound(epp_rows):
-    """The busiest stage's compute with recompute left out: no plan of these chunks beats it."""
-    work = [[b - rc for b, rc in zip(r["busy_s"], r["recompute_s_per_stage"])] for r in epp_rows]
-    per_stage = [mean(w) for w in zip(*work)]
-    return {
-        "bound_s": mean([max(w) for w in work]),
-        "stage_compute_s": per_stage,
-        "busiest_stage": per_stage.index(max(per_stage)),
-    }
-
-
-def run_case(tool, case):
-    steps = case["steps"]
-    started = time.monotonic()
-    try:
-        rows = run_tool([tool] + tool_args(case, "all"))
-    except SystemExit as failure:  # the tool refused the whole case: report it, go on
-        return {"error": str(failure.code), "seconds": time.monotonic() - started}
-    epp, static, best = collect(rows, steps)
-    tables = {"epp": epp, "static": static, "best": best}
-    result = {
-        "seconds": time.monotonic() - started,
-        "tokens": [epp[i]["tokens"] for i in range(steps)],
-        "methods": {},
-    }
-    for key, method, kind in kinds():
-        by_step = tables[kind] if kind == "epp" else tables[kind].get(method, {})
-        result["methods"][key] = summarise(by_step, steps, method, kind)
-    e = result["methods"]["epp"]
-    for s in result["methods"].values():
-        if s["feasible"] and e["feasible"]:
-            s["speedup"] = s["mean_step_s"] / e["mean_step_s"]
-    if e["feasible"]:
-        result["compute_bound"] = compute_bound([epp[i] for i in range(steps)])
-    return result
 
 
 def case_name(c):
@@ -546,55 +470,6 @@ def plot_speedups(cases, path):
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
-
-
-TIMELINE_METHODS = ["epp", "seq1f1b"]
-
-
-def timeline(tool, case, path):
-    """EPP and static Seq1F1B on the case's first step, simulated, stacked in one picture.
-
-    The tool traces the first step; for a baseline with the static setting it chose over all the
-    case's steps, so with planning.md's case this is the setting planning.md reports.
-    """
-    from plot_timeline import plot_timelines, read_trace
-
-    traces, shown = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for m in TIMELINE_METHODS:
-            trace = os.path.join(tmp, m + ".json")
-            row = next(
-                r
-                for r in run_tool([tool] + tool_args(case, m) + ["--trace", trace])
-                if r["step"] == 0 and (m == "epp" or r["static"])
-            )
-            setting = (
-                epp_setting(row["setting"]) if m == "epp" else describe_setting(m, row["setting"])
-            )
-            label = "%s (%s)" % (LABELS[m] if m == "epp" else "static " + LABELS[m], setting)
-            traces.append((label, read_trace(trace)))
-            shown.append(
-                {
-                    "label": label,
-                    "step_time_s": row["step_time_s"],
-                    "bubble_fraction": row["bubble_fraction"],
-                    "recompute_s": row["recompute_s"],
-                }
-            )
-        plot_timelines(traces, path)
-    commands = [
-        "infinipipe-plan " + " ".join(tool_args(case, m) + ["--trace", m + ".json"])
-        for m in TIMELINE_METHODS
-    ]
-    commands.append(
-        "python benchmarks/plot_timeline.py %s --labels %s --output docs/img/%s"
-        % (
-            " ".join(m + ".json" for m in TIMELINE_METHODS),
-            " ".join("'%s'" % t["label"] for t in shown),
-            os.path.basename(path),
-        )
-    )
-    return {"case": case, "traces": shown, "commands": commands}
 
 
 def timeline_section(t):

@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 
-from cluster_study import run_case, timeline
+from lib.simulated_case import run_case, timeline
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 RESULTS = os.path.join(ROOT, "benchmarks", "results")

@@ -12,7 +12,7 @@ state included) for every method:
   the one `infinipipe-plan` picks over these very steps with the same cost model and budget
   (least total predicted time, uniform recompute at what the worst step needs);
 - torch.distributed.pipelining's Schedule1F1B on the same model, batches padded to the step's
-  longest sequence (benchmarks/peers.py), at its fastest configuration (microbatch size,
+  longest sequence (benchmarks/lib/peers.py), at its fastest configuration (microbatch size,
   checkpointed layers) whose measured memory fits the budget;
 - the unpipelined model on one process (rank 0), the reference for the total work.
 
@@ -36,8 +36,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from peers import TorchPipelining, Unpipelined
-from ranks import gathered, leave
+from lib.peers import TorchPipelining, Unpipelined
+from lib.ranks import gathered, leave
 
 import infinipipe
 from infinipipe import _C

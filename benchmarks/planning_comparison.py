@@ -15,136 +15,25 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 
-HEADLINE = dict(
-    distribution="wikipedia",
-    batch=512,
-    context=98304,
-    model="llama-13b",
-    hardware="a800",
-    stages=8,
-    memory_gib=80,
-    steps=5,
-    seed=0,
+from lib.plan_tool import (
+    BASELINES,
+    HEADLINE,
+    LABELS,
+    collect,
+    fmt_ratio,
+    machine,
+    mean,
+    run_tool,
+    setting_text,
+    times,
+    tool_args,
 )
+
 SMOKE = dict(HEADLINE, batch=64, steps=2)
-BASELINES = ["seq1f1b", "batch", "chunkflow"]
 TIMING_RUNS = 3
 CHECKPOINT_STEPS = 10
-LABELS = {"epp": "EPP", "seq1f1b": "Seq1F1B", "batch": "batch-level", "chunkflow": "ChunkFlow"}
-
-
-def tool_args(case, method):
-    return [
-        "--distribution",
-        case["distribution"],
-        "--batch",
-        str(case["batch"]),
-        "--context",
-        str(case["context"]),
-        "--seed",
-        str(case["seed"]),
-        "--model",
-        case["model"],
-        "--hardware",
-        case["hardware"],
-        "--stages",
-        str(case["stages"]),
-        "--memory-gib",
-        str(case["memory_gib"]),
-        "--method",
-        method,
-        "--steps",
-        str(case["steps"]),
-        "--json",
-    ]
-
-
-def run_tool(command):
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(
-            "planning_comparison: %s failed (%d): %s"
-            % (" ".join(command), done.returncode, done.stderr.strip())
-        )
-    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-def machine():
-    model, cores = "unknown", os.cpu_count()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                model = value.strip()
-    except OSError:
-        pass
-    return model, cores
-
-
-def epp_setting(s):
-    chunker = s.get("chunker", "epp")
-    if chunker == "seq1f1b":
-        return "seq1f1b chunks cap=%d k=%d" % (s["token_cap"], s["k"])
-    if chunker == "chunkflow":
-        return "chunkflow chunks chunk=%d" % s["chunk_tokens"]
-    out = "K=%d" % s["k"]
-    if s.get("token_cap"):
-        out += " cap=%d" % s["token_cap"]
-    if s.get("strict_packing"):
-        out += " strict"
-    if s.get("drain_chunks"):
-        out += " drain=%d/%d" % (s["drain_chunks"], s["drain_split"])
-    return out
-
-
-def describe_setting(method, s):
-    if method == "epp":
-        return epp_setting(s)
-    knobs = {
-        "batch": "cap %d" % s["token_cap"],
-        "seq1f1b": "cap %d, k=%d" % (s["token_cap"], s["k"]),
-        "chunkflow": "chunk %d" % s["chunk_tokens"],
-    }[method]
-    return "%s, recompute %d" % (knobs, s["uniform_recompute"])
-
-
-def collect(rows, steps):
-    """Per method: per-step rows for EPP, static and per-step-best baselines."""
-    epp = {r["step"]: r for r in rows if r["method"] == "epp"}
-    static, best = {}, {}
-    for r in rows:
-        if r["method"] == "epp":
-            continue
-        (static if r["static"] else best).setdefault(r["method"], {})[r["step"]] = r
-    # With one step the tool prints the static row only: it is also the per-step best.
-    for m in static:
-        best.setdefault(m, static[m])
-    for name, table in [("epp", {"epp": epp})] + [
-        ("static " + m, {m: static.get(m, {})}) for m in BASELINES
-    ]:
-        for by_step in table.values():
-            missing = [i for i in range(steps) if i not in by_step]
-            if missing:
-                sys.exit("planning_comparison: no %s row for steps %s" % (name, missing))
-    return epp, static, best
-
-
-def mean(values):
-    return sum(values) / len(values) if values else float("nan")
-
-
-def times(by_step, steps):
-    if not all(by_step[i]["feasible"] for i in range(steps)):
-        return None
-    return [by_step[i]["step_time_s"] for i in range(steps)]
-
-
-def fmt_ratio(a, b):
-    return "%.2fx" % (b / a) if a and b else "n/a"
 
 
 def checkpoint_section(epp_rows, first_seed):
@@ -203,7 +92,7 @@ sampled steps of the case above (seeds %d..%d), each program solved again and si
             "| %d | %s | %d | %s | %s |\n"
             % (
                 first_seed + r["step"],
-                epp_setting(r["setting"]),
+                setting_text(r),
                 r["num_waves"],
                 " | ".join(cells),
                 r["checkpoint_solver"],
@@ -243,7 +132,7 @@ def report(case, rows, plan_ms_one_core, pinned, command, plan_ms_worst_run, che
     lines.append(
         "| EPP | per step: %s | %.3f | 1.00x | %.1f%% | %.2f | %.0f | %.1f |"
         % (
-            "; ".join(epp_setting(epp[i]["setting"]) for i in range(steps)),
+            "; ".join(setting_text(epp[i]) for i in range(steps)),
             mean(epp_t),
             100 * mean([epp[i]["bubble_fraction"] for i in range(steps)]),
             mean([epp[i]["recompute_s"] for i in range(steps)]),
@@ -266,7 +155,7 @@ def report(case, rows, plan_ms_one_core, pinned, command, plan_ms_worst_run, che
                 continue
             ratio = mean(t) / mean(epp_t)
             summary["ratios"]["%s %s" % (m, kind)] = ratio
-            settings = sorted({describe_setting(m, table[i]["setting"]) for i in range(steps)})
+            settings = sorted({setting_text(table[i]) for i in range(steps)})
             setting = settings[0] if kind == "static" else "per step: " + "; ".join(settings)
             lines.append(
                 "| %s (%s) | %s | %.3f | %.2fx | %.1f%% | %.2f | %.0f | %.1f |"

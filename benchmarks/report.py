@@ -16,6 +16,8 @@ from pathlib import Path
 
 import matplotlib
 
+from infinipipe import _C  # the planner's own text of a setting
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -190,7 +192,9 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
         "pipeline efficiency |",
         "|---|---|---|---|---|---|---|",
     ]
-    settings = {m: describe_static(v) for m, v in res["static"]["settings"].items()}
+    settings = {
+        m: _C.plan.describe_setting(m, json.dumps(v)) for m, v in res["static"]["settings"].items()
+    }
     tc = res["torch_config"]
     settings["torch_1f1b"] = f"microbatch {tc['microbatch_size']}, checkpoint {tc['checkpoint']}"
     settings["epp"] = "planned per step"
@@ -495,18 +499,6 @@ def shortfall_text(res: dict, meta: dict | None, val: dict | None, short: bool =
         "the bound per model. LLaMA-30B's model state leaves too little of 80 GiB for activations "
         "with pipeline parallelism alone (the paper also shards with data parallelism)."
     )
-
-
-def describe_static(setting: dict) -> str:
-    parts = []
-    if setting.get("chunk_tokens"):
-        parts.append(f"chunk {setting['chunk_tokens']}")
-    else:
-        parts.append(f"cap {setting['token_cap']}")
-        if setting.get("k", 1) > 1:
-            parts.append(f"k={setting['k']}")
-    parts.append(f"recompute {setting['uniform_recompute']}")
-    return ", ".join(parts)
 
 
 def plot_throughput(summary: dict, path: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from ranks import gathered, leave
+from lib.ranks import gathered, leave
 
 import infinipipe
 from infinipipe import _C

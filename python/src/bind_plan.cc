@@ -294,6 +294,15 @@ void bind_plan(py::module_& root) {
       "hardware_json",
       [](const std::string& spec) { return nlohmann::json(hardware_from(spec)).dump(); },
       py::arg("spec"), "A built-in hardware ('cpu', 'a800') or hardware JSON, validated.");
+  m.def(
+      "describe_setting",
+      [](const std::string& method, const std::string& setting_json) {
+        return describe(parse_method(method), nlohmann::json::parse(setting_json).get<Setting>());
+      },
+      py::arg("method"), py::arg("setting_json"),
+      "The text of a method's setting given as plan JSON ('K=24 cap=1024 strict', 'cap=98304 "
+      "k=2 recompute=3'): the same text as Plan.summary()['setting'] and the plan tool's "
+      "setting_text.");
   m.def("sample_lengths", &sample_lengths, py::arg("distribution"), py::arg("batch"),
         py::arg("context"), py::arg("seed"),
         "Sequence lengths of one step from a built-in sampler (distribution_names()), each in "

@@ -66,16 +66,16 @@ def small_trace(tmp_path_factory):
 def test_parsed_events_cover_every_stage(small_trace):
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        import plot_timeline
+        from lib import timeline_plot
     finally:
         sys.path.remove(str(BENCHMARKS))
     trace = json.loads(small_trace.read_text())
-    events = plot_timeline.parse_events(trace)
+    events = timeline_plot.parse_events(trace)
     assert {e["stage"] for e in events} == set(range(STAGES))
     assert {"forward", "backward"} <= {e["cat"] for e in events}
     # A measured trace has no memory counters and no thread names: tid is the stage.
     bare = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["tid"] < STAGES]
-    assert {e["stage"] for e in plot_timeline.parse_events({"traceEvents": bare})} == set(
+    assert {e["stage"] for e in timeline_plot.parse_events({"traceEvents": bare})} == set(
         range(STAGES)
     )
 

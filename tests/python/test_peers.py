@@ -1,4 +1,4 @@
-"""The measured comparison's peers (benchmarks/peers.py): the pipelined peer's smoke check on 2
+"""The measured comparison's peers (benchmarks/lib/peers.py): the pipelined peer's smoke check on 2
 processes, and the unpipelined reference against a loss and AdamW step computed by hand."""
 
 import os
@@ -14,7 +14,7 @@ from infinipipe.models import llama
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import peers  # noqa: E402
+from lib import peers  # noqa: E402
 
 
 def test_smoke_pipelined_matches_unpipelined():
@@ -24,7 +24,7 @@ def test_smoke_pipelined_matches_unpipelined():
         PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
     )
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--smoke"],
+        [sys.executable, str(ROOT / "benchmarks" / "lib" / "peers.py"), "--smoke"],
         env=env,
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@
 Both optimise the same loss as infinipipe.Trainer: next-token cross-entropy summed over the step's
 target tokens and divided by their count (llama.chunk_loss), and step AdamW once per step.
 
-    python benchmarks/peers.py --smoke   # 2 processes (Gloo): pipelined == unpipelined
+    python benchmarks/lib/peers.py --smoke   # 2 processes (Gloo): pipelined == unpipelined
 
 Needs only infinipipe.models.llama, except `measure_memory`, which reuses
 infinipipe.MemoryMeter (and so needs the compiled infinipipe._C).
@@ -35,7 +35,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from infinipipe.models import llama  # noqa: E402
 
 PAD = 0  # any id in the vocabulary: pads come after the real tokens and carry no targets

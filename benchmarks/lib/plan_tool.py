@@ -1,0 +1,111 @@
+"""Running build/infinipipe-plan and reading its JSON lines: what the planning experiments share
+(planning_comparison, cluster_study, cpu_simulated)."""
+
+import json
+import os
+import subprocess
+import sys
+
+# The issue's headline case: Wikipedia lengths, LLaMA-13B, A800, 8 stages, 80 GiB, 96K.
+HEADLINE = dict(
+    distribution="wikipedia",
+    batch=512,
+    context=98304,
+    model="llama-13b",
+    hardware="a800",
+    stages=8,
+    memory_gib=80,
+    steps=5,
+    seed=0,
+)
+BASELINES = ["seq1f1b", "batch", "chunkflow"]
+LABELS = {"epp": "EPP", "seq1f1b": "Seq1F1B", "batch": "batch-level", "chunkflow": "ChunkFlow"}
+
+
+def tool_args(case, method):
+    return [
+        "--distribution",
+        case["distribution"],
+        "--batch",
+        str(case["batch"]),
+        "--context",
+        str(case["context"]),
+        "--seed",
+        str(case["seed"]),
+        "--model",
+        case["model"],
+        "--hardware",
+        case["hardware"],
+        "--stages",
+        str(case["stages"]),
+        "--memory-gib",
+        str(case["memory_gib"]),
+        "--method",
+        method,
+        "--steps",
+        str(case["steps"]),
+        "--json",
+    ]
+
+
+def run_tool(command):
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(
+            "plan tool: %s failed (%d): %s"
+            % (" ".join(command), done.returncode, done.stderr.strip())
+        )
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def machine():
+    model, cores = "unknown", os.cpu_count()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model name":
+                model = value.strip()
+    except OSError:
+        pass
+    return model, cores
+
+
+def collect(rows, steps):
+    """Per method: per-step rows for EPP, static and per-step-best baselines."""
+    epp = {r["step"]: r for r in rows if r["method"] == "epp"}
+    static, best = {}, {}
+    for r in rows:
+        if r["method"] == "epp":
+            continue
+        (static if r["static"] else best).setdefault(r["method"], {})[r["step"]] = r
+    # With one step the tool prints the static row only: it is also the per-step best.
+    for m in static:
+        best.setdefault(m, static[m])
+    for name, table in [("epp", {"epp": epp})] + [
+        ("static " + m, {m: static.get(m, {})}) for m in BASELINES
+    ]:
+        for by_step in table.values():
+            missing = [i for i in range(steps) if i not in by_step]
+            if missing:
+                sys.exit("plan tool: no %s row for steps %s" % (name, missing))
+    return epp, static, best
+
+
+def mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+def times(by_step, steps):
+    if not all(by_step[i]["feasible"] for i in range(steps)):
+        return None
+    return [by_step[i]["step_time_s"] for i in range(steps)]
+
+
+def fmt_ratio(a, b):
+    return "%.2fx" % (b / a) if a and b else "n/a"
+
+
+def setting_text(row):
+    """A plan row's setting as the planner writes it (the tool's `setting_text`)."""
+    return row["setting_text"]
