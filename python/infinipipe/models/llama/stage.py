@@ -189,18 +189,9 @@ def split_stages(
 ) -> list[LlamaStage]:
     """All stages of a pipeline: layers_per_stage is a list of layer counts, or a stage count
     (split as the planner does). With the same seed they hold the full model's weights."""
-    ranges = layer_ranges(config, layers_per_stage)
+    count = len(layer_ranges(config, layers_per_stage))
     return [
-        LlamaStage(
-            config,
-            r.start,
-            r.stop,
-            has_embedding=(s == 0),
-            has_head=(s == len(ranges) - 1),
-            seed=seed,
-            device=device,
-        )
-        for s, r in enumerate(ranges)
+        build_stage(config, layers_per_stage, s, seed=seed, device=device) for s in range(count)
     ]
 
 
