@@ -1,5 +1,8 @@
 """Profile one decoder layer on this machine and calibrate the cost model.
 
+Over 400 lines for a reason: one command (`python -m infinipipe profile`) whose steps (the grid,
+neighbour processes, the fit, activation bytes, the cost JSON) read best together.
+
     PYTHONPATH=python python -m infinipipe profile --grid full --output cost.json
 
 Times the forward and backward of one layer of the model with the runtime's profiler

@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: most of it is the built-in distributions' fitted tables (data, not
+// logic), one per distribution.
 #include "infinipipe/data/length_sampler.h"
 
 #include <algorithm>
