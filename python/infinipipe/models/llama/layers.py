@@ -3,13 +3,18 @@ float32, grouped-query attention through an attention core (attention.py), SwiGL
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import AttentionFn
 from .config import LlamaConfig
-from .context import ChunkContext
+
+# The chunk's rotary tables (cos, sin), each [T, head_dim].
+Rotary = tuple[torch.Tensor, torch.Tensor]
+# The chunk's attention on this layer: (q [T, heads, d], k, v [T, kv_heads, d]) -> [T, heads, d].
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -84,20 +89,13 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden, config.kv_heads * config.head_dim, **kw)
         self.o_proj = nn.Linear(config.heads * config.head_dim, config.hidden, **kw)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        ctx: ChunkContext,
-        attention_fn: AttentionFn,
-        layer_index: int,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: Rotary, attend: Attend) -> torch.Tensor:
+        cos, sin = rotary
         t = x.shape[0]
         q = apply_rotary(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
         k = apply_rotary(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
         v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
-        out = attention_fn(q, k, v, ctx, layer_index)
+        out = attend(q, k, v)
         return self.o_proj(out.reshape(t, self.heads * self.head_dim))
 
 
@@ -125,16 +123,6 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
         self.post_attention_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
 
-    def forward(
-        self,
-        hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        ctx: ChunkContext,
-        attention_fn: AttentionFn,
-        layer_index: int,
-    ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(
-            self.input_layernorm(hidden), cos, sin, ctx, attention_fn, layer_index
-        )
+    def forward(self, hidden: torch.Tensor, rotary: Rotary, attend: Attend) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rotary, attend)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))

@@ -127,9 +127,9 @@ class LlamaStage(nn.Module):
                 f"layer {i}: hidden has shape {tuple(hidden.shape)}, expected "
                 f"[{ctx.num_tokens}, {self.config.hidden}] for {ctx!r}"
             )
-        cos, sin = self._rotary(ctx, hidden.dtype, hidden.device)
+        rotary = self._rotary(ctx, hidden.dtype, hidden.device)
         fn = self.attention_fn or self._chunk_attention
-        return self.layers[str(i)](hidden, cos, sin, ctx, fn, i)
+        return self.layers[str(i)](hidden, rotary, lambda q, k, v: fn(q, k, v, ctx, i))
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
