@@ -72,10 +72,10 @@ def _profile_layer(
     config: llama.LlamaConfig,
     points: Sequence[tuple[int, int]],
     repeats: int,
-    seed: int = 0,
-    cpu_time: bool = False,
-    progress: Any = None,
+    **options: Any,
 ) -> dict:
+    """_C.runtime.profile_layer on the CPU for the config's shape; options: seed,
+    thread_cpu_time, progress."""
     return _C.runtime.profile_layer(
         module,
         [tuple(p) for p in points],
@@ -87,9 +87,7 @@ def _profile_layer(
         kv_heads=config.kv_heads,
         head_dim=config.head_dim,
         vocab=config.vocab,
-        seed=seed,
-        thread_cpu_time=cpu_time,
-        progress=progress,
+        **options,
     )
 
 
@@ -111,7 +109,13 @@ def time_runs(
             bar.update(done - bar.n)
 
         return _profile_layer(
-            module, config, points, repeats, seed, cpu_time, update if progress else None
+            module,
+            config,
+            points,
+            repeats,
+            seed=seed,
+            thread_cpu_time=cpu_time,
+            progress=update if progress else None,
         )
 
 
