@@ -23,29 +23,21 @@ LABELS = {"epp": "EPP", "seq1f1b": "Seq1F1B", "batch": "batch-level", "chunkflow
 
 
 def tool_args(case, method):
-    return [
-        "--distribution",
-        case["distribution"],
-        "--batch",
-        str(case["batch"]),
-        "--context",
-        str(case["context"]),
-        "--seed",
-        str(case["seed"]),
-        "--model",
-        case["model"],
-        "--hardware",
-        case["hardware"],
-        "--stages",
-        str(case["stages"]),
-        "--memory-gib",
-        str(case["memory_gib"]),
-        "--method",
-        method,
-        "--steps",
-        str(case["steps"]),
-        "--json",
-    ]
+    """The plan tool's arguments for a case (a dict with the keys below) and a method."""
+    args = []
+    for key in (
+        "distribution",
+        "batch",
+        "context",
+        "seed",
+        "model",
+        "hardware",
+        "stages",
+        "memory_gib",
+        "steps",
+    ):
+        args += ["--" + key.replace("_", "-"), str(case[key])]
+    return args + ["--method", method, "--json"]
 
 
 def run_tool(command):
