@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
@@ -32,14 +33,7 @@ std::vector<LayerSample> synthetic(double noise, uint64_t seed) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 TEST(Calibration, RecoversExactCoefficients) {
   const Calibration cal = calibrate({synthetic(0, 0)});

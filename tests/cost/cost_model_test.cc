@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
@@ -34,14 +35,7 @@ Chunk random_chunk(std::mt19937_64& rng, int n) {
   return chunk;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::error_of;
 
 TEST(CostCoefficients, Llama7bFlopsMatchHandCount) {
   const ModelShape shape = ModelShape::builtin("llama-7b");

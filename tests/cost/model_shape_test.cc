@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
@@ -18,14 +19,7 @@ int64_t total_params(const ModelShape& s) {
   return s.layers * s.params_per_layer() + 2 * s.embedding_params() + s.hidden;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::error_of;
 
 TEST(ModelShape, Llama7bParametersMatchHandCount) {
   const ModelShape s = ModelShape::builtin("llama-7b");

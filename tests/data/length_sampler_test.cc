@@ -10,18 +10,12 @@
 #include <gtest/gtest.h>
 
 #include "infinipipe/core/error.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::error_of;
 
 int64_t quantile(std::vector<int64_t> values, double p) {  // inverted CDF, as numpy's
   std::sort(values.begin(), values.end());

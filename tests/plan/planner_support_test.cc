@@ -13,21 +13,14 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "sim/sim_fixtures.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
 
 using namespace planning;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an infinipipe::Error";
-  return "";
-}
+using test_support::error_of;
 
 PlannerOptions options(int stages, double budget) {
   PlannerOptions o;

@@ -15,6 +15,7 @@
 #include "infinipipe/core/error.h"
 #include "plan/instances.h"
 #include "plan/plan_checks.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
@@ -24,16 +25,7 @@ using testing::Instance;
 using testing::options_for;
 using testing::random_instance;
 
-// The message of the infinipipe::Error `fn` throws ("" and a failure when it throws none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an infinipipe::Error";
-  return "";
-}
+using test_support::error_of;
 
 TEST(Planner, PlanStepForEppIsTheSearchsPlan) {
   std::mt19937_64 rng(50);
