@@ -17,11 +17,6 @@
 namespace infinipipe {
 namespace {
 
-using testing::expect_executable;
-using testing::Instance;
-using testing::options_for;
-using testing::random_instance;
-
 TEST(BaselinePlan, EveryFeasiblePlanIsExecutableAndFits) {
   // The instances of EppSearch.EveryFeasiblePlanIsExecutableAndFits.
   std::mt19937_64 rng(20250921);

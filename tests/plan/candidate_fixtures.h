@@ -55,3 +55,14 @@ inline planning::Candidate candidate(const Instance& inst, const Setting& settin
 }
 
 }  // namespace infinipipe::testing
+
+namespace infinipipe {
+
+// The tests of the planner's internals name these unqualified.
+using planning::Candidate;
+using testing::candidate;
+using testing::Instance;
+using testing::random_instance;
+using testing::some_setting;
+
+}  // namespace infinipipe

@@ -18,12 +18,6 @@
 namespace infinipipe {
 namespace {
 
-using planning::Candidate;
-using testing::candidate;
-using testing::Instance;
-using testing::random_instance;
-using testing::some_setting;
-
 TEST(OneWaveWithoutRecompute, ExactWhenItFitsAndMoreExcessWhenNot) {
   std::mt19937_64 rng(90);
   int fits = 0, over = 0;

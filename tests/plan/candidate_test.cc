@@ -20,12 +20,6 @@
 namespace infinipipe {
 namespace {
 
-using planning::Candidate;
-using testing::candidate;
-using testing::Instance;
-using testing::random_instance;
-using testing::some_setting;
-
 Schedule one_wave(const std::vector<Chunk>& chunks, int stages) {
   ScheduleOptions options;
   options.num_stages = stages;

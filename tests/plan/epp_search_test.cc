@@ -24,10 +24,6 @@
 namespace infinipipe {
 namespace {
 
-using testing::expect_executable;
-using testing::Instance;
-using testing::options_for;
-using testing::random_instance;
 using testing::random_lengths;
 
 TEST(EppSearch, NeverSlowerThanASettingThatFitsAsItIs) {

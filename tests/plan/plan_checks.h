@@ -62,3 +62,13 @@ inline PlannerOptions options_for(const CostModel& cost, double budget) {
 }
 
 }  // namespace infinipipe::testing
+
+namespace infinipipe {
+
+// The planner's tests name these unqualified.
+using testing::expect_executable;
+using testing::Instance;
+using testing::options_for;
+using testing::random_instance;
+
+}  // namespace infinipipe

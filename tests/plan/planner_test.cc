@@ -20,11 +20,6 @@
 namespace infinipipe {
 namespace {
 
-using testing::expect_executable;
-using testing::Instance;
-using testing::options_for;
-using testing::random_instance;
-
 using test_support::error_of;
 
 TEST(Planner, PlanStepForEppIsTheSearchsPlan) {

@@ -20,12 +20,6 @@
 namespace infinipipe {
 namespace {
 
-using planning::Candidate;
-using testing::candidate;
-using testing::Instance;
-using testing::random_instance;
-using testing::some_setting;
-
 // A candidate in one wave whose schedule needs recompute to fit (the search's situation), or
 // false when the instance's budget is generous.
 bool needs_recompute(const Instance& inst, int pick, Candidate& cand) {

@@ -21,12 +21,6 @@
 namespace infinipipe {
 namespace {
 
-using planning::Candidate;
-using testing::candidate;
-using testing::Instance;
-using testing::random_instance;
-using testing::some_setting;
-
 // What every grouping must be: each chunk in exactly one wave, each chain in one wave, a valid
 // schedule of those waves, recompute that fits as the simulator sees it.
 void expect_fitting_waves(const Candidate& cand, const Instance& inst) {
