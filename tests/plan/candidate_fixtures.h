@@ -10,6 +10,7 @@
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/plan/static_baseline.h"
 #include "plan/instances.h"
+#include "plan/plan_checks.h"
 
 namespace infinipipe::testing {
 
@@ -58,11 +59,9 @@ inline planning::Candidate candidate(const Instance& inst, const Setting& settin
 
 namespace infinipipe {
 
-// The tests of the planner's internals name these unqualified.
+// The tests of the planner's internals name these unqualified (and plan_checks.h's).
 using planning::Candidate;
 using testing::candidate;
-using testing::Instance;
-using testing::random_instance;
 using testing::some_setting;
 
 }  // namespace infinipipe
