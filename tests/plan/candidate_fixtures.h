@@ -60,8 +60,6 @@ inline planning::Candidate candidate(const Instance& inst, const Setting& settin
 namespace infinipipe {
 
 // The tests of the planner's internals name these unqualified (and plan_checks.h's).
-using planning::Candidate;
-using testing::candidate;
-using testing::some_setting;
+using planning::Candidate, testing::candidate, testing::some_setting;
 
 }  // namespace infinipipe

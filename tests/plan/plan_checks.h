@@ -66,9 +66,6 @@ inline PlannerOptions options_for(const CostModel& cost, double budget) {
 namespace infinipipe {
 
 // The planner's tests name these unqualified.
-using testing::expect_executable;
-using testing::Instance;
-using testing::options_for;
-using testing::random_instance;
+using testing::expect_executable, testing::Instance, testing::options_for, testing::random_instance;
 
 }  // namespace infinipipe
