@@ -34,6 +34,24 @@ def samples(noise: float, seed: int, g: float = 2.3):
     return [(s, c, f, b) for (s, c), f, b in zip(POINTS, fwd, bwd)]
 
 
+def run(argv, timeout):
+    """`argv` with this checkout's Python package importable, its output captured as text."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def run_cli(*args, timeout):
+    """`python -m infinipipe ARGS`."""
+    return run([sys.executable, "-m", "infinipipe", *args], timeout)
+
+
+def quick_profile_cost(proc, out):
+    """The cost model a quick profile run wrote to `out`, once the run is seen to succeed."""
+    assert proc.returncode == 0, proc.stderr
+    assert "held-out forward error" in proc.stdout
+    return _C.plan.CostModel.load(str(out))
+
+
 def test_fit_recovers_exact_coefficients():
     cal = _C.plan.calibrate(samples(0.0, 0))
     np.testing.assert_allclose([cal.a1, cal.a2, cal.b], TRUE, rtol=1e-6)
@@ -97,33 +115,9 @@ def test_saved_bytes_match_the_analytic_model():
 @pytest.mark.parametrize("stage", profile.STAGES)
 def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
     out = tmp_path / "cost.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "infinipipe",
-            "profile",
-            "--grid",
-            "quick",
-            "--stage",
-            stage,
-            "--output",
-            str(out),
-            "--no-progress",
-            "--threads",
-            "1",
-            "--layers-per-stage",
-            "3,5",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "held-out forward error" in proc.stdout
-    cost = _C.plan.CostModel.load(str(out))
+    quick = ["--grid", "quick", "--stage", stage, "--output", str(out), "--no-progress"]
+    proc = run_cli("profile", *quick, "--threads", "1", "--layers-per-stage", "3,5", timeout=300)
+    cost = quick_profile_cost(proc, out)
     assert list(cost.layers_per_stage) == [3, 5]
     coef = json.loads(out.read_text())["coefficients"]
     meta = json.loads(out.with_suffix(".meta.json").read_text())
@@ -145,11 +139,9 @@ def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
 
 
 def test_main_lists_commands():
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    run = [sys.executable, "-m", "infinipipe"]
-    usage = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+    usage = run_cli(timeout=60)
     assert usage.returncode == 0 and "profile" in usage.stdout
-    bad = subprocess.run(run + ["nonsense"], capture_output=True, text=True, env=env, timeout=60)
+    bad = run_cli("nonsense", timeout=60)
     assert bad.returncode == 2 and "unknown command" in bad.stderr
 
 
@@ -157,24 +149,9 @@ def test_cpp_tool_quick_writes_loadable_cost_json(tmp_path):
     if not TOOL.exists():
         pytest.skip(f"{TOOL} is not built (cmake --build build --target infinipipe-profile)")
     out = tmp_path / "cost.json"
-    proc = subprocess.run(
-        [
-            str(TOOL),
-            "--grid",
-            "quick",
-            "--output",
-            str(out),
-            "--no-progress",
-            "--layers-per-stage",
-            "2,6",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "held-out forward error" in proc.stdout
-    cost = _C.plan.CostModel.load(str(out))
+    quick = ["--grid", "quick", "--output", str(out), "--no-progress"]
+    proc = run([str(TOOL), *quick, "--layers-per-stage", "2,6"], timeout=300)
+    cost = quick_profile_cost(proc, out)
     assert list(cost.layers_per_stage) == [2, 6]
     meta = json.loads((tmp_path / "cost.meta.json").read_text())
     coef = json.loads(out.read_text())["coefficients"]
@@ -217,22 +194,8 @@ def test_neighbours_work_during_the_block_and_stop_after():
 
 
 def test_cli_rejects_negative_neighbours(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "infinipipe",
-            "profile",
-            "--neighbours",
-            "-1",
-            "--output",
-            str(tmp_path / "c.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    proc = run_cli(
+        "profile", "--neighbours", "-1", "--output", str(tmp_path / "c.json"), timeout=120
     )
     assert proc.returncode == 2 and "--neighbours must be 0 or more" in proc.stderr
 
