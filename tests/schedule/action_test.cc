@@ -65,12 +65,7 @@ TEST(Action, PredicatesPartitionTheTypes) {
 }
 
 Schedule small_schedule() {
-  Schedule s;
-  s.stages = {{Action::parse("F0"), Action::parse("SEND_F0"), Action::parse("RECV_B0"),
-               Action::parse("B0")},
-              {Action::parse("RECV_F0"), Action::parse("F0"), Action::parse("B0"),
-               Action::parse("SEND_B0")}};
-  return s;
+  return testing::parse_schedule({"F0 SEND_F0 RECV_B0 B0", "RECV_F0 F0 B0 SEND_B0"});
 }
 
 TEST(Schedule, TextIsOneLinePerStage) {
@@ -135,10 +130,8 @@ std::vector<std::string> lines(const std::string& text) {
 
 TEST(Schedule, GridMarksExactlyTheRequestedCell) {
   std::mt19937_64 rng(5);
-  testing::Step step = testing::random_step(rng);
-  ScheduleOptions options;
-  options.num_stages = 3;
-  const Schedule s = build_schedule(step.chunks, step.waves, options);
+  const testing::Step step = testing::random_step(rng);
+  const Schedule s = testing::schedule_on(3, step.chunks, step.waves);
   EXPECT_EQ(occurrences(s.grid(), ">>"), 0u);
   for (int stage = 0; stage < 3; ++stage) {
     for (int index : {0, static_cast<int>(s.stages[stage].size()) / 2,

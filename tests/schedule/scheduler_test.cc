@@ -13,6 +13,8 @@
 namespace infinipipe {
 namespace {
 
+using testing::packed_step;
+using testing::schedule_on;
 using testing::Step;
 using testing::StepBuilder;
 
@@ -76,12 +78,8 @@ TEST(BuildSchedule, RejectsBadWavesAndStages) {
 }
 
 TEST(BuildSchedule, PackedChunksGiveTextbook1F1B) {
-  StepBuilder b;
-  for (int c = 0; c < 6; ++c) b.add_chain(1);
-  Step& step = b.step();
-  ScheduleOptions options;
-  options.num_stages = 4;
-  const Schedule s = build_schedule(step.chunks, {{0, 1, 2, 3, 4, 5}}, options);
+  const Step step = packed_step(6);
+  const Schedule s = schedule_on(4, step.chunks, {{0, 1, 2, 3, 4, 5}});
   EXPECT_EQ(joined(computes_of(s.stages[0])), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
   EXPECT_EQ(joined(computes_of(s.stages[2])), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5");
   EXPECT_EQ(joined(computes_of(s.stages[3])), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
@@ -245,9 +243,7 @@ TEST(BuildSchedule, RandomStepsAreValidAndHaveThe1F1BShape) {
 }
 
 TEST(BuildSchedule, OverlappedWavesFillTheCoolDownWithTheNextWarmUp) {
-  StepBuilder b;
-  for (int c = 0; c < 5; ++c) b.add_chain(1);
-  Step& step = b.step();
+  const Step step = packed_step(5);
   ScheduleOptions options;
   options.num_stages = 3;
   options.overlap_waves = true;

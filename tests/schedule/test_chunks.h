@@ -1,10 +1,12 @@
 #pragma once
 // Chunk sets built by hand for the schedule tests, so these tests do not depend on the sequence
 // processor: a chain of length 1 is a packed chunk, a longer chain is one long sequence cut into
-// equal slices, its tail possibly sharing its chunk with whole short sequences (hybrid).
+// equal slices, its tail possibly sharing its chunk with whole short sequences (hybrid). And
+// schedules of them: the scheduler's, or written by hand as text.
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -53,6 +55,37 @@ class StepBuilder {
   Step step_;
   int next_seq_ = 0;
 };
+
+// `count` chains of one packed chunk each: chunk ids 0 .. count-1.
+inline Step packed_step(int count) {
+  StepBuilder builder;
+  for (int c = 0; c < count; ++c) builder.add_chain(1);
+  return builder.step();
+}
+
+// The scheduler's schedule of `waves` on `stages` stages, with the other options at their
+// defaults.
+inline Schedule schedule_on(int stages, const std::vector<Chunk>& chunks,
+                            const std::vector<Wave>& waves) {
+  ScheduleOptions options;
+  options.num_stages = stages;
+  return build_schedule(chunks, waves, options);
+}
+
+// A schedule written by hand: per stage its actions' text forms, separated by single spaces
+// ("F0 SEND_F0 RECV_B0 B0").
+inline Schedule parse_schedule(const std::vector<std::string>& stages) {
+  Schedule schedule;
+  for (const std::string& line : stages) {
+    std::vector<Action>& list = schedule.stages.emplace_back();
+    for (size_t p = 0; p < line.size();) {
+      const size_t q = std::min(line.find(' ', p), line.size());
+      list.push_back(Action::parse(line.substr(p, q - p)));
+      p = q + 1;
+    }
+  }
+  return schedule;
+}
 
 // Renames chunk ids by a permutation, so that slice order is not id order.
 inline void shuffle_ids(Step& step, std::mt19937_64& rng) {
