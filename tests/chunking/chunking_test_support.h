@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -15,6 +14,7 @@
 #include "infinipipe/core/chunk.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
+#include "support/error_of.h"
 
 namespace infinipipe::testing_support {
 
@@ -132,17 +132,6 @@ inline double dearest_token_cost(const CostModel& cost, int64_t length) {
   return cost.slice_layer_time(length - 1, 1);
 }
 
-// Runs `fn`, expecting infinipipe::Error whose message contains every one of `parts`.
-inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an infinipipe::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message '" << message << "' does not mention '" << part << "'";
-  }
-}
+using test_support::expect_error;
 
 }  // namespace infinipipe::testing_support

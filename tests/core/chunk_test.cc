@@ -3,7 +3,6 @@
 #include "infinipipe/core/chunk.h"
 
 #include <algorithm>
-#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -12,24 +11,14 @@
 #include <gtest/gtest.h>
 
 #include "infinipipe/core/error.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
 
 Slice whole(int seq, int64_t length) { return Slice{seq, 0, length, length}; }
 
-// Runs `fn`, expecting infinipipe::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an infinipipe::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message '" << message << "' does not mention '" << part << "'";
-  }
-}
+using test_support::expect_error;
 
 TEST(Slice, LengthContextWholeAndTail) {
   const Slice head{3, 0, 100, 250}, middle{3, 100, 180, 250}, tail{3, 180, 250, 250};

@@ -1,8 +1,9 @@
 #pragma once
-// The message of the infinipipe::Error that `fn` throws; a test failure, and "", when it throws
-// none. For tests that check what an error says.
+// For tests that check what an infinipipe::Error says: its message, or that it mentions given
+// parts.
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,8 @@
 
 namespace infinipipe::test_support {
 
+// The message of the infinipipe::Error that `fn` throws; a test failure, and "", when it throws
+// none.
 inline std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -18,6 +21,14 @@ inline std::string error_of(const std::function<void()>& fn) {
   }
   ADD_FAILURE() << "expected an infinipipe::Error";
   return "";
+}
+
+// Runs `fn`, expecting infinipipe::Error whose message contains every one of `parts`.
+inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  const std::string message = error_of(fn);
+  for (const std::string& part : parts)
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "message '" << message << "' does not mention '" << part << "'";
 }
 
 }  // namespace infinipipe::test_support
