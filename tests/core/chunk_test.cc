@@ -20,6 +20,12 @@ Slice whole(int seq, int64_t length) { return Slice{seq, 0, length, length}; }
 
 using test_support::expect_error;
 
+// check_coverage of `chunks` against `lengths` fails, mentioning every one of `parts`.
+void expect_coverage_error(const std::vector<Chunk>& chunks, const std::vector<int64_t>& lengths,
+                           const std::vector<std::string>& parts) {
+  expect_error([&] { check_coverage(chunks, lengths); }, parts);
+}
+
 TEST(Slice, LengthContextWholeAndTail) {
   const Slice head{3, 0, 100, 250}, middle{3, 100, 180, 250}, tail{3, 180, 250, 250};
   EXPECT_EQ(head.length(), 100);
@@ -161,76 +167,40 @@ TEST(CheckCoverage, EveryTokenInExactlyOneSlicePasses) {
 TEST(CheckCoverage, MissingOrDoubleTokensNameTheSequenceAndPosition) {
   const std::vector<int64_t> lengths = {100, 20};
   // A gap: tokens 40-49 of sequence 0 are in no slice.
-  expect_error(
-      [&] {
-        check_coverage(
-            {Chunk{{Slice{0, 0, 40, 100}}}, Chunk{{Slice{0, 50, 100, 100}, whole(1, 20)}}},
-            lengths);
-      },
+  expect_coverage_error(
+      {Chunk{{Slice{0, 0, 40, 100}}}, Chunk{{Slice{0, 50, 100, 100}, whole(1, 20)}}}, lengths,
       {"sequence 0 (length 100)", "tokens from 40", "in no slice"});
   // An overlap: tokens from 30 are in two slices.
-  expect_error(
-      [&] {
-        check_coverage(
-            {Chunk{{Slice{0, 0, 40, 100}}}, Chunk{{Slice{0, 30, 100, 100}, whole(1, 20)}}},
-            lengths);
-      },
+  expect_coverage_error(
+      {Chunk{{Slice{0, 0, 40, 100}}}, Chunk{{Slice{0, 30, 100, 100}, whole(1, 20)}}}, lengths,
       {"sequence 0", "tokens from 30", "in two slices"});
   // The same whole sequence twice.
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100), whole(1, 20), whole(1, 20)}}}, lengths);
-      },
-      {"sequence 1", "tokens from 0", "in two slices"});
+  expect_coverage_error({Chunk{{whole(0, 100), whole(1, 20), whole(1, 20)}}}, lengths,
+                        {"sequence 1", "tokens from 0", "in two slices"});
   // A sequence with no slice at all, and one whose end is missing.
-  expect_error([&] { check_coverage({Chunk{{whole(0, 100)}}}, lengths); },
-               {"sequence 1 (length 20)", "tokens from 0", "in no slice"});
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100), Slice{1, 0, 15, 20}}}}, {100, 20});
-      },
-      {"sequence 1", "tokens from 15", "in no slice"});
+  expect_coverage_error({Chunk{{whole(0, 100)}}}, lengths,
+                        {"sequence 1 (length 20)", "tokens from 0", "in no slice"});
+  expect_coverage_error({Chunk{{whole(0, 100), Slice{1, 0, 15, 20}}}}, lengths,
+                        {"sequence 1", "tokens from 15", "in no slice"});
 }
 
 TEST(CheckCoverage, SlicesThatDoNotBelongToTheStepAreErrors) {
   const std::vector<int64_t> lengths = {100, 20};
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100), whole(1, 20), whole(2, 5)}}}, lengths);
-      },
-      {"chunk 0", "sequence 2", "only 2 sequences"});
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100), Slice{-1, 0, 20, 20}}}}, lengths);
-      },
-      {"sequence -1"});
+  expect_coverage_error({Chunk{{whole(0, 100), whole(1, 20), whole(2, 5)}}}, lengths,
+                        {"chunk 0", "sequence 2", "only 2 sequences"});
+  expect_coverage_error({Chunk{{whole(0, 100), Slice{-1, 0, 20, 20}}}}, lengths, {"sequence -1"});
   // The slice's own idea of the sequence length must be the step's.
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100)}}, Chunk{{Slice{1, 0, 20, 30}}}}, lengths);
-      },
-      {"chunk 1", "invalid slice [0, 20) of sequence 1 (length 20)"});
+  expect_coverage_error({Chunk{{whole(0, 100)}}, Chunk{{Slice{1, 0, 20, 30}}}}, lengths,
+                        {"chunk 1", "invalid slice [0, 20) of sequence 1 (length 20)"});
   // Empty, reversed and out-of-range slices.
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100), whole(1, 20), Slice{1, 5, 5, 20}}}}, lengths);
-      },
-      {"invalid slice [5, 5)"});
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{whole(0, 100), Slice{1, 10, 4, 20}}}}, lengths);
-      },
-      {"invalid slice [10, 4)"});
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{Slice{0, 0, 120, 100}, whole(1, 20)}}}, lengths);
-      },
-      {"invalid slice [0, 120) of sequence 0"});
-  expect_error(
-      [&] {
-        check_coverage({Chunk{{Slice{0, -5, 100, 100}, whole(1, 20)}}}, lengths);
-      },
-      {"invalid slice [-5, 100)"});
+  expect_coverage_error({Chunk{{whole(0, 100), whole(1, 20), Slice{1, 5, 5, 20}}}}, lengths,
+                        {"invalid slice [5, 5)"});
+  expect_coverage_error({Chunk{{whole(0, 100), Slice{1, 10, 4, 20}}}}, lengths,
+                        {"invalid slice [10, 4)"});
+  expect_coverage_error({Chunk{{Slice{0, 0, 120, 100}, whole(1, 20)}}}, lengths,
+                        {"invalid slice [0, 120) of sequence 0"});
+  expect_coverage_error({Chunk{{Slice{0, -5, 100, 100}, whole(1, 20)}}}, lengths,
+                        {"invalid slice [-5, 100)"});
 }
 
 }  // namespace
