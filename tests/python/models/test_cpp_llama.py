@@ -20,6 +20,7 @@ RUNTIME_TESTS = HERE.parent / "runtime"
 sys.path.insert(0, str(RUNTIME_TESTS))
 import bodies  # noqa: E402
 from launcher import REPO, check_all_ok, run_ranks  # noqa: E402
+from llama_fixtures import model_with_random_norms, rel  # noqa: E402
 
 CONFIG = llama.LlamaConfig(
     vocab=97, hidden=32, layers=3, heads=4, kv_heads=2, ffn=64, dtype=torch.float64
@@ -27,20 +28,9 @@ CONFIG = llama.LlamaConfig(
 TOLERANCE = 1e-9
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach(), b.detach()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
-
-
 def python_model(seed: int = 0) -> llama.LlamaStage:
     """The full Python model with norm gains away from one, so that they matter."""
-    model = llama.build_full_model(CONFIG, seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-    return model
+    return model_with_random_norms(CONFIG, seed, noise_dtype=torch.float64)
 
 
 def cpp_copy(model: llama.LlamaStage) -> _C.models.LlamaStage:

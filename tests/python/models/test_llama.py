@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+from llama_fixtures import model_with_random_norms, rel
 
 from infinipipe import Error
 from infinipipe.models import llama
@@ -28,22 +29,6 @@ from infinipipe.models.llama import (
 )
 
 SMALL = dict(vocab=97, hidden=64, layers=4, heads=4, kv_heads=2, ffn=96)
-
-
-def rel(a, b):
-    """Max abs difference relative to the reference's max magnitude."""
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
-
-
-def model_with_random_norms(config, seed=0):
-    """A full model whose norm weights are not all ones, so that they matter in the checks."""
-    model = build_full_model(config, seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float32))
-    return model
 
 
 def random_sequences(lengths, vocab, seed):

@@ -100,35 +100,42 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
     return plan
 
 
-def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
-    """Runs every case (a batch and a plan spec) as one step; returns per case this rank's loss,
-    parameter gradients, plan summary and stats (measured memory included)."""
+def run_cases(cases: list[dict], new_trainer, measure_memory: bool = False):
+    """Runs every case (a batch and a plan spec) as one step of a trainer made by
+    new_trainer(dtype), one trainer per dtype. Yields per case the trainer, the step's result and
+    a record of the case's name, this rank's loss, parameter gradients (by name) and the plan's
+    chunk kinds and recompute."""
     trainers: dict[str, infinipipe.Trainer] = {}
-    out = []
     for case in cases:
         dtype = case["dtype"]
         if dtype not in trainers:
-            trainers[dtype] = infinipipe.Trainer(
-                model_config(dtype), frozen_optimizer, timeout_s=timeout_s
-            )
+            trainers[dtype] = new_trainer(dtype)
         trainer = trainers[dtype]
         batch = make_batch(case["lengths"], case["seed"])
         plan = make_plan(trainer, case["lengths"], case["plan"])
-        result = trainer.step(batch, plan=plan, measure_memory=True)
+        result = trainer.step(batch, plan=plan, measure_memory=measure_memory)
         grads = {name: p.grad.detach().clone() for name, p in trainer.module.named_parameters()}
-        out.append(
-            dict(
-                name=case["name"],
-                loss=result.loss,
-                grads=grads,
-                summary=result.plan,
-                stats=result.stats,
-                kinds=list(plan.chunk_kinds),
-                recompute=plan.recompute,
-                stage=trainer.stage_index,
-            )
+        record = dict(
+            name=case["name"],
+            loss=result.loss,
+            grads=grads,
+            kinds=list(plan.chunk_kinds),
+            recompute=plan.recompute,
         )
-    return out
+        yield trainer, result, record
+
+
+def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
+    """Runs every case as one step (run_cases); returns per case its record with the plan
+    summary, the stats (measured memory included) and this rank's stage."""
+
+    def new_trainer(dtype: str) -> infinipipe.Trainer:
+        return infinipipe.Trainer(model_config(dtype), frozen_optimizer, timeout_s=timeout_s)
+
+    return [
+        dict(record, summary=result.plan, stats=result.stats, stage=trainer.stage_index)
+        for trainer, result, record in run_cases(cases, new_trainer, measure_memory=True)
+    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,16 @@ def bad_inputs():
     return [r.value for r in results]
 
 
+def raised_on_every_rank(bad_inputs, case):
+    """Per rank, (rank, exception type, message) of what `case` raised there; a rank that ran
+    `case` without an error fails the test."""
+    raised = []
+    for rank, outcome in enumerate(bad_inputs):
+        assert outcome[case] is not None, f"rank {rank} ran {case} without an error"
+        raised.append((rank, *outcome[case]))
+    return raised
+
+
 @pytest.mark.parametrize(
     "case, text",
     [
@@ -39,10 +49,8 @@ def bad_inputs():
     ],
 )
 def test_bad_batch_is_rejected_on_every_rank(bad_inputs, case, text):
-    for rank, outcome in enumerate(bad_inputs):
-        assert outcome[case] is not None, f"rank {rank} accepted {case}"
-        kind, message = outcome[case]
-        assert kind == "BatchError" and text in message, (rank, outcome[case])
+    for rank, kind, message in raised_on_every_rank(bad_inputs, case):
+        assert kind == "BatchError" and text in message, (rank, kind, message)
 
 
 def test_bad_batch_on_one_rank_stops_every_rank(bad_inputs):
@@ -62,10 +70,8 @@ def test_bad_batch_on_one_rank_stops_every_rank(bad_inputs):
     ],
 )
 def test_ranks_that_disagree_all_raise_naming_the_ranks(bad_inputs, case, what):
-    for rank, outcome in enumerate(bad_inputs):
-        assert outcome[case] is not None, f"rank {rank} ran a step the ranks disagree on"
-        kind, message = outcome[case]
-        assert kind == "Error" and what in message, outcome[case]
+    for _, kind, message in raised_on_every_rank(bad_inputs, case):
+        assert kind == "Error" and what in message, (kind, message)
         assert "ranks [0] have" in message and "ranks [1] have" in message
 
 

@@ -47,6 +47,11 @@ def case(name, dtype, lengths, plan, seed=0, **expect):
     )
 
 
+def mix_case(name, plan):
+    """The MIX batch (seed 7) in float64 under one more plan: same gradients as every other."""
+    return case(name, "float64", MIX, plan, seed=7, same_as="mix")
+
+
 CASES = [
     case("short", "float64", SHORT, OWN, kinds={"packed"}, min_chunks=2),
     case(
@@ -106,30 +111,16 @@ CASES = [
         overlapped=True,
     ),
     # One batch, many plans: every method and several K must give the same gradients.
-    case("mix-epp-k1", "float64", MIX, dict(method="epp", max_k=1), seed=7, same_as="mix"),
-    case("mix-epp", "float64", MIX, dict(method="epp"), seed=7, same_as="mix"),
-    case("mix-epp-k2", "float64", MIX, dict(epp_k=2), seed=7, same_as="mix"),
-    case("mix-epp-k4", "float64", MIX, dict(epp_k=4), seed=7, same_as="mix"),
-    case("mix-epp-pressure", "float64", MIX, dict(search="recompute"), seed=7, same_as="mix"),
-    case("mix-batch", "float64", MIX, dict(method="batch"), seed=7, same_as="mix"),
-    case("mix-seq1f1b-k2", "float64", MIX, dict(method="seq1f1b", k=2), seed=7, same_as="mix"),
-    case("mix-seq1f1b-k4", "float64", MIX, dict(method="seq1f1b", k=4), seed=7, same_as="mix"),
-    case(
-        "mix-chunkflow-128",
-        "float64",
-        MIX,
-        dict(method="chunkflow", chunk_tokens=128),
-        seed=7,
-        same_as="mix",
-    ),
-    case(
-        "mix-chunkflow-256",
-        "float64",
-        MIX,
-        dict(method="chunkflow", chunk_tokens=256),
-        seed=7,
-        same_as="mix",
-    ),
+    mix_case("mix-epp-k1", dict(method="epp", max_k=1)),
+    mix_case("mix-epp", dict(method="epp")),
+    mix_case("mix-epp-k2", dict(epp_k=2)),
+    mix_case("mix-epp-k4", dict(epp_k=4)),
+    mix_case("mix-epp-pressure", dict(search="recompute")),
+    mix_case("mix-batch", dict(method="batch")),
+    mix_case("mix-seq1f1b-k2", dict(method="seq1f1b", k=2)),
+    mix_case("mix-seq1f1b-k4", dict(method="seq1f1b", k=4)),
+    mix_case("mix-chunkflow-128", dict(method="chunkflow", chunk_tokens=128)),
+    mix_case("mix-chunkflow-256", dict(method="chunkflow", chunk_tokens=256)),
     # float32
     case("short", "float32", SHORT, OWN),
     case("long-sliced", "float32", LONG, dict(method="chunkflow", chunk_tokens=128)),
