@@ -3,7 +3,9 @@
 // processor), scheduled by the real 1F1B scheduler, costed by a hand-made cost model, with a
 // budget placed between what full recompute and no recompute need.
 #include <algorithm>
+#include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -14,11 +16,6 @@
 #include "support/small_shape.h"
 
 namespace infinipipe::checkpoint_test {
-
-// Small decoder: only its parameter count (model state, negligible here) reaches the planner.
-inline ModelShape tiny_shape(int layers) {
-  return test_support::small_shape("checkpoint-test", layers);
-}
 
 // Test inputs with round numbers, not a model of any hardware: per layer a token costs 10 us
 // plus a quadratic attention term, a chunk 100 us; a layer keeps 4 KiB per token, a
@@ -40,10 +37,11 @@ inline CostCoefficients test_coefficients() {
   return c;
 }
 
+// Over a small decoder: only its parameter count (model state, negligible here) reaches the
+// planner.
 inline CostModel test_cost(std::vector<int> layers_per_stage) {
-  int total = 0;
-  for (int l : layers_per_stage) total += l;
-  return CostModel(tiny_shape(total), std::move(layers_per_stage), test_coefficients());
+  return test_support::hand_made_cost("checkpoint-test", std::move(layers_per_stage),
+                                      test_coefficients());
 }
 
 struct Step {
@@ -53,6 +51,30 @@ struct Step {
 };
 
 inline Chunk whole(int seq, int64_t tokens) { return Chunk{{Slice{seq, 0, tokens, tokens}}}; }
+
+// `count` whole sequences of `tokens` tokens, a chunk each.
+inline std::vector<Chunk> equal_chunks(int count, int64_t tokens) {
+  std::vector<Chunk> chunks;
+  for (int k = 0; k < count; ++k) chunks.push_back(whole(k, tokens));
+  return chunks;
+}
+
+// The real scheduler's 1F1B schedule of the step's waves on `stages` stages.
+inline Schedule schedule_of(const Step& step, int stages) {
+  ScheduleOptions options;
+  options.num_stages = stages;
+  return build_schedule(step.chunks, step.waves, options);
+}
+
+// `chunks` in one wave, scheduled 1F1B on `stages` stages.
+inline Step one_wave_step(std::vector<Chunk> chunks, int stages) {
+  Step step;
+  step.chunks = std::move(chunks);
+  step.waves = {Wave(step.chunks.size())};
+  std::iota(step.waves[0].begin(), step.waves[0].end(), 0);
+  step.schedule = schedule_of(step, stages);
+  return step;
+}
 
 // 0-3 long sequences cut into 2-4 equal slices (a chunk each, the tail topped up with short
 // sequences when room is left), short sequences packed up to a token cap, chains dealt into one
@@ -100,9 +122,7 @@ inline Step random_step(std::mt19937_64& rng, int stages) {
                       : std::uniform_int_distribution<int>(0, num_waves - 1)(rng);
     step.waves[w].insert(step.waves[w].end(), all_chains[c].begin(), all_chains[c].end());
   }
-  ScheduleOptions options;
-  options.num_stages = stages;
-  step.schedule = build_schedule(step.chunks, step.waves, options);
+  step.schedule = schedule_of(step, stages);
   return step;
 }
 

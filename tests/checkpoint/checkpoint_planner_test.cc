@@ -116,12 +116,7 @@ TEST(CheckpointPlanner, StageZeroRecomputesAtLeastAsMuchAsTheLastStage) {
   for (int d = 2; d <= 4; ++d)
     for (double tightness : {0.2, 0.5, 0.8}) {
       const CostModel cost = test_cost(std::vector<int>(d, 4));
-      Step step;
-      for (int k = 0; k < 8; ++k) step.chunks.push_back(whole(k, 1024));
-      step.waves = {{0, 1, 2, 3, 4, 5, 6, 7}};
-      ScheduleOptions options;
-      options.num_stages = d;
-      step.schedule = build_schedule(step.chunks, step.waves, options);
+      const Step step = one_wave_step(equal_chunks(8, 1024), d);
       const double budget = budget_between(step, cost, tightness);
       for (CheckpointMethod method :
            {CheckpointMethod::kStageAware, CheckpointMethod::kStageAwareGreedy}) {
@@ -179,12 +174,8 @@ TEST(CheckpointPlanner, InfeasibleNamesTheStageTheSequenceAndTheBytes) {
   // Sequence 2 (600000 tokens, one chunk) keeps 4 stage layers x 512 B per token even fully
   // checkpointed, plus 4 KiB of backward workspace per token: far over a 1 GiB budget.
   const CostModel cost = test_cost({4, 4});
-  Step step;
-  step.chunks = {whole(0, 1000), whole(1, 1000), whole(2, 600000), whole(3, 1000)};
-  step.waves = {{0, 1, 2, 3}};
-  ScheduleOptions options;
-  options.num_stages = 2;
-  step.schedule = build_schedule(step.chunks, step.waves, options);
+  const Step step =
+      one_wave_step({whole(0, 1000), whole(1, 1000), whole(2, 600000), whole(3, 1000)}, 2);
   const double budget = 1024.0 * 1024.0 * 1024.0;
   for (CheckpointMethod method : kAllMethods) {
     const CheckpointResult r = plan(step, cost, method, budget);
@@ -207,12 +198,7 @@ TEST(CheckpointPlanner, UnevenLayersFallBackWhenTyingIsTooTight) {
   // Stage 1 has one layer, so every diagonal crossing it caps stage 0 at one recomputed layer;
   // only recomputing more on stage 0 fits, which untied assignment can do.
   const CostModel cost = test_cost({6, 1});
-  Step step;
-  for (int k = 0; k < 4; ++k) step.chunks.push_back(whole(k, 1024));
-  step.waves = {{0, 1, 2, 3}};
-  ScheduleOptions options;
-  options.num_stages = 2;
-  step.schedule = build_schedule(step.chunks, step.waves, options);
+  const Step step = one_wave_step(equal_chunks(4, 1024), 2);
   const double budget = budget_between(step, cost, 0.9);
   const CheckpointResult r = plan(step, cost, CheckpointMethod::kStageAware, budget);
   ASSERT_TRUE(r.feasible) << r.reason;

@@ -15,29 +15,21 @@ namespace {
 using namespace checkpoint_test;
 
 TEST(ExhaustiveSolver, ReportInfeasibleWhenARowCannotBeCoveredAtUpperBounds) {
-  TiedProblem problem = uncoverable_problem();
+  const TiedProblem problem = uncoverable_problem();
   const TiedSolution none = solve_exhaustive(problem);
-  EXPECT_FALSE(none.feasible);
+  expect_infeasible_at_upper_bounds(none, problem);
   EXPECT_FALSE(none.optimal);
-  EXPECT_EQ(none.values, problem.upper);
   EXPECT_TRUE(near(none.objective, solution_objective(problem, problem.upper)));
   // Exactly what the upper bounds reach is enough (boundary counts): x1 and x2 at their bounds,
   // x0 free to stay 0 because x1 covers row 0 alone.
-  problem.rows[1].need = 3 * kGiB;
-  const TiedSolution exact = solve_exhaustive(problem);
+  const TiedSolution exact = solve_exhaustive(just_coverable_problem());
   ASSERT_TRUE(exact.feasible);
   EXPECT_EQ(exact.values, (std::vector<int>{0, 2, 4}));
   EXPECT_TRUE(near(exact.objective, 2 * 2e-3 + 4 * 1e-3));
 }
 
 TEST(ExhaustiveSolver, NoRowsMeansNoRecompute) {
-  TiedProblem problem;
-  problem.cost = {1e-3, 1e-3};
-  problem.upper = {4, 4};
-  const TiedSolution s = solve_exhaustive(problem);
-  EXPECT_TRUE(s.feasible);
-  EXPECT_EQ(s.values, std::vector<int>({0, 0}));
-  EXPECT_EQ(s.objective, 0);
+  expect_no_recompute(solve_exhaustive(no_rows_problem()));
 }
 
 TEST(ExhaustiveSolver, ExhaustiveRefusesLargeProblems) {
@@ -68,11 +60,7 @@ TEST(ExhaustiveSolver, FindsTheCheapestAssignment) {
 }
 
 TEST(ExhaustiveSolver, MalformedProblemsAreRejected) {
-  TiedProblem problem;
-  problem.cost = {1e-3};
-  problem.upper = {2};
-  problem.rows.push_back({{1}, {kGiB}, kGiB, 0, 0});  // variable 1 does not exist
-  EXPECT_THROW(solve_exhaustive(problem), Error);
+  EXPECT_THROW(solve_exhaustive(malformed_problem()), Error);
 }
 
 }  // namespace

@@ -19,12 +19,9 @@ namespace {
 using namespace checkpoint_test;
 
 TEST(GreedySolver, ReportInfeasibleWhenARowCannotBeCoveredAtUpperBounds) {
-  TiedProblem problem = uncoverable_problem();
-  const TiedSolution infeasible = solve_greedy(problem);
-  EXPECT_FALSE(infeasible.feasible);
-  EXPECT_EQ(infeasible.values, problem.upper);
+  expect_infeasible_at_upper_bounds(solve_greedy(uncoverable_problem()), uncoverable_problem());
   // Exactly what the upper bounds reach is enough (boundary counts).
-  problem.rows[1].need = 3 * kGiB;
+  const TiedProblem problem = just_coverable_problem();
   const TiedSolution greedy = solve_greedy(problem);
   ASSERT_TRUE(greedy.feasible);
   EXPECT_EQ(greedy.values[1], 2);
@@ -34,22 +31,13 @@ TEST(GreedySolver, ReportInfeasibleWhenARowCannotBeCoveredAtUpperBounds) {
 }
 
 TEST(GreedySolver, NoRowsMeansNoRecompute) {
-  TiedProblem problem;
-  problem.cost = {1e-3, 1e-3};
-  problem.upper = {4, 4};
-  const TiedSolution s = solve_greedy(problem);
-  EXPECT_TRUE(s.feasible);
-  EXPECT_EQ(s.values, std::vector<int>({0, 0}));
-  EXPECT_EQ(s.objective, 0);
+  const TiedSolution s = solve_greedy(no_rows_problem());
+  expect_no_recompute(s);
   EXPECT_EQ(s.solver, "greedy");
 }
 
 TEST(GreedySolver, MalformedProblemsAreRejected) {
-  TiedProblem problem;
-  problem.cost = {1e-3};
-  problem.upper = {2};
-  problem.rows.push_back({{1}, {kGiB}, kGiB, 0, 0});  // variable 1 does not exist
-  EXPECT_THROW(solve_greedy(problem), Error);
+  EXPECT_THROW(solve_greedy(malformed_problem()), Error);
 }
 
 TEST(GreedySolver, TakesTheMostBytesPerSecondFirst) {

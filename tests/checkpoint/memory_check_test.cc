@@ -43,18 +43,6 @@ Recompute random_recompute(std::mt19937_64& rng, const CostModel& cost, int num_
   return r;
 }
 
-// Four equal whole sequences on two stages: every moment is plain to see.
-Step equal_step(int chunks, int64_t tokens) {
-  Step step;
-  for (int k = 0; k < chunks; ++k) step.chunks.push_back(whole(k, tokens));
-  step.waves = {{}};
-  for (int k = 0; k < chunks; ++k) step.waves[0].push_back(k);
-  ScheduleOptions options;
-  options.num_stages = 2;
-  step.schedule = build_schedule(step.chunks, step.waves, options);
-  return step;
-}
-
 TEST(MemoryCheck, MomentsAreTheSimulatorsMoments) {
   std::mt19937_64 rng(1);
   const CostModel cost = test_cost({3, 2, 3});
@@ -145,7 +133,8 @@ TEST(MemoryCheck, ShortfallWithinTheRowToleranceFits) {
   // The planner's rows accept a shortfall of 1e-9 of what the moment needs saved (problem_tools.h);
   // the check agrees, so a solver's answer is never refused for rounding.
   const CostModel cost = test_cost({2, 2});
-  const Step step = equal_step(4, 4096);
+  // Four equal whole sequences on two stages: every moment is plain to see.
+  const Step step = one_wave_step(equal_chunks(4, 4096), 2);
   const Recompute full = uniform_layers(cost, 4, 2);
   const Peak recomputed = peak_moment(step, cost, full);
   // The same moment without recompute: what would need saving there.
@@ -169,12 +158,8 @@ TEST(MemoryCheck, ShortfallWithinTheRowToleranceFits) {
 TEST(MemoryCheck, DescribeNamesTheStageActionSequenceAndBytes) {
   // Sequence 2 (40000 tokens) is by far the largest: the worst moment holds it.
   const CostModel cost = test_cost({2, 2});
-  Step step;
-  step.chunks = {whole(0, 1000), whole(1, 1000), whole(2, 40000), whole(3, 1000)};
-  step.waves = {{0, 1, 2, 3}};
-  ScheduleOptions options;
-  options.num_stages = 2;
-  step.schedule = build_schedule(step.chunks, step.waves, options);
+  const Step step =
+      one_wave_step({whole(0, 1000), whole(1, 1000), whole(2, 40000), whole(3, 1000)}, 2);
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const MemoryCheck check(step.schedule, step.chunks, cost, 0.25 * gib);
   const MemoryViolation v = check.worst_violation(check.no_recompute());

@@ -53,11 +53,10 @@ TEST(MilpSolver, MilpEqualsExhaustiveAndGreedyIsFeasibleOnSmallRandomProblems) {
 }
 
 TEST(MilpSolver, ReportInfeasibleWhenARowCannotBeCoveredAtUpperBounds) {
-  TiedProblem problem = uncoverable_problem();
-  EXPECT_EQ(first_unsatisfiable_row(problem), 1);
-  EXPECT_FALSE(solve_milp(problem, 1.0).feasible);
+  EXPECT_EQ(first_unsatisfiable_row(uncoverable_problem()), 1);
+  EXPECT_FALSE(solve_milp(uncoverable_problem(), 1.0).feasible);
   // Lowering the need to exactly what the upper bounds reach makes it feasible (boundary counts).
-  problem.rows[1].need = 3 * kGiB;
+  const TiedProblem problem = just_coverable_problem();
   EXPECT_EQ(first_unsatisfiable_row(problem), -1);
   const TiedSolution milp = solve_milp(problem, 1.0);
   ASSERT_TRUE(milp.feasible);
@@ -67,22 +66,13 @@ TEST(MilpSolver, ReportInfeasibleWhenARowCannotBeCoveredAtUpperBounds) {
 }
 
 TEST(MilpSolver, NoRowsMeansNoRecompute) {
-  TiedProblem problem;
-  problem.cost = {1e-3, 1e-3};
-  problem.upper = {4, 4};
-  const TiedSolution s = solve_milp(problem, 1.0);
-  EXPECT_TRUE(s.feasible);
-  EXPECT_EQ(s.values, std::vector<int>({0, 0}));
-  EXPECT_EQ(s.objective, 0);
+  const TiedSolution s = solve_milp(no_rows_problem(), 1.0);
+  expect_no_recompute(s);
   EXPECT_TRUE(s.optimal) << "nothing to cover: all zeros is optimal";
 }
 
 TEST(MilpSolver, MalformedProblemsAreRejected) {
-  TiedProblem problem;
-  problem.cost = {1e-3};
-  problem.upper = {2};
-  problem.rows.push_back({{1}, {kGiB}, kGiB, 0, 0});  // variable 1 does not exist
-  EXPECT_THROW(solve_milp(problem, 1.0), Error);
+  EXPECT_THROW(solve_milp(malformed_problem(), 1.0), Error);
 }
 
 TEST(MilpSolver, MilpNeverWorseThanGreedyOnMediumProblems) {
@@ -138,9 +128,8 @@ TEST(MilpSolver, FreeRecomputeNeedsNoSolve) {
 TEST(MilpSolver, InfeasibleAnswerIsTheUpperBounds) {
   const TiedProblem problem = uncoverable_problem();
   const TiedSolution milp = solve_milp(problem, 1.0);
-  EXPECT_FALSE(milp.feasible);
+  expect_infeasible_at_upper_bounds(milp, problem);
   EXPECT_FALSE(milp.optimal);
-  EXPECT_EQ(milp.values, problem.upper);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #pragma once
 // Checkpointing programs for the solver tests (milp_solver, greedy_solver, exhaustive_solver):
-// random ones in GiB-scale bytes like the real rows, and small ones whose answers are known.
+// random ones in GiB-scale bytes like the real rows, small ones whose answers are known, and the
+// checks of what every solver answers to those.
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 
@@ -63,6 +66,45 @@ inline TiedProblem uncoverable_problem() {
   problem.rows.push_back({{0, 1}, {1 * kGiB, 1 * kGiB}, 2 * kGiB, 0, 4});
   problem.rows.push_back({{1, 2}, {1 * kGiB, 0.25 * kGiB}, 3.5 * kGiB, 1, 7});
   return problem;
+}
+
+// uncoverable_problem with row 1 needing exactly what the upper bounds reach: feasible (the
+// boundary counts), with x1 and x2 at their upper bounds.
+inline TiedProblem just_coverable_problem() {
+  TiedProblem problem = uncoverable_problem();
+  problem.rows[1].need = 3 * kGiB;
+  return problem;
+}
+
+// Two variables (1 ms a layer, up to 4) and no row to cover.
+inline TiedProblem no_rows_problem() {
+  TiedProblem problem;
+  problem.cost = {1e-3, 1e-3};
+  problem.upper = {4, 4};
+  return problem;
+}
+
+// One variable and a row on variable 1, which does not exist.
+inline TiedProblem malformed_problem() {
+  TiedProblem problem;
+  problem.cost = {1e-3};
+  problem.upper = {2};
+  problem.rows.push_back({{1}, {kGiB}, kGiB, 0, 0});
+  return problem;
+}
+
+// Every solver's answer to a problem that a row makes infeasible: every variable at its upper
+// bound.
+inline void expect_infeasible_at_upper_bounds(const TiedSolution& s, const TiedProblem& problem) {
+  EXPECT_FALSE(s.feasible);
+  EXPECT_EQ(s.values, problem.upper);
+}
+
+// Every solver's answer to no_rows_problem: nothing recomputed, at no cost.
+inline void expect_no_recompute(const TiedSolution& s) {
+  EXPECT_TRUE(s.feasible);
+  EXPECT_EQ(s.values, std::vector<int>({0, 0}));
+  EXPECT_EQ(s.objective, 0);
 }
 
 // Set cover where greedy goes wrong: rows a, b, c, d each need 1 GiB; x0 covers a and b (1 ms),

@@ -1,6 +1,7 @@
 #pragma once
 // Hand-made cost models, chunks and schedules for the simulator tests: simple enough that
 // expected times and bytes follow from the coefficients by hand.
+#include <utility>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -9,9 +10,6 @@
 #include "support/small_shape.h"
 
 namespace infinipipe::test {
-
-// A small decoder; only its parameter count (model state) matters to the simulator.
-inline ModelShape small_shape(int layers) { return test_support::small_shape("sim-test", layers); }
 
 // Forward of a chunk on a stage = layers * tokens * 1 ms (linear only, no overhead, no
 // embedding or head time), backward = 2 x forward, so stage times are uniform when layers are.
@@ -29,11 +27,14 @@ inline CostCoefficients simple_coefficients(double p2p_s_per_token = 0) {
   return c;
 }
 
+// A cost model with the coefficients `c` over a small decoder; only its parameter count (model
+// state) matters to the simulator.
+inline CostModel cost_with(const CostCoefficients& c, std::vector<int> layers_per_stage) {
+  return test_support::hand_made_cost("sim-test", std::move(layers_per_stage), c);
+}
+
 inline CostModel simple_cost(std::vector<int> layers_per_stage, double p2p_s_per_token = 0) {
-  int total = 0;
-  for (int l : layers_per_stage) total += l;
-  return CostModel(small_shape(total), std::move(layers_per_stage),
-                   simple_coefficients(p2p_s_per_token));
+  return cost_with(simple_coefficients(p2p_s_per_token), std::move(layers_per_stage));
 }
 
 // A chunk holding one whole sequence.

@@ -169,7 +169,7 @@ TEST(Simulator, OverBudgetNamesTheStageTheMomentAndTheBytes) {
   // Activations large enough for GiB figures: 1e8 bytes per token per layer.
   CostCoefficients c = test::simple_coefficients();
   c.activation_bytes = 1e8;
-  CostModel cost(test::small_shape(4), {2, 2}, c);
+  const CostModel cost = test::cost_with(c, {2, 2});
   std::vector<Chunk> chunks = test::equal_chunks(4, 10);
   Schedule s = test::one_f_one_b(2, 4);
   SimResult free_run = simulate(s, chunks, cost, {}, {});
