@@ -14,13 +14,15 @@
 #include "infinipipe/core/chunk.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
+#include "support/a800_cost.h"
 #include "support/error_of.h"
+#include "support/random_lengths.h"
 
 namespace infinipipe::testing_support {
 
-inline CostModel llama13b_a800() {
-  return CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
-}
+using test_support::a800_cost;
+
+inline CostModel llama13b_a800() { return a800_cost("llama-13b", 8); }
 
 // Slice cost a1 * ((c+s)^2 - c^2) + a2 * s with chosen coefficients, to reach regimes the
 // analytic model does not (purely linear, purely quadratic).
@@ -35,17 +37,9 @@ inline CostModel hand_made(double a1, double a2) {
 
 enum class Distribution { kLogNormal, kUniform, kOneHuge, kAllEqual };
 inline const char* name(Distribution d) {
-  switch (d) {
-    case Distribution::kLogNormal:
-      return "log-normal";
-    case Distribution::kUniform:
-      return "uniform";
-    case Distribution::kOneHuge:
-      return "one-huge";
-    case Distribution::kAllEqual:
-      return "all-equal";
-  }
-  return "?";
+  // In the enum's order.
+  static const char* const names[] = {"log-normal", "uniform", "one-huge", "all-equal"};
+  return names[static_cast<int>(d)];
 }
 inline const std::vector<Distribution>& all_distributions() {
   static const std::vector<Distribution> all = {Distribution::kLogNormal, Distribution::kUniform,
@@ -106,9 +100,7 @@ inline std::vector<Case> random_cases(uint64_t seed, int per_distribution) {
   return cases;
 }
 
-inline int64_t longest_of(const std::vector<int64_t>& lengths) {
-  return *std::max_element(lengths.begin(), lengths.end());
-}
+using test_support::longest_of;
 
 // How often each slice (sequence, start, end) occurs in the chunks, whatever chunk holds it.
 inline std::map<std::tuple<int, int64_t, int64_t>, int> slice_counts(

@@ -43,7 +43,7 @@ double slices_time(const Chunk& chunk, const CostModel& cost) {
 void check_epp(const std::vector<Chunk>& chunks, const std::vector<int64_t>& lengths, int k,
                const CostModel& cost) {
   ASSERT_NO_THROW(check_coverage(chunks, lengths));
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t longest = longest_of(lengths);
   const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
   const std::set<int64_t> mesh_points(mesh.boundaries.begin(), mesh.boundaries.end());
 
@@ -113,7 +113,7 @@ TEST(EppChunks, PropertiesOverRandomDistributions) {
         const int count = std::uniform_int_distribution<int>(1, 300)(rng);
         const int64_t max_length = std::uniform_int_distribution<int64_t>(1, 131072)(rng);
         const std::vector<int64_t> lengths = sample_lengths(d, count, max_length, rng);
-        const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+        const int64_t longest = longest_of(lengths);
         const int k = static_cast<int>(
             std::uniform_int_distribution<int64_t>(1, std::min<int64_t>(longest, 32))(rng));
         SCOPED_TRACE(model_name + ", " + name(d) + ", trial " + std::to_string(trial) + ", k " +
@@ -133,7 +133,7 @@ TEST(EppChunks, OneSliceSplitsNothingAndKeepsTheTimeTarget) {
   for (Distribution d : all_distributions()) {
     for (int trial = 0; trial < 20; ++trial) {
       const std::vector<int64_t> lengths = sample_lengths(d, 200, 65536, rng);
-      const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+      const int64_t longest = longest_of(lengths);
       const std::vector<Chunk> chunks = epp_chunks(lengths, 1, cost);
       check_coverage(chunks, lengths);
       for (const Chunk& c : chunks) {
@@ -276,13 +276,12 @@ TEST(Seq1f1bChunks, BadInputIsRejected) {
 
 TEST(EppChunking, KnobsCoverEveryTokenAndRespectTheCap) {
   std::mt19937_64 rng(31);
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 4);
+  const CostModel cost = a800_cost("llama-13b", 4);
   const int64_t caps[] = {0, 97, 1024, 4096};
   int capped_chunks = 0;
   for (int trial = 0; trial < 150; ++trial) {
     const std::vector<int64_t> lengths = random_lengths(rng, 40, 65536);
-    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const int64_t longest = longest_of(lengths);
     EppChunkingOptions o;
     o.k = static_cast<int>(
         std::uniform_int_distribution<int64_t>(1, std::min<int64_t>(longest, 48))(rng));
@@ -308,8 +307,7 @@ TEST(EppChunking, KnobsCoverEveryTokenAndRespectTheCap) {
 
 TEST(EppChunking, DefaultOptionsAreThePaperAlgorithm) {
   std::mt19937_64 rng(32);
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   for (int trial = 0; trial < 30; ++trial) {
     const std::vector<int64_t> lengths = random_lengths(rng, 30, 8192);
     const int k = 1 + trial % 8;
@@ -323,8 +321,7 @@ TEST(EppChunking, DefaultOptionsAreThePaperAlgorithm) {
 }
 
 TEST(EppChunking, CappedMeshKeepsItsCutsAndSplitsOnlyLongSlices) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  const CostModel cost = llama13b_a800();
   for (int64_t longest : {5000, 40000, 98304}) {
     for (int k : {1, 3, 8, 24}) {
       for (int64_t cap : {512, 1024, 3000}) {
@@ -373,12 +370,11 @@ TEST(EppChunking, CappedMeshKeepsItsCutsAndSplitsOnlyLongSlices) {
 
 TEST(EppChunking, StrictPackingKeepsEveryChunkWithinTheTimeTarget) {
   std::mt19937_64 rng(33);
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  const CostModel cost = llama13b_a800();
   int relaxed_over = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const std::vector<int64_t> lengths = random_lengths(rng, 60, 32768);
-    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const int64_t longest = longest_of(lengths);
     EppChunkingOptions o;
     o.k = 1 + trial % 24;
     if (o.k > longest) continue;
@@ -397,8 +393,7 @@ TEST(EppChunking, StrictPackingKeepsEveryChunkWithinTheTimeTarget) {
 
 TEST(EppChunking, LightFirstAndDrainTaperOnlyReorderAndRepackPackedChunks) {
   std::mt19937_64 rng(34);
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  const CostModel cost = llama13b_a800();
   int tapered = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const std::vector<int64_t> lengths = random_lengths(rng, 200, 32768);
@@ -442,8 +437,7 @@ TEST(EppChunking, LightFirstAndDrainTaperOnlyReorderAndRepackPackedChunks) {
 }
 
 TEST(EppChunking, BadKnobsAreErrors) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   EppChunkingOptions o;
   o.k = 2;
   o.max_chunk_tokens = -5;

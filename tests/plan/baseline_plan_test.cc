@@ -23,7 +23,7 @@ TEST(BaselinePlan, EveryFeasiblePlanIsExecutableAndFits) {
   for (int trial = 0; trial < 150; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
-    const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    const int64_t longest = longest_of(inst.lengths);
     Setting s;
     s.token_cap = 2 * longest;
     s.k = 4;
@@ -44,7 +44,7 @@ TEST(BaselinePlan, UniformRecomputeIsUniformAndFixedCountIsHonoured) {
   for (int trial = 0; trial < 20; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
-    const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    const int64_t longest = longest_of(inst.lengths);
     Setting s;
     s.token_cap = longest;
     const PlanResult own =
@@ -73,18 +73,15 @@ TEST(BaselinePlan, UniformRecomputeIsUniformAndFixedCountIsHonoured) {
 }
 
 TEST(BaselinePlan, EmptyBatchIsAnError) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   EXPECT_THROW(
       plan_with_setting(Method::kBatch, {}, Setting{1, 1024, 0, -1}, cost, options_for(cost, 1e12)),
       Error);
 }
 
 TEST(BaselinePlan, SequenceThatCannotFitIsInfeasibleWithItsNameStageAndBytes) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 4);
-  double state = 0;
-  for (int p = 0; p < 4; ++p) state = std::max(state, cost.model_state_bytes(p));
+  const CostModel cost = a800_cost("llama-13b", 4);
+  const double state = largest_model_state(cost);
   // A hair above the model state: not even one long sequence fully checkpointed fits.
   const PlannerOptions options = options_for(cost, state + 64.0 * 1024 * 1024);
   const PlanResult base = plan_with_setting(Method::kBatch, {1000, 65536, 2000},
@@ -94,8 +91,7 @@ TEST(BaselinePlan, SequenceThatCannotFitIsInfeasibleWithItsNameStageAndBytes) {
 }
 
 TEST(BaselinePlan, SequenceLongerThanTheCapMakesTheBaselineInfeasible) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   const PlanResult r = plan_with_setting(Method::kBatch, {100, 5000}, Setting{1, 4096, 0, -1}, cost,
                                          options_for(cost, 1e12));
   EXPECT_FALSE(r.feasible);
@@ -103,8 +99,7 @@ TEST(BaselinePlan, SequenceLongerThanTheCapMakesTheBaselineInfeasible) {
 }
 
 TEST(BaselinePlan, EppIsNotABaseline) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   try {
     plan_with_setting(Method::kEpp, {100, 200}, Setting{}, cost, options_for(cost, 1e12));
     FAIL() << "expected Error";
@@ -119,7 +114,7 @@ TEST(BaselinePlan, OneWaveOfTheSettingsChunksInOneFOneB) {
   for (int trial = 0; trial < 30; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
-    const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    const int64_t longest = longest_of(inst.lengths);
     const Method method =
         std::vector<Method>{Method::kBatch, Method::kSeq1F1B, Method::kChunkFlow}[trial % 3];
     Setting s;
@@ -135,12 +130,8 @@ TEST(BaselinePlan, OneWaveOfTheSettingsChunksInOneFOneB) {
     ASSERT_EQ(plan.chunks.size(), chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) EXPECT_EQ(plan.chunks[c].slices, chunks[c].slices);
     ASSERT_EQ(plan.waves.size(), 1u);
-    std::vector<int> all(chunks.size());
-    for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<int>(c);
-    EXPECT_EQ(plan.waves[0], all);
-    ScheduleOptions schedule_options;
-    schedule_options.num_stages = inst.options.num_stages;
-    EXPECT_EQ(plan.schedule.text(), build_schedule(chunks, {all}, schedule_options).text());
+    EXPECT_EQ(plan.waves[0], every_chunk(chunks.size()));
+    EXPECT_EQ(plan.schedule.text(), one_wave_schedule(chunks, inst.options.num_stages).text());
     // The smallest uniform count is found and recorded in the setting.
     int most = 0;
     for (const auto& stage : plan.recompute)
@@ -155,8 +146,7 @@ TEST(BaselinePlan, OneWaveOfTheSettingsChunksInOneFOneB) {
 }
 
 TEST(BaselinePlan, FixedCountIsCappedAtEachStagesLayersAndNamedFixed) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   Setting s;
   s.token_cap = 4096;
   s.uniform_recompute = 1000;
@@ -172,10 +162,8 @@ TEST(BaselinePlan, FixedCountIsCappedAtEachStagesLayersAndNamedFixed) {
 }
 
 TEST(BaselinePlan, FixedCountOverTheBudgetIsInfeasibleWithTheSimulatorsMessage) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 4);
-  double state = 0;
-  for (int p = 0; p < 4; ++p) state = std::max(state, cost.model_state_bytes(p));
+  const CostModel cost = a800_cost("llama-13b", 4);
+  const double state = largest_model_state(cost);
   const PlannerOptions options = options_for(cost, state + 1024.0 * 1024 * 1024);
   Setting s;
   s.token_cap = 16384;
@@ -187,22 +175,14 @@ TEST(BaselinePlan, FixedCountOverTheBudgetIsInfeasibleWithTheSimulatorsMessage) 
   EXPECT_EQ(r.reason.rfind(prefix, 0), 0u) << r.reason;
   // The simulator's own message about the same schedule.
   const std::vector<Chunk> chunks = batch_chunks(lengths, s.token_cap);
-  std::vector<int> all(chunks.size());
-  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<int>(c);
-  ScheduleOptions schedule_options;
-  schedule_options.num_stages = 4;
-  SimOptions sim_options;
-  sim_options.memory_budget_bytes = options.memory_budget_bytes;
-  sim_options.record_events = false;
   const SimResult sim =
-      simulate(build_schedule(chunks, {all}, schedule_options), chunks, cost, {}, sim_options);
+      simulate_quietly(one_wave_schedule(chunks, 4), chunks, cost, {}, options.memory_budget_bytes);
   ASSERT_TRUE(sim.over_budget);
   EXPECT_EQ(r.reason, prefix + sim.over_budget_message);
 }
 
 TEST(BaselinePlan, ASettingThatCannotChunkTheStepNamesTheSetting) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   Setting s;
   s.token_cap = 4096;
   const PlanResult r =

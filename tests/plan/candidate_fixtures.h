@@ -4,6 +4,7 @@
 // sequence processor's and the baselines'), with pipeline_bound filled in as the search does.
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "candidate.h"
@@ -16,7 +17,7 @@ namespace infinipipe::testing {
 
 // A setting of EPP's search for the instance, chosen by `pick` among a fixed few.
 inline Setting some_setting(const Instance& inst, int pick) {
-  const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+  const int64_t longest = longest_of(inst.lengths);
   Setting s;
   switch (pick % 6) {
     case 0:
@@ -55,11 +56,16 @@ inline planning::Candidate candidate(const Instance& inst, const Setting& settin
   return cand;
 }
 
+// What a check of `setting`'s candidate is traced by: the instance and the setting.
+inline std::string described(const Instance& inst, const Setting& setting) {
+  return inst.description + "; " + describe(Method::kEpp, setting);
+}
+
 }  // namespace infinipipe::testing
 
 namespace infinipipe {
 
 // The tests of the planner's internals name these unqualified (and plan_checks.h's).
-using planning::Candidate, testing::candidate, testing::some_setting;
+using planning::Candidate, testing::candidate, testing::described, testing::some_setting;
 
 }  // namespace infinipipe

@@ -24,7 +24,7 @@ TEST(OneWaveWithoutRecompute, ExactWhenItFitsAndMoreExcessWhenNot) {
   for (int trial = 0; trial < 40; ++trial) {
     const Instance inst = random_instance(rng);
     const Candidate bounded = candidate(inst, some_setting(inst, trial));
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, bounded.setting));
+    SCOPED_TRACE(described(inst, bounded.setting));
     Candidate cand = bounded;
     planning::one_wave_without_recompute(cand, inst.cost, inst.options);
     const size_t n = cand.chunks.size();
@@ -32,10 +32,7 @@ TEST(OneWaveWithoutRecompute, ExactWhenItFitsAndMoreExcessWhenNot) {
     EXPECT_TRUE(cand.simulated);
     ASSERT_EQ(cand.waves.size(), 1u);
     EXPECT_EQ(cand.waves[0], planning::all_chunks(n));
-    ScheduleOptions schedule_options;
-    schedule_options.num_stages = d;
-    EXPECT_EQ(cand.schedule.text(),
-              build_schedule(cand.chunks, cand.waves, schedule_options).text());
+    EXPECT_EQ(cand.schedule.text(), one_wave_schedule(cand.chunks, d).text());
     EXPECT_TRUE(cand.checkpoint.feasible);
     EXPECT_EQ(cand.checkpoint.solver, "none needed");
     EXPECT_EQ(cand.checkpoint.recompute, Recompute(d, std::vector<int>(n, 0)));
@@ -73,7 +70,7 @@ TEST(OneWaveWithRecompute, FitsTheBudgetAndCostsAtLeastTheOptimisticTime) {
   for (int trial = 0; trial < 80 && fitted < 10; ++trial) {
     const Instance inst = random_instance(rng);
     Candidate cand = candidate(inst, some_setting(inst, trial));
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     planning::one_wave_without_recompute(cand, inst.cost, inst.options);
     if (!cand.sim.over_budget) continue;
     const double optimistic = cand.optimistic;
@@ -107,7 +104,7 @@ TEST(PlanWithRecompute, KeepsTheFasterOfOneWaveAndWaves) {
   for (int trial = 0; trial < 400 && (compared < 15 || chose_waves < 2); ++trial) {
     const Instance inst = random_instance(rng);
     Candidate cand = candidate(inst, some_setting(inst, trial));
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     planning::one_wave_without_recompute(cand, inst.cost, inst.options);
     if (!cand.sim.over_budget) continue;
     // Each path alone, as plan_with_recompute takes them.

@@ -20,30 +20,17 @@
 namespace infinipipe {
 namespace {
 
-Schedule one_wave(const std::vector<Chunk>& chunks, int stages) {
-  ScheduleOptions options;
-  options.num_stages = stages;
-  return build_schedule(chunks, {planning::all_chunks(chunks.size())}, options);
-}
-
-SimResult simulate_quietly(const Schedule& schedule, const std::vector<Chunk>& chunks,
-                           const CostModel& cost, const Recompute& recompute) {
-  SimOptions options;  // no budget: the peaks are measured, never refused
-  options.record_events = false;
-  return simulate(schedule, chunks, cost, recompute, options);
-}
-
 TEST(PipelineBound, NeverAboveTheSimulatedTimeNorTheSimulatedPeaks) {
   std::mt19937_64 rng(60);
   int compared = 0, over = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const Instance inst = random_instance(rng);
-    const Setting setting = some_setting(inst, trial);
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, setting));
-    const Candidate cand = candidate(inst, setting);
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
     const int d = inst.options.num_stages;
+    // No budget: the peaks are measured, never refused.
     const SimResult sim =
-        simulate_quietly(one_wave(cand.chunks, d), cand.chunks, inst.cost, Recompute{});
+        simulate_quietly(one_wave_schedule(cand.chunks, d), cand.chunks, inst.cost, Recompute{});
     ++compared;
     EXPECT_LE(cand.bound, sim.step_time_s * (1 + 1e-9));
     EXPECT_GT(cand.bound, 0);
@@ -77,7 +64,8 @@ TEST(PipelineBound, ExactWhenThePipelineNeverStalls) {
       Candidate cand;
       cand.chunks = test::equal_chunks(m, 50);
       planning::pipeline_bound(cand, cost, d, 1e18);
-      const SimResult sim = simulate_quietly(one_wave(cand.chunks, d), cand.chunks, cost, {});
+      const SimResult sim =
+          simulate_quietly(one_wave_schedule(cand.chunks, d), cand.chunks, cost, {});
       EXPECT_NEAR(cand.bound, (m + d - 1) * 0.3, 1e-12) << "d=" << d << " m=" << m;
       EXPECT_NEAR(cand.bound, sim.step_time_s, 1e-12) << "d=" << d << " m=" << m;
     }
@@ -88,13 +76,12 @@ TEST(PipelineBound, BusyFillAndDrainFromTheCostModel) {
   std::mt19937_64 rng(61);
   for (int trial = 0; trial < 10; ++trial) {
     const Instance inst = random_instance(rng);
-    const Setting setting = some_setting(inst, trial);
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, setting));
-    const Candidate cand = candidate(inst, setting);
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
     const int d = inst.options.num_stages;
     const CostModel& cost = inst.cost;
     // The first forward and the last backward of the one-wave schedule, found on stage 0.
-    const Schedule schedule = one_wave(cand.chunks, d);
+    const Schedule schedule = one_wave_schedule(cand.chunks, d);
     int first = -1, last = -1;
     for (const Action& a : schedule.stages[0]) {
       if (a.type == ActionType::kForward && first < 0) first = a.chunk;
@@ -134,12 +121,11 @@ TEST(PipelineBound, NoAssignmentFitsWithLessRecomputeThanTheFloor) {
   int checked = 0, positive_floors = 0;
   for (int trial = 0; trial < 60 && checked < 25; ++trial) {
     const Instance inst = random_instance(rng);
-    const Setting setting = some_setting(inst, trial);
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, setting));
-    const Candidate cand = candidate(inst, setting);
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
     if (!planning::over_budget(cand)) continue;
     const int d = inst.options.num_stages;
-    const Schedule schedule = one_wave(cand.chunks, d);
+    const Schedule schedule = one_wave_schedule(cand.chunks, d);
     for (CheckpointMethod method : {CheckpointMethod::kStageAwareGreedy,
                                     CheckpointMethod::kUntiedGreedy, CheckpointMethod::kFull}) {
       CheckpointOptions o;

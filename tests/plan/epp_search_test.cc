@@ -34,7 +34,7 @@ TEST(EppSearch, NeverSlowerThanASettingThatFitsAsItIs) {
     inst.options.max_k = 6;
     SCOPED_TRACE(inst.description);
     const PlanResult epp = plan_epp(inst.lengths, inst.cost, inst.options);
-    const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    const int64_t longest = longest_of(inst.lengths);
     std::vector<Setting> settings;
     for (int k = 1; k <= std::min<int64_t>(6, longest); ++k) {
       for (int64_t cap : inst.options.chunk_token_caps) {
@@ -54,15 +54,9 @@ TEST(EppSearch, NeverSlowerThanASettingThatFitsAsItIs) {
       }
     for (const Setting& s : settings) {
       const std::vector<Chunk> chunks = setting_chunks(Method::kEpp, inst.lengths, s, inst.cost);
-      ScheduleOptions schedule_options;
-      schedule_options.num_stages = inst.options.num_stages;
-      Wave all(chunks.size());
-      for (size_t c = 0; c < chunks.size(); ++c) all[c] = static_cast<int>(c);
-      SimOptions sim_options;
-      sim_options.memory_budget_bytes = inst.options.memory_budget_bytes;
-      sim_options.record_events = false;
-      const SimResult one = simulate(build_schedule(chunks, {all}, schedule_options), chunks,
-                                     inst.cost, {}, sim_options);
+      const SimResult one =
+          simulate_quietly(one_wave_schedule(chunks, inst.options.num_stages), chunks, inst.cost,
+                           {}, inst.options.memory_budget_bytes);
       if (one.over_budget) continue;
       ++compared;
       ASSERT_TRUE(epp.feasible) << describe(Method::kEpp, s) << " fits but EPP found nothing";
@@ -100,11 +94,8 @@ TEST(EppSearch, KeptRecomputeIsNeverSlowerThanTiedOrUntied) {
       o.time_limit_s = inst.options.checkpoint_time_limit_s;
       const CheckpointResult ck = plan_checkpointing(plan.schedule, plan.chunks, inst.cost, o);
       if (!ck.feasible || (method == CheckpointMethod::kStageAware && ck.solver != "cbc")) continue;
-      SimOptions sim_options;
-      sim_options.memory_budget_bytes = inst.options.memory_budget_bytes;
-      sim_options.record_events = false;
-      const SimResult sim =
-          simulate(plan.schedule, plan.chunks, inst.cost, ck.recompute, sim_options);
+      const SimResult sim = simulate_quietly(plan.schedule, plan.chunks, inst.cost, ck.recompute,
+                                             inst.options.memory_budget_bytes);
       EXPECT_LE(plan.step_time_s, sim.step_time_s * (1 + 1e-9))
           << ck.solver << " on the plan's schedule is faster than the kept "
           << plan.checkpoint_solver;
@@ -116,8 +107,7 @@ TEST(EppSearch, KeptRecomputeIsNeverSlowerThanTiedOrUntied) {
 }
 
 TEST(EppSearch, NegativeCapIsAnError) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   PlannerOptions o;
   o.num_stages = 2;
   o.memory_budget_bytes = 1e12;
@@ -182,7 +172,7 @@ TEST(EppSearch, EppKeepsUpWithBatchLevelAtTheLongestSequenceCap) {
     SCOPED_TRACE(inst.description);
     const PlanResult epp = plan_epp(inst.lengths, inst.cost, inst.options);
     Setting s;
-    s.token_cap = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    s.token_cap = longest_of(inst.lengths);
     const PlanResult base =
         plan_with_setting(Method::kBatch, inst.lengths, s, inst.cost, inst.options);
     if (!base.feasible) continue;
@@ -197,14 +187,12 @@ TEST(EppSearch, EppKeepsUpWithBatchLevelAtTheLongestSequenceCap) {
 }
 
 TEST(EppSearch, EmptyBatchIsAnError) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   EXPECT_THROW(plan_epp({}, cost, options_for(cost, 1e12)), Error);
 }
 
 TEST(EppSearch, NonPositiveLengthIsAnErrorNamingIt) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   for (int64_t bad : {int64_t{0}, int64_t{-5}}) {
     try {
       plan_epp({100, 200, bad, 50}, cost, options_for(cost, 1e12));
@@ -216,10 +204,8 @@ TEST(EppSearch, NonPositiveLengthIsAnErrorNamingIt) {
 }
 
 TEST(EppSearch, SequenceThatCannotFitIsInfeasibleWithItsNameStageAndBytes) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 4);
-  double state = 0;
-  for (int p = 0; p < 4; ++p) state = std::max(state, cost.model_state_bytes(p));
+  const CostModel cost = a800_cost("llama-13b", 4);
+  const double state = largest_model_state(cost);
   // A hair above the model state: not even one long sequence fully checkpointed fits.
   const PlannerOptions options = options_for(cost, state + 64.0 * 1024 * 1024);
   const PlanResult r = plan_epp({1000, 65536, 2000}, cost, options);
@@ -238,8 +224,7 @@ TEST(EppSearch, SequenceThatCannotFitIsInfeasibleWithItsNameStageAndBytes) {
 TEST(EppSearch, SequenceWhoseKVBuffersCannotFitFailsAtOnceNamingIt) {
   // 2M tokens on 8 stages of llama-13b: K/V buffers and their gradients alone exceed 80 GiB, so
   // no slicing helps; the planner must say so rather than sweep (which grows with the length).
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  const CostModel cost = a800_cost("llama-13b", 8);
   const PlannerOptions options = options_for(cost, 80.0 * 1024 * 1024 * 1024);
   const PlanResult r = plan_epp({3000, 2000000, 500}, cost, options);
   ASSERT_FALSE(r.feasible);
@@ -249,10 +234,8 @@ TEST(EppSearch, SequenceWhoseKVBuffersCannotFitFailsAtOnceNamingIt) {
 }
 
 TEST(EppSearch, FewerLayersThanStagesIsAnError) {
-  EXPECT_THROW(CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 9),
-               Error);
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  EXPECT_THROW(a800_cost("tiny", 9), Error);
+  const CostModel cost = a800_cost("tiny", 2);
   PlannerOptions options = options_for(cost, 1e12);
   options.num_stages = 9;
   EXPECT_THROW(plan_epp({100}, cost, options), Error);
@@ -267,7 +250,7 @@ TEST(EppSearch, PlanAtOneSettingIsThatSettingsPlan) {
     Setting s;
     s.k = 1 + trial % 4;
     s.token_cap = trial % 3 == 0 ? 1024 : 0;
-    if (s.k > *std::max_element(inst.lengths.begin(), inst.lengths.end())) continue;
+    if (s.k > longest_of(inst.lengths)) continue;
     const PlanResult at = plan_epp_at(inst.lengths, s, inst.cost, inst.options);
     if (!at.feasible) {
       EXPECT_FALSE(at.reason.empty());

@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "infinipipe/cost/cost_model.h"
-#include "infinipipe/cost/hardware.h"
-#include "infinipipe/cost/model_shape.h"
 #include "infinipipe/plan/planner.h"
+#include "support/a800_cost.h"
 #include "support/random_lengths.h"
 
 namespace infinipipe::testing {
@@ -24,7 +23,17 @@ struct Instance {
   std::string description;
 };
 
+using test_support::a800_cost;
+using test_support::longest_of;
 using test_support::random_lengths;
+
+// The largest model state (weights, gradients, optimizer state) of any stage: a budget below it
+// fits nothing.
+inline double largest_model_state(const CostModel& cost) {
+  double state = 0;
+  for (int p = 0; p < cost.num_stages(); ++p) state = std::max(state, cost.model_state_bytes(p));
+  return state;
+}
 
 // Memory of the whole step held at once on the busiest stage, without recompute: an upper end
 // for budgets that still make the planner work.
@@ -42,19 +51,18 @@ inline double all_activations_bytes(const std::vector<int64_t>& lengths, const C
 inline Instance random_instance(std::mt19937_64& rng) {
   Instance inst;
   const bool tiny = std::bernoulli_distribution(0.5)(rng);
-  const ModelShape shape = ModelShape::builtin(tiny ? "tiny" : "llama-13b");
+  const std::string model = tiny ? "tiny" : "llama-13b";
   const int stages = std::uniform_int_distribution<int>(2, 8)(rng);
-  inst.cost = CostModel::analytic(shape, Hardware::builtin("a800"), stages);
+  inst.cost = a800_cost(model, stages);
   inst.lengths = random_lengths(rng, 20, tiny ? 8192 : 32768);
-  double state = 0;
-  for (int p = 0; p < stages; ++p) state = std::max(state, inst.cost.model_state_bytes(p));
+  const double state = largest_model_state(inst.cost);
   const double full = all_activations_bytes(inst.lengths, inst.cost);
   const double fraction = std::uniform_real_distribution<double>(0.05, 1.2)(rng);
   inst.options.num_stages = stages;
   inst.options.memory_budget_bytes = state + fraction * (full - state);
   inst.options.max_k = 8;
   inst.options.checkpoint_time_limit_s = 0.05;
-  inst.description = shape.name + ", " + std::to_string(stages) + " stages, " +
+  inst.description = model + ", " + std::to_string(stages) + " stages, " +
                      std::to_string(inst.lengths.size()) + " sequences, budget fraction " +
                      std::to_string(fraction) + ", lengths";
   for (int64_t n : inst.lengths) inst.description += " " + std::to_string(n);

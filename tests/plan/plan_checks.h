@@ -1,7 +1,9 @@
 #pragma once
 // Checks and options shared by the plan tests: what every rank relies on in a plan, checked
-// independently of the planner's own bookkeeping, and small planner options for a cost model.
+// independently of the planner's own bookkeeping (with the scheduler and the simulator called
+// here, not through the planner), and small planner options for a cost model.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -9,11 +11,36 @@
 
 #include "infinipipe/core/chunk.h"
 #include "infinipipe/plan/planner.h"
+#include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/schedule/validator.h"
 #include "infinipipe/sim/simulator.h"
 #include "plan/instances.h"
 
 namespace infinipipe::testing {
+
+// One wave of chunks 0 .. count-1.
+inline Wave every_chunk(size_t count) {
+  Wave wave(count);
+  for (size_t c = 0; c < count; ++c) wave[c] = static_cast<int>(c);
+  return wave;
+}
+
+// The scheduler's 1F1B of every chunk in one wave, on `stages` stages.
+inline Schedule one_wave_schedule(const std::vector<Chunk>& chunks, int stages) {
+  ScheduleOptions options;
+  options.num_stages = stages;
+  return build_schedule(chunks, {every_chunk(chunks.size())}, options);
+}
+
+// The simulator without its event list, against a memory budget per stage (none by default).
+inline SimResult simulate_quietly(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                                  const CostModel& cost, const Recompute& recompute,
+                                  double budget = std::numeric_limits<double>::infinity()) {
+  SimOptions options;
+  options.memory_budget_bytes = budget;
+  options.record_events = false;
+  return simulate(schedule, chunks, cost, recompute, options);
+}
 
 // What every rank relies on, checked independently of the planner's own bookkeeping.
 inline void expect_executable(const Plan& plan, const Instance& inst) {
@@ -36,11 +63,8 @@ inline void expect_executable(const Plan& plan, const Instance& inst) {
       EXPECT_LE(layers, inst.cost.layers(p));
     }
   }
-  SimOptions sim_options;
-  sim_options.memory_budget_bytes = inst.options.memory_budget_bytes;
-  sim_options.record_events = false;
-  const SimResult sim =
-      simulate(plan.schedule, plan.chunks, inst.cost, plan.recompute, sim_options);
+  const SimResult sim = simulate_quietly(plan.schedule, plan.chunks, inst.cost, plan.recompute,
+                                         inst.options.memory_budget_bytes);
   EXPECT_FALSE(sim.over_budget) << sim.over_budget_message;
   ASSERT_EQ(sim.peak_memory_bytes.size(), static_cast<size_t>(inst.cost.num_stages()));
   for (int p = 0; p < inst.cost.num_stages(); ++p)
@@ -66,6 +90,8 @@ inline PlannerOptions options_for(const CostModel& cost, double budget) {
 namespace infinipipe {
 
 // The planner's tests name these unqualified.
-using testing::expect_executable, testing::Instance, testing::options_for, testing::random_instance;
+using testing::a800_cost, testing::every_chunk, testing::expect_executable, testing::Instance,
+    testing::largest_model_state, testing::longest_of, testing::one_wave_schedule,
+    testing::options_for, testing::random_instance, testing::simulate_quietly;
 
 }  // namespace infinipipe

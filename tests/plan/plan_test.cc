@@ -13,13 +13,13 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/plan/planner.h"
+#include "support/a800_cost.h"
 
 namespace infinipipe {
 namespace {
 
 Plan small_plan() {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = test_support::a800_cost("tiny", 2);
   PlannerOptions options;
   options.num_stages = 2;
   options.memory_budget_bytes = 1e12;

@@ -56,7 +56,7 @@ TEST(Planner, PlanStepForABaselineCapsAtTheLongestSequenceUnlessTold) {
   for (int trial = 0; trial < 20; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
-    const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    const int64_t longest = longest_of(inst.lengths);
     Setting at_longest;
     at_longest.token_cap = longest;
     const PlanResult expected =
@@ -86,8 +86,7 @@ TEST(Planner, PlanStepForABaselineCapsAtTheLongestSequenceUnlessTold) {
 }
 
 TEST(Planner, PlanStepThrowsWhatToChangeWhenNothingFits) {
-  const CostModel tiny =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel tiny = a800_cost("tiny", 2);
   Setting cap;
   cap.token_cap = 4096;
   const std::string baseline = error_of([&] {
@@ -99,8 +98,7 @@ TEST(Planner, PlanStepThrowsWhatToChangeWhenNothingFits) {
             std::string::npos)
       << baseline;
   // EPP: a sequence whose K/V buffers alone exceed the budget.
-  const CostModel big =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
+  const CostModel big = a800_cost("llama-13b", 8);
   const std::string epp = error_of([&] {
     plan_step(Method::kEpp, {3000, 2000000, 500}, big, options_for(big, 80.0 * 1024 * 1024 * 1024));
   });
@@ -109,8 +107,7 @@ TEST(Planner, PlanStepThrowsWhatToChangeWhenNothingFits) {
 }
 
 TEST(Planner, PlanStepRejectsMalformedInputForEveryMethod) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   for (Method method : all_methods()) {
     SCOPED_TRACE(to_string(method));
     // The baselines take the longest sequence for the cap: an empty step must be an error first.

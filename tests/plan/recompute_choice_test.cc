@@ -24,10 +24,8 @@ namespace {
 // false when the instance's budget is generous.
 bool needs_recompute(const Instance& inst, int pick, Candidate& cand) {
   cand = candidate(inst, some_setting(inst, pick));
-  ScheduleOptions schedule_options;
-  schedule_options.num_stages = inst.options.num_stages;
   cand.waves = {planning::all_chunks(cand.chunks.size())};
-  cand.schedule = build_schedule(cand.chunks, cand.waves, schedule_options);
+  cand.schedule = one_wave_schedule(cand.chunks, inst.options.num_stages);
   return planning::predict(cand.schedule, cand.chunks, inst.cost, {},
                            inst.options.memory_budget_bytes)
       .over_budget;
@@ -54,7 +52,7 @@ TEST(BestCheckpointing, KeepsTheMethodWithTheLowestSimulatedStepTime) {
     const Instance inst = random_instance(rng);
     Candidate cand;
     if (!needs_recompute(inst, trial, cand)) continue;
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     // Each method on its own, simulated.
     int best = -1;
     double best_time = 0;
@@ -122,10 +120,8 @@ TEST(BestCheckpointing, TiesGoToTheEarlierMethod) {
 TEST(BestCheckpointing, NothingFitsGivesTheFirstMethodsReason) {
   std::mt19937_64 rng(72);
   Instance inst = random_instance(rng);
-  double state = 0;
-  for (int p = 0; p < inst.cost.num_stages(); ++p)
-    state = std::max(state, inst.cost.model_state_bytes(p));
-  inst.options.memory_budget_bytes = state * 0.5;  // not even the weights fit
+  // Not even the weights fit.
+  inst.options.memory_budget_bytes = largest_model_state(inst.cost) * 0.5;
   Candidate cand;
   ASSERT_TRUE(needs_recompute(inst, 0, cand));
   CheckpointResult checkpoint;
@@ -149,7 +145,7 @@ TEST(SearchCheckpointing, NeverSlowerThanTheTiedGreedyAndFitsTheBudget) {
     const Instance inst = random_instance(rng);
     Candidate cand;
     if (!needs_recompute(inst, trial, cand)) continue;
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     CheckpointResult tied;
     SimResult tied_sim;
     std::string reason;
@@ -186,7 +182,7 @@ TEST(ChooseCheckpointing, KeepsAnotherProgramOnlyWhenFaster) {
     const Instance inst = random_instance(rng);
     Candidate cand;
     if (!needs_recompute(inst, trial, cand)) continue;
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     // Start from full recompute, which fits whenever anything does but is rarely fastest.
     cand.checkpoint =
         plan_checkpointing(cand.schedule, cand.chunks, inst.cost,

@@ -12,12 +12,11 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/plan/planner.h"
 #include "plan/instances.h"
+#include "plan/plan_checks.h"
 
 namespace infinipipe {
 namespace {
 
-using testing::Instance;
-using testing::random_instance;
 using testing::random_lengths;
 using testing_support::slice_counts;
 
@@ -106,11 +105,10 @@ TEST(SettingChunks, EppChunkingStandsForEveryKnobOfTheSetting) {
 
 TEST(SettingChunks, EachMethodGivesItsOwnChunkingAndEppItsChunkers) {
   std::mt19937_64 rng(39);
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 4);
+  const CostModel cost = a800_cost("llama-13b", 4);
   for (int trial = 0; trial < 20; ++trial) {
     const std::vector<int64_t> lengths = random_lengths(rng, 60, 32768);
-    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    const int64_t longest = longest_of(lengths);
     Setting s;
     s.k = 1 + trial % 6;
     s.token_cap = longest + 1024 * (trial % 3);
@@ -147,8 +145,7 @@ TEST(SettingChunks, EachMethodGivesItsOwnChunkingAndEppItsChunkers) {
 }
 
 TEST(SettingChunks, ASettingThatCannotHoldASequenceIsAnError) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   Setting s;
   s.token_cap = 4096;
   testing_support::expect_error(

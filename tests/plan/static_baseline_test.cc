@@ -9,6 +9,7 @@
 
 #include "infinipipe/core/error.h"
 #include "plan/instances.h"
+#include "plan/plan_checks.h"
 
 namespace infinipipe {
 namespace {
@@ -46,8 +47,7 @@ TEST(StaticBaseline, OneSettingForAllStepsWithTheWorstStepsRecompute) {
     for (Method m : {Method::kBatch, Method::kSeq1F1B, Method::kChunkFlow}) {
       const BaselineComparison c = compare_baseline(m, steps, inst.cost, inst.options);
       int64_t longest = 0;
-      for (const auto& lengths : steps)
-        longest = std::max(longest, *std::max_element(lengths.begin(), lengths.end()));
+      for (const auto& lengths : steps) longest = std::max(longest, longest_of(lengths));
       const std::vector<Setting> candidates = candidate_settings(m, longest);
       EXPECT_EQ(c.candidates_tried, static_cast<int>(candidates.size()));
       ASSERT_EQ(c.per_step_best.size(), steps.size());
@@ -74,7 +74,7 @@ TEST(StaticBaseline, OneSettingForAllStepsWithTheWorstStepsRecompute) {
       EXPECT_NEAR(total, c.static_total_s, 1e-9 * total);
       // The per-step best also tries caps sized from the step's own longest sequence.
       for (size_t i = 0; i < steps.size(); ++i) {
-        const int64_t own_longest = *std::max_element(steps[i].begin(), steps[i].end());
+        const int64_t own_longest = longest_of(steps[i]);
         for (const Setting& candidate : candidate_settings(m, own_longest)) {
           const PlanResult r = plan_with_setting(m, steps[i], candidate, inst.cost, inst.options);
           if (r.feasible)
@@ -117,8 +117,7 @@ TEST(StaticBaseline, OneSettingForAllStepsWithTheWorstStepsRecompute) {
 }
 
 TEST(StaticBaseline, NoStepsIsAnError) {
-  const CostModel cost =
-      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("a800"), 2);
+  const CostModel cost = a800_cost("tiny", 2);
   PlannerOptions o;
   o.num_stages = 2;
   o.memory_budget_bytes = 1e12;

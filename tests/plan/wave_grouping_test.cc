@@ -55,7 +55,7 @@ TEST(GroupedWaves, SplitAStepThatCannotFitOneWaveIntoWavesThatFit) {
     const Instance inst = random_instance(rng);
     const Candidate cand = candidate(inst, some_setting(inst, trial));
     if (!planning::over_budget(cand)) continue;
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     Candidate one = cand;
     std::string one_reason;
     const bool one_fits = planning::one_wave_with_recompute(one, planning::kInfinity, inst.cost,
@@ -84,7 +84,7 @@ TEST(GroupedWaves, OverlappedOnlyWhenFasterAndNeverWhenSwitchedOff) {
     const Instance inst = random_instance(rng);
     const Candidate cand = candidate(inst, some_setting(inst, trial));
     if (!planning::over_budget(cand)) continue;
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     PlannerOptions apart_options = inst.options;
     apart_options.overlap_waves = false;
     Candidate apart = cand;
@@ -115,7 +115,7 @@ TEST(GroupedWaves, FineCutsGiveFittingWavesToo) {
     const Instance inst = random_instance(rng);
     const Candidate cand = candidate(inst, some_setting(inst, trial));
     if (!planning::over_budget(cand)) continue;
-    SCOPED_TRACE(inst.description + "; " + describe(Method::kEpp, cand.setting));
+    SCOPED_TRACE(described(inst, cand.setting));
     Candidate fine = cand;
     std::string reason;
     if (!planning::grouped_waves(fine, planning::kInfinity, inst.cost, inst.options, reason,
@@ -130,10 +130,8 @@ TEST(GroupedWaves, FineCutsGiveFittingWavesToo) {
 TEST(GroupedWaves, NothingFitsNamesTheSetting) {
   std::mt19937_64 rng(83);
   Instance inst = random_instance(rng);
-  double state = 0;
-  for (int p = 0; p < inst.cost.num_stages(); ++p)
-    state = std::max(state, inst.cost.model_state_bytes(p));
-  inst.options.memory_budget_bytes = state * 0.5;  // not even the weights fit
+  // Not even the weights fit.
+  inst.options.memory_budget_bytes = largest_model_state(inst.cost) * 0.5;
   Candidate cand = candidate(inst, some_setting(inst, 1));
   std::string reason;
   EXPECT_FALSE(planning::grouped_waves(cand, planning::kInfinity, inst.cost, inst.options, reason));

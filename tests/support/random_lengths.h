@@ -1,6 +1,7 @@
 #pragma once
 // A skewed step: mostly short sequences (log-normal around max_length / 64), about one in seven
-// long (a quarter of max_length to max_length). Shared by the chunking and the plan tests.
+// long (a quarter of max_length to max_length); and the longest of a step's lengths. Shared by
+// the chunking and the plan tests.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,10 @@ inline std::vector<int64_t> random_lengths(std::mt19937_64& rng, int max_sequenc
     n = std::clamp<int64_t>(static_cast<int64_t>(drawn), 1, max_length);
   }
   return lengths;
+}
+
+inline int64_t longest_of(const std::vector<int64_t>& lengths) {
+  return *std::max_element(lengths.begin(), lengths.end());
 }
 
 }  // namespace infinipipe::test_support

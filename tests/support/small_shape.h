@@ -11,16 +11,8 @@
 namespace infinipipe::test_support {
 
 inline ModelShape small_shape(const std::string& name, int layers) {
-  ModelShape shape;
-  shape.name = name;
-  shape.layers = layers;
-  shape.hidden = 8;
-  shape.heads = 2;
-  shape.kv_heads = 2;
-  shape.ffn = 16;
-  shape.vocab = 32;
-  shape.bytes_per_element = 2;
-  return shape;
+  // name, layers, hidden, heads, kv_heads, ffn, vocab, bytes per element
+  return {name, layers, 8, 2, 2, 16, 32, 2};
 }
 
 // A cost model with hand-made coefficients over small_shape(name, all the stages' layers).
