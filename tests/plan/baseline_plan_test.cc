@@ -29,7 +29,7 @@ TEST(BaselinePlan, EveryFeasiblePlanIsExecutableAndFits) {
     s.k = 4;
     s.chunk_tokens = 1024;
     for (Method m : {Method::kBatch, Method::kSeq1F1B, Method::kChunkFlow}) {
-      const PlanResult r = plan_with_setting(m, inst.lengths, s, inst.cost, inst.options);
+      const PlanResult r = plan_at(m, inst, s);
       if (r.feasible)
         expect_executable(r.plan, inst);
       else
@@ -44,11 +44,8 @@ TEST(BaselinePlan, UniformRecomputeIsUniformAndFixedCountIsHonoured) {
   for (int trial = 0; trial < 20; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
-    const int64_t longest = longest_of(inst.lengths);
-    Setting s;
-    s.token_cap = longest;
-    const PlanResult own =
-        plan_with_setting(Method::kBatch, inst.lengths, s, inst.cost, inst.options);
+    Setting s = capped_at_longest(inst.lengths);
+    const PlanResult own = plan_at(Method::kBatch, inst, s);
     if (!own.feasible) continue;
     const int count = own.plan.setting.uniform_recompute;
     ASSERT_GE(count, 0);
@@ -58,12 +55,10 @@ TEST(BaselinePlan, UniformRecomputeIsUniformAndFixedCountIsHonoured) {
     // One fewer layer must not fit (the count is the smallest), one more costs time.
     if (count > 0) {
       s.uniform_recompute = count - 1;
-      EXPECT_FALSE(
-          plan_with_setting(Method::kBatch, inst.lengths, s, inst.cost, inst.options).feasible);
+      EXPECT_FALSE(plan_at(Method::kBatch, inst, s).feasible);
     }
     s.uniform_recompute = count + 1;
-    const PlanResult more =
-        plan_with_setting(Method::kBatch, inst.lengths, s, inst.cost, inst.options);
+    const PlanResult more = plan_at(Method::kBatch, inst, s);
     ASSERT_TRUE(more.feasible) << more.reason;
     EXPECT_EQ(more.plan.setting.uniform_recompute, count + 1);
     EXPECT_GE(more.plan.step_time_s, own.plan.step_time_s);
@@ -121,7 +116,7 @@ TEST(BaselinePlan, OneWaveOfTheSettingsChunksInOneFOneB) {
     s.token_cap = longest + 512;
     s.k = 2;
     s.chunk_tokens = 2048;
-    const PlanResult r = plan_with_setting(method, inst.lengths, s, inst.cost, inst.options);
+    const PlanResult r = plan_at(method, inst, s);
     if (!r.feasible) continue;
     ++planned;
     const Plan& plan = r.plan;

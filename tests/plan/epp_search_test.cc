@@ -108,9 +108,7 @@ TEST(EppSearch, KeptRecomputeIsNeverSlowerThanTiedOrUntied) {
 
 TEST(EppSearch, NegativeCapIsAnError) {
   const CostModel cost = a800_cost("tiny", 2);
-  PlannerOptions o;
-  o.num_stages = 2;
-  o.memory_budget_bytes = 1e12;
+  PlannerOptions o = options_for(cost, 1e12);
   o.chunk_token_caps = {0, -1024};
   EXPECT_THROW(plan_epp({100, 2000}, cost, o), Error);
 }
@@ -171,10 +169,7 @@ TEST(EppSearch, EppKeepsUpWithBatchLevelAtTheLongestSequenceCap) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
     const PlanResult epp = plan_epp(inst.lengths, inst.cost, inst.options);
-    Setting s;
-    s.token_cap = longest_of(inst.lengths);
-    const PlanResult base =
-        plan_with_setting(Method::kBatch, inst.lengths, s, inst.cost, inst.options);
+    const PlanResult base = plan_at(Method::kBatch, inst, capped_at_longest(inst.lengths));
     if (!base.feasible) continue;
     ++compared;
     ASSERT_TRUE(epp.feasible) << "EPP infeasible where batch-level fits: " << epp.reason;

@@ -77,6 +77,18 @@ inline void expect_executable(const Plan& plan, const Instance& inst) {
   EXPECT_LT(plan.bubble_fraction, 1);
 }
 
+// A baseline's plan of the instance at `setting`.
+inline PlanResult plan_at(Method method, const Instance& inst, const Setting& setting) {
+  return plan_with_setting(method, inst.lengths, setting, inst.cost, inst.options);
+}
+
+// A setting capped at the step's longest sequence: plan_step's default for a baseline.
+inline Setting capped_at_longest(const std::vector<int64_t>& lengths) {
+  Setting s;
+  s.token_cap = longest_of(lengths);
+  return s;
+}
+
 inline PlannerOptions options_for(const CostModel& cost, double budget) {
   PlannerOptions o;
   o.num_stages = cost.num_stages();
@@ -90,8 +102,9 @@ inline PlannerOptions options_for(const CostModel& cost, double budget) {
 namespace infinipipe {
 
 // The planner's tests name these unqualified.
-using testing::a800_cost, testing::every_chunk, testing::expect_executable, testing::Instance,
-    testing::largest_model_state, testing::longest_of, testing::one_wave_schedule,
-    testing::options_for, testing::random_instance, testing::simulate_quietly;
+using testing::a800_cost, testing::capped_at_longest, testing::every_chunk,
+    testing::expect_executable, testing::Instance, testing::largest_model_state,
+    testing::longest_of, testing::one_wave_schedule, testing::options_for, testing::plan_at,
+    testing::random_instance, testing::simulate_quietly;
 
 }  // namespace infinipipe

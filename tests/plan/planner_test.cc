@@ -56,11 +56,9 @@ TEST(Planner, PlanStepForABaselineCapsAtTheLongestSequenceUnlessTold) {
   for (int trial = 0; trial < 20; ++trial) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
-    const int64_t longest = longest_of(inst.lengths);
-    Setting at_longest;
-    at_longest.token_cap = longest;
-    const PlanResult expected =
-        plan_with_setting(Method::kBatch, inst.lengths, at_longest, inst.cost, inst.options);
+    const Setting at_longest = capped_at_longest(inst.lengths);
+    const int64_t longest = at_longest.token_cap;
+    const PlanResult expected = plan_at(Method::kBatch, inst, at_longest);
     if (!expected.feasible) continue;
     ++planned;
     const Plan plan = plan_step(Method::kBatch, inst.lengths, inst.cost, inst.options);
@@ -72,8 +70,7 @@ TEST(Planner, PlanStepForABaselineCapsAtTheLongestSequenceUnlessTold) {
     // A cap given is kept.
     Setting wider;
     wider.token_cap = 2 * longest;
-    const PlanResult wide_expected =
-        plan_with_setting(Method::kBatch, inst.lengths, wider, inst.cost, inst.options);
+    const PlanResult wide_expected = plan_at(Method::kBatch, inst, wider);
     if (wide_expected.feasible) {
       const Plan wide = plan_step(Method::kBatch, inst.lengths, inst.cost, inst.options, wider);
       EXPECT_EQ(wide.setting.token_cap, 2 * longest);

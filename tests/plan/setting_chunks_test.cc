@@ -3,6 +3,7 @@
 // the chunker's), so a plan's setting gives its chunks again.
 #include <algorithm>
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -87,20 +88,14 @@ TEST(SettingChunks, EppChunkingStandsForEveryKnobOfTheSetting) {
   s.drain_chunks = 24;
   s.drain_split = 4;
   s.chunk_tokens = 999;  // not EPP's knob
-  const EppChunkingOptions o = epp_chunking(s);
-  EXPECT_EQ(o.k, 12);
-  EXPECT_EQ(o.max_chunk_tokens, 2048);
-  EXPECT_FALSE(o.relax_time_target);
-  EXPECT_TRUE(o.packed_light_first);
-  EXPECT_EQ(o.drain_chunks, 24);
-  EXPECT_EQ(o.drain_split, 4);
-  const EppChunkingOptions paper = epp_chunking(Setting{});
-  EXPECT_EQ(paper.k, 1);
-  EXPECT_EQ(paper.max_chunk_tokens, 0);
-  EXPECT_TRUE(paper.relax_time_target);
-  EXPECT_TRUE(paper.packed_light_first);
-  EXPECT_EQ(paper.drain_chunks, 0);
-  EXPECT_EQ(paper.drain_split, 1);
+  // k, max_chunk_tokens, relax_time_target, packed_light_first, drain_chunks, drain_split.
+  auto knobs = [](const EppChunkingOptions& o) {
+    return std::make_tuple(o.k, o.max_chunk_tokens, o.relax_time_target, o.packed_light_first,
+                           o.drain_chunks, o.drain_split);
+  };
+  EXPECT_EQ(knobs(epp_chunking(s)), std::make_tuple(12, int64_t{2048}, false, true, 24, 4));
+  // The default setting: the paper's algorithm, light packed chunks first.
+  EXPECT_EQ(knobs(epp_chunking(Setting{})), std::make_tuple(1, int64_t{0}, true, true, 0, 1));
 }
 
 TEST(SettingChunks, EachMethodGivesItsOwnChunkingAndEppItsChunkers) {

@@ -118,9 +118,7 @@ TEST(StaticBaseline, OneSettingForAllStepsWithTheWorstStepsRecompute) {
 
 TEST(StaticBaseline, NoStepsIsAnError) {
   const CostModel cost = a800_cost("tiny", 2);
-  PlannerOptions o;
-  o.num_stages = 2;
-  o.memory_budget_bytes = 1e12;
+  const PlannerOptions o = options_for(cost, 1e12);
   EXPECT_THROW(compare_baseline(Method::kBatch, {}, cost, o), Error);
   EXPECT_THROW(compare_baseline(Method::kBatch, {{10, 0}}, cost, o), Error);
 }
