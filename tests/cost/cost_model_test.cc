@@ -1,8 +1,6 @@
 #include "infinipipe/cost/cost_model.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <functional>
 #include <random>
 
@@ -11,6 +9,7 @@
 
 #include "infinipipe/core/error.h"
 #include "support/error_of.h"
+#include "support/temp_file.h"
 
 namespace infinipipe {
 namespace {
@@ -245,13 +244,9 @@ TEST(CostModel, ConstructorRejectsInconsistentStages) {
   EXPECT_NE(error_of([&] { CostModel(shape, {8}, bad); }).find("p2p_bandwidth"), std::string::npos);
 }
 
-class CostModelFile : public ::testing::Test {
+class CostModelFile : public test_support::TempFileTest {
  protected:
-  std::string path_ = ::testing::TempDir() +
-                      ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                      std::string("_") + "cost_model_test.json";
-  void TearDown() override { std::remove(path_.c_str()); }
-  void write(const std::string& text) { std::ofstream(path_) << text; }
+  CostModelFile() : TempFileTest("cost_model_test.json") {}
 };
 
 TEST_F(CostModelFile, SaveThenLoadGivesTheSameModel) {

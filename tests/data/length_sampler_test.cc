@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <functional>
 #include <random>
 
@@ -11,6 +9,7 @@
 
 #include "infinipipe/core/error.h"
 #include "support/error_of.h"
+#include "support/temp_file.h"
 
 namespace infinipipe {
 namespace {
@@ -113,20 +112,17 @@ TEST(SampleLengths, BadArgumentsAreErrors) {
             std::string::npos);
 }
 
-class LengthsFile : public ::testing::Test {
+class LengthsFile : public test_support::TempFileTest {
  protected:
-  std::string path_ = ::testing::TempDir() +
-                      ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                      std::string("_") + "length_sampler_test.txt";
-  void TearDown() override { std::remove(path_.c_str()); }
+  LengthsFile() : TempFileTest("length_sampler_test.txt") {}
   std::string read_error(const std::string& text) {
-    std::ofstream(path_) << text;
+    write(text);
     return error_of([&] { read_lengths(path_); });
   }
 };
 
 TEST_F(LengthsFile, ReadsIntegersSkippingBlanksAndComments) {
-  std::ofstream(path_) << "# lengths of step 3\n128\n\n  4096  \r\n7 # a short one\n   \n1\n";
+  write("# lengths of step 3\n128\n\n  4096  \r\n7 # a short one\n   \n1\n");
   EXPECT_EQ(read_lengths(path_), (std::vector<int64_t>{128, 4096, 7, 1}));
 }
 
