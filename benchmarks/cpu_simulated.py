@@ -14,13 +14,10 @@ Wikipedia lengths, batch 16, context 8192) with infinipipe-plan and the calibrat
 """
 
 import argparse
-import json
-import os
 
+from lib import results
+from lib.results import DOCS, RESULTS, TOOL
 from lib.simulated_case import run_case, timeline
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
 def horizon(tool, base, grid):
@@ -45,16 +42,16 @@ def horizon(tool, base, grid):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cost-model", required=True)
-    p.add_argument("--tool", default=os.path.join(ROOT, "build", "infinipipe-plan"))
+    p.add_argument("--tool", default=str(TOOL))
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--context", type=int, default=8192)
     p.add_argument("--steps", type=int, default=6, help="the measured case's steps")
     p.add_argument("--budget-mib", type=float, default=192, help="the measured case's budget")
     p.add_argument("--horizon-steps", type=int, default=30)
     p.add_argument("--horizon-budgets-mib", default="128,192,256,384", help="comma separated")
-    p.add_argument("--output", default=os.path.join(ROOT, "docs", "img", "timeline_sim_cpu.png"))
-    p.add_argument("--json", default=os.path.join(RESULTS, "timeline_cpu.json"))
-    p.add_argument("--horizon-json", default=os.path.join(RESULTS, "cpu_horizon.json"))
+    p.add_argument("--output", default=str(DOCS / "img" / "timeline_sim_cpu.png"))
+    p.add_argument("--json", default=str(RESULTS / "timeline_cpu.json"))
+    p.add_argument("--horizon-json", default=str(RESULTS / "cpu_horizon.json"))
     args = p.parse_args()
     base = dict(
         distribution="wikipedia",
@@ -68,13 +65,11 @@ def main():
     result = timeline(
         args.tool, dict(base, memory_gib=args.budget_mib / 1024, steps=args.steps), args.output
     )
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+    results.write(args.json, result)
     grid = [(args.steps, args.budget_mib)] + [
         (args.horizon_steps, float(b)) for b in args.horizon_budgets_mib.split(",")
     ]
-    with open(args.horizon_json, "w") as f:
-        json.dump(dict(case=base, cases=horizon(args.tool, base, grid)), f, indent=1)
+    results.write(args.horizon_json, dict(case=base, cases=horizon(args.tool, base, grid)))
     print("wrote %s, %s and %s" % (args.output, args.json, args.horizon_json))
 
 

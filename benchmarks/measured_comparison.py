@@ -12,8 +12,8 @@ state included) for every method:
   the one `infinipipe-plan` picks over these very steps with the same cost model and budget
   (least total predicted time, uniform recompute at what the worst step needs);
 - torch.distributed.pipelining's Schedule1F1B on the same model, batches padded to the step's
-  longest sequence (benchmarks/lib/peers.py), at its fastest configuration (microbatch size,
-  checkpointed layers) whose measured memory fits the budget;
+  longest sequence (benchmarks/lib/torch_pipelining.py), at its fastest configuration
+  (microbatch size, checkpointed layers) whose measured memory fits the budget;
 - the unpipelined model on one process (rank 0), the reference for the total work.
 
 Methods run interleaved step by step (every method's step i, then step i + 1), so slow phases of
@@ -29,24 +29,24 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from lib.peers import TorchPipelining, Unpipelined
+from lib import results, training
+from lib.peers import Unpipelined
+from lib.plan_tool import BASELINES, run_tool
 from lib.ranks import gathered, leave
+from lib.results import MIB, TOOL
+from lib.torch_pipelining import TorchPipelining
 
 import infinipipe
-from infinipipe import _C
-from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
 
-MIB = 1 << 20
-ROOT = Path(__file__).resolve().parents[1]
-BASELINES = ("seq1f1b", "batch", "chunkflow")
+# A baseline's static setting, as the trainer takes it from the plan tool's choice.
+STATIC_KNOBS = ("k", "token_cap", "chunk_tokens", "uniform_recompute")
 # torch.distributed.pipelining configurations tried for its fastest one that fits.
 TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
 
@@ -66,7 +66,7 @@ def parse_args() -> argparse.Namespace:
         "without checkpointing",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tool", default=str(ROOT / "build" / "infinipipe-plan"))
+    p.add_argument("--tool", default=str(TOOL))
     p.add_argument(
         "--torch-config",
         help="MICROBATCH,CHECKPOINT (0 or all) for "
@@ -108,10 +108,7 @@ def static_settings(args) -> dict:
         "all",
         "--json",
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"measured_comparison: {' '.join(command)} failed: {done.stderr}")
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    rows = run_tool(command)
     chosen = {}
     for m in BASELINES:
         row = next(r for r in rows if r["method"] == m and r["static"])
@@ -131,15 +128,8 @@ def trainer_for(method: str, setting: dict | None, args, config) -> infinipipe.T
         method=method, cost_model=args.cost_model, memory_budget_bytes=int(args.budget_mib * MIB)
     )
     if setting is not None:
-        kw.update(
-            k=setting["k"],
-            token_cap=setting["token_cap"],
-            chunk_tokens=setting["chunk_tokens"],
-            uniform_recompute=setting["uniform_recompute"],
-        )
-    return infinipipe.Trainer(
-        config, lambda p: torch.optim.AdamW(p, lr=1e-3), plan=infinipipe.PlanConfig(**kw)
-    )
+        kw.update((key, setting[key]) for key in STATIC_KNOBS)
+    return training.trainer(config, infinipipe.PlanConfig(**kw))
 
 
 def model_state_bytes(parameters) -> int:
@@ -192,6 +182,18 @@ class TorchRunner:
         return res
 
 
+def torch_pipe(config, microbatch_size, checkpoint) -> TorchPipelining:
+    """torch.distributed.pipelining over the two ranks, half the layers each; `checkpoint` is 0
+    or "all" (every layer of a stage checkpointed)."""
+    return TorchPipelining(
+        config,
+        [config.layers // 2] * 2,
+        dist.group.WORLD,
+        microbatch_size=microbatch_size,
+        checkpoint_layers=config.layers // 2 if checkpoint == "all" else 0,
+    )
+
+
 def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
     """Fastest (microbatch size, checkpointed layers) of TORCH_CONFIGS on the first step whose
     measured memory fits the budget, as a user tuning it would pick. Memory is measured on the
@@ -204,14 +206,7 @@ def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
             t["checkpoint"] == ckpt and t["microbatch_size"] < mb and not t["fits"] for t in tried
         ):
             continue  # a larger microbatch of the same padded rows needs more memory
-        pipe = TorchPipelining(
-            config,
-            [config.layers // 2] * 2,
-            dist.group.WORLD,
-            microbatch_size=mb,
-            checkpoint_layers=config.layers // 2 if ckpt == "all" else 0,
-        )
-        runner = TorchRunner(pipe)
+        runner = TorchRunner(torch_pipe(config, mb, ckpt))
         peak = max(s["memory_bytes"] for s in gathered(runner.step(worst, measure_memory=True)))
         fits = peak <= budget
         step_s = timed(lambda: runner.step(batches[0]))[1] if fits else math.inf
@@ -243,29 +238,21 @@ def main() -> int:
     for m in BASELINES:
         runners[m] = InfiniPipeRunner(trainer_for(m, static["settings"][m], args, config))
     rank = dist.get_rank()
-    lengths = [
-        _C.plan.sample_lengths("wikipedia", args.batch, args.context, args.seed + i)
+    sampled = [
+        training.sampled_batch(
+            "wikipedia", args.batch, args.context, args.seed + i, config.vocab, args.seed + i
+        )
         for i in range(args.steps)
     ]
-    batches = [
-        synthetic_batch(step, config.vocab, torch.Generator().manual_seed(args.seed + i))
-        for i, step in enumerate(lengths)
-    ]
+    lengths = [step for step, _ in sampled]
+    batches = [batch for _, batch in sampled]
     if args.torch_config:
         mb_text, ckpt = args.torch_config.split(",")
         mb, torch_tried = int(mb_text), [dict(given=args.torch_config)]
         ckpt = "all" if ckpt == "all" else int(ckpt)
     else:
         (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
-    runners["torch_1f1b"] = TorchRunner(
-        TorchPipelining(
-            config,
-            [config.layers // 2] * 2,
-            dist.group.WORLD,
-            microbatch_size=mb,
-            checkpoint_layers=config.layers // 2 if ckpt == "all" else 0,
-        )
-    )
+    runners["torch_1f1b"] = TorchRunner(torch_pipe(config, mb, ckpt))
     reference = Unpipelined(config) if rank == 0 else None
 
     def unpipelined_step(batch):
@@ -333,8 +320,7 @@ def main() -> int:
             result["note"] = args.note
         print(json.dumps(result["summary"], indent=1))
         if args.output:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(result, indent=1))
+            results.write(args.output, result)
     leave()
 
 

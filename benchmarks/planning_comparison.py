@@ -10,107 +10,44 @@ and writes docs/planning.md. `--smoke` runs a small case for CI and writes nothi
 Usage: python3 benchmarks/planning_comparison.py [build/infinipipe-plan] [--smoke] [--output F]
 """
 
-import argparse
 import datetime
 import json
-import os
 import shutil
 import sys
 
+from lib import plan_tool
+from lib.checkpoint_compare import checkpoint_section
+from lib.markdown import machine, table_head
 from lib.plan_tool import (
     BASELINES,
     HEADLINE,
     LABELS,
     collect,
-    fmt_ratio,
-    machine,
     mean,
     run_tool,
     setting_text,
     times,
     tool_args,
 )
+from lib.results import DOCS
 
 SMOKE = dict(HEADLINE, batch=64, steps=2)
 TIMING_RUNS = 3
 CHECKPOINT_STEPS = 10
 
 
-def checkpoint_section(epp_rows, first_seed):
-    """Tied against untied recompute on the schedules of EPP's plans that recompute."""
-    text = ["\n## Checkpointing: tied or untied\n\n"]
-    text.append(
-        """The paper ties the recompute of chunk k on stage p to a diagonal of the schedule
-(ckpt(p, k) = C[k' + d - 1 - p]): recompute on one stage delays every later stage by as much, so
-the others can recompute along the same diagonal for free; the issue asks for the golden case
-"diagonal-tied checkpointing never loses to the untied greedy". The tied integer program charges
-each diagonal its largest per-layer time as a delay. In the simulator a backward that has slack
-after it (its stage waits for the next gradient anyway) absorbs its recompute, so that charge
-can be too high, and the untied greedy, which covers each stage's memory with the chunks that
-save the most bytes per second there, recomputes fewer seconds and can give the faster step;
-on other schedules the tied answer is faster. So EPP does not trust either: it solves the tied
-greedy for every setting it weighs (the untied greedy too when within 3%% of the best), the tied
-program with CBC for the winner, and keeps what the simulator finds fastest (the plan's
-`checkpoint_solver` says which). On the schedules of EPP's plans that recompute, over %d
-sampled steps of the case above (seeds %d..%d), each program solved again and simulated:
+def fmt_ratio(a, b):
+    return "%.2fx" % (b / a) if a and b else "n/a"
 
-"""
-        % (len(epp_rows), first_seed, first_seed + len(epp_rows) - 1)
+
+def plan_means(by_step, steps):
+    """The table cells of a method's mean bubble, recompute, chunks and waves over the steps."""
+    return "%.1f%% | %.2f | %.0f | %.1f" % (
+        100 * mean([by_step[i]["bubble_fraction"] for i in range(steps)]),
+        mean([by_step[i]["recompute_s"] for i in range(steps)]),
+        mean([by_step[i]["num_chunks"] for i in range(steps)]),
+        mean([by_step[i]["num_waves"] for i in range(steps)]),
     )
-    compared = [r for r in epp_rows if r.get("checkpoint_compare")]
-    if not compared:
-        text.append("No EPP plan in these steps recomputes.\n")
-        return text
-    names = ["tied cbc", "tied greedy", "untied greedy", "uniform"]
-    text.append(
-        "| seed | EPP setting | waves | "
-        + " | ".join("%s: step s (recompute s)" % n for n in names)
-        + " | kept |\n"
-    )
-    text.append("|---" * (4 + len(names)) + "|\n")
-    margins = []  # (seed, tied step / untied step - 1)
-    for r in compared:
-        by = {c["method"]: c for c in r["checkpoint_compare"]}
-        cells = []
-        for n in names:
-            c = by.get(n)
-            cells.append(
-                "%.3f (%.2f)" % (c["step_time_s"], c["recompute_s"])
-                if c and c["feasible"]
-                else "infeasible"
-            )
-        tied = [
-            by[n]["step_time_s"]
-            for n in ("tied cbc", "tied greedy")
-            if by.get(n, {}).get("feasible")
-        ]
-        if tied and by.get("untied greedy", {}).get("feasible"):
-            margins.append(
-                (first_seed + r["step"], min(tied) / by["untied greedy"]["step_time_s"] - 1)
-            )
-        text.append(
-            "| %d | %s | %d | %s | %s |\n"
-            % (
-                first_seed + r["step"],
-                setting_text(r),
-                r["num_waves"],
-                " | ".join(cells),
-                r["checkpoint_solver"],
-            )
-        )
-    untied = [(s, d) for s, d in margins if d > 0]
-    tied = [(s, d) for s, d in margins if d < 0]
-    text.append(
-        "\nThe untied greedy gave the faster step on %d of %d schedules%s; the better tied program on %d%s.\n"
-        % (
-            len(untied),
-            len(margins),
-            " (by up to %.1f%%)" % (100 * max(d for _, d in untied)) if untied else "",
-            len(tied),
-            " (by up to %.1f%%)" % (-100 * min(d for _, d in tied)) if tied else "",
-        )
-    )
-    return text
 
 
 def report(case, rows, plan_ms_one_core, pinned, command, plan_ms_worst_run, checkpoint_rows):
@@ -125,19 +62,22 @@ def report(case, rows, plan_ms_one_core, pinned, command, plan_ms_worst_run, che
     lines = []
     summary = {"epp_mean_s": mean(epp_t), "ratios": {}, "per_step_worse": {}}
 
-    lines.append(
-        "| method | setting | mean step time (s) | EPP speed-up | bubble | recompute (s) | chunks | waves |"
+    lines += table_head(
+        "method",
+        "setting",
+        "mean step time (s)",
+        "EPP speed-up",
+        "bubble",
+        "recompute (s)",
+        "chunks",
+        "waves",
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
     lines.append(
-        "| EPP | per step: %s | %.3f | 1.00x | %.1f%% | %.2f | %.0f | %.1f |"
+        "| EPP | per step: %s | %.3f | 1.00x | %s |"
         % (
             "; ".join(setting_text(epp[i]) for i in range(steps)),
             mean(epp_t),
-            100 * mean([epp[i]["bubble_fraction"] for i in range(steps)]),
-            mean([epp[i]["recompute_s"] for i in range(steps)]),
-            mean([epp[i]["num_chunks"] for i in range(steps)]),
-            mean([epp[i]["num_waves"] for i in range(steps)]),
+            plan_means(epp, steps),
         )
     )
     for m in BASELINES:
@@ -158,30 +98,20 @@ def report(case, rows, plan_ms_one_core, pinned, command, plan_ms_worst_run, che
             settings = sorted({setting_text(table[i]) for i in range(steps)})
             setting = settings[0] if kind == "static" else "per step: " + "; ".join(settings)
             lines.append(
-                "| %s (%s) | %s | %.3f | %.2fx | %.1f%% | %.2f | %.0f | %.1f |"
-                % (
-                    LABELS[m],
-                    kind,
-                    setting,
-                    mean(t),
-                    ratio,
-                    100 * mean([table[i]["bubble_fraction"] for i in range(steps)]),
-                    mean([table[i]["recompute_s"] for i in range(steps)]),
-                    mean([table[i]["num_chunks"] for i in range(steps)]),
-                    mean([table[i]["num_waves"] for i in range(steps)]),
-                )
+                "| %s (%s) | %s | %.3f | %.2fx | %s |"
+                % (LABELS[m], kind, setting, mean(t), ratio, plan_means(table, steps))
             )
             if kind == "per-step best":
                 summary["per_step_worse"][m] = [
                     i for i in range(steps) if epp_t[i] > t[i] * (1 + 1e-9)
                 ]
 
-    step_lines = [
-        "| step | tokens | EPP (s) | "
-        + " | ".join("%s static / best (speed-up)" % LABELS[m] for m in BASELINES)
-        + " |"
-    ]
-    step_lines.append("|---" * (3 + len(BASELINES)) + "|")
+    step_lines = table_head(
+        "step",
+        "tokens",
+        "EPP (s)",
+        *["%s static / best (speed-up)" % LABELS[m] for m in BASELINES],
+    )
     for i in range(steps):
         cells = []
         for m in BASELINES:
@@ -419,20 +349,11 @@ simulation parts, so the comparison is about the plans only.
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tool", nargs="?", default="build/infinipipe-plan")
-    parser.add_argument(
-        "--smoke", action="store_true", help="small case for CI (batch 64, 2 steps)"
-    )
+    parser = plan_tool.parser(__doc__.splitlines()[0], "small case for CI (batch 64, 2 steps)")
     parser.add_argument(
         "--output", help="markdown to write (default docs/planning.md, none with --smoke)"
     )
-    args = parser.parse_args()
-    if not os.path.exists(args.tool):
-        sys.exit(
-            "planning_comparison: %s not found; build it first (ninja -C build infinipipe-plan)"
-            % args.tool
-        )
+    args = plan_tool.parse(parser, "planning_comparison")
     case = SMOKE if args.smoke else HEADLINE
     command = [args.tool] + tool_args(case, "all")
     rows = run_tool(command)
@@ -460,11 +381,7 @@ def main():
         worst_run,
         checkpoint_rows,
     )
-    output = args.output or (
-        None
-        if args.smoke
-        else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "planning.md")
-    )
+    output = args.output or (None if args.smoke else DOCS / "planning.md")
     if output:
         with open(output, "w") as f:
             f.write(markdown)

@@ -4,33 +4,27 @@
 
 Reads what benchmarks/run_all.sh produced (the calibration sidecar, the simulator validation,
 the measured comparison, the cluster study) and renders tables and matplotlib PNGs. Nothing is
-measured here, so the page can be re-rendered without re-running anything.
+measured here, so the page can be re-rendered without re-running anything. The measured
+comparison's part of the page is lib/measured_report.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
-import matplotlib
-
-from infinipipe import _C  # the planner's own text of a setting
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-MIB = 1 << 20
-LABELS = {
-    "epp": "EPP",
-    "seq1f1b": "Seq1F1B (static)",
-    "batch": "batch-level 1F1B (static)",
-    "chunkflow": "ChunkFlow (static)",
-    "torch_1f1b": "torch.distributed.pipelining Schedule1F1B (padded)",
-    "unpipelined": "unpipelined, one process",
-}
-
+from lib.markdown import table_head
+from lib.measured_report import (
+    LABELS,
+    kept_runs_section,
+    measured_section,
+    shortfall_text,
+    speedups,
+)
+from lib.results import DOCS, RESULTS, load
+from lib.simulated_case import traces_text
+from lib.validation import errors
 
 INTRO = """What InfiniPipe's method buys on skewed-length data, measured on this machine (2 CPU
 cores, Gloo, the tiny LLaMA) and simulated at the paper's scale, and how far the simulator that
@@ -93,23 +87,22 @@ tests/run_all.sh). Machine: {machine}."""
 
 
 def machine(meta: dict | None) -> str:
+    """The machine the calibration ran on, from its sidecar."""
     if meta is None:
         return "unknown"
     return f"{meta.get('cpu', '?')}, {meta.get('threads', '?')} thread(s) per process, torch {meta.get('torch', '?')}"
 
 
-def load(path: Path):
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def pct(x: float) -> str:
+    """A relative error as a signed percentage."""
     return f"{100 * x:+.1f}%"
 
 
 def calibration_section(meta: dict | None) -> list[str]:
+    """The calibration's fitted coefficients and held-out errors (cost_cpu.meta.json)."""
     if meta is None:
         return ["No calibration results (run benchmarks/run_all.sh).\n"]
-    out = ["| coefficient | fitted |", "|---|---|"]
+    out = table_head("coefficient", "fitted")
     for key in (
         "a1",
         "a2",
@@ -140,30 +133,33 @@ def calibration_section(meta: dict | None) -> list[str]:
 
 
 def validation_section(val: dict | None) -> list[str]:
+    """Every validation case, predicted against measured (validation.json)."""
     if val is None:
         return ["No validation results.\n"]
-    out = [
-        "| # | lengths | method | budget | plan | predicted step (s) | measured step (s) | "
-        "step error | activation peak error per stage | busy error per stage |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    out = table_head(
+        "#",
+        "lengths",
+        "method",
+        "budget",
+        "plan",
+        "predicted step (s)",
+        "measured step (s)",
+        "step error",
+        "activation peak error per stage",
+        "busy error per stage",
+    )
     for i, r in enumerate(val["cases"]):
         c = r["case"]
-        measured = statistics.median(r["measured_step_s"])
-        mem = [
-            p / m - 1
-            for p, m in zip(r["predicted_activation_bytes"], r["measured_activation_bytes"])
-        ]
-        busy = [p / m - 1 for p, m in zip(r["predicted_busy_s"], r["measured_busy_s"])]
+        e = errors(r)
         budget = "none" if c["budget_mib"] is None else f"{c['budget_mib']:g} MiB"
         out.append(
             f"| {i} | {c['distribution']} x{c['batch']} <= {c['context']} "
             f"({sum(r['lengths'])} tokens, longest {max(r['lengths'])}) | {c['method']} | "
             f"{budget} | {r['setting']}; {r['chunks']} chunks, {r['waves']} waves, "
             f"{r['recomputed_layer_chunks']} recomputed layer-chunks | "
-            f"{r['predicted_step_s']:.2f} | {measured:.2f} | "
-            f"{pct(r['predicted_step_s'] / measured - 1)} | "
-            f"{', '.join(pct(m) for m in mem)} | {', '.join(pct(b) for b in busy)} |"
+            f"{r['predicted_step_s']:.2f} | {statistics.median(r['measured_step_s']):.2f} | "
+            f"{pct(e['step'])} | "
+            f"{', '.join(pct(m) for m in e['memory'])} | {', '.join(pct(b) for b in e['busy'])} |"
         )
     out += [
         "",
@@ -174,111 +170,6 @@ def validation_section(val: dict | None) -> list[str]:
         "predicted / measured - 1.",
         "",
     ]
-    return out
-
-
-def measured_section(res: dict | None, docs: Path) -> list[str]:
-    if res is None:
-        return ["No measured comparison.\n"]
-    s, case = res["summary"], res["case"]
-    out = [
-        f"Case: {case['model']}; {case['steps']} steps of {case['batch']} sequences from the "
-        f"Wikipedia length distribution, truncated to {case['context']} tokens (seeds "
-        f"{case['seed']}..{case['seed'] + case['steps'] - 1}; {sum(map(sum, res['lengths']))} "
-        f"tokens in all, longest {max(map(max, res['lengths']))}); memory budget "
-        f"{case['budget_mib']:g} MiB per stage, model state included.",
-        "",
-        "| method | setting | tokens/s | EPP speed-up | peak memory (MiB) | within budget | "
-        "pipeline efficiency |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    settings = {
-        m: _C.plan.describe_setting(m, json.dumps(v)) for m, v in res["static"]["settings"].items()
-    }
-    tc = res["torch_config"]
-    settings["torch_1f1b"] = f"microbatch {tc['microbatch_size']}, checkpoint {tc['checkpoint']}"
-    settings["epp"] = "planned per step"
-    settings["unpipelined"] = "rank 0 alone"
-    for name, e in s.items():
-        mem = f"{e['peak_memory_mib']:.0f}" if "peak_memory_mib" in e else "n/a"
-        fits = ("yes" if e["within_budget"] else "**no**") if "within_budget" in e else "n/a"
-        eff = f"{100 * e['pipeline_efficiency']:.0f}%" if "pipeline_efficiency" in e else "n/a"
-        out.append(
-            f"| {LABELS.get(name, name)} | {settings.get(name, '')} | "
-            f"{e['tokens_per_s']:.0f} | {e['epp_speedup']:.2f}x | {mem} | {fits} | {eff} |"
-        )
-    out += [
-        "",
-        "EPP speed-up = EPP's tokens/s over the method's, both measured in the same run "
-        "(methods interleaved step by step). Pipeline efficiency = mean over stages of the "
-        "measured compute (forward and backward, recompute included) over the step's wall "
-        "time.",
-        "",
-    ]
-    tuned = [t for t in tc["tried"] if "given" not in t]
-    given = [t["given"] for t in tc["tried"] if "given" in t]
-    if given:
-        out += [
-            f"torch.distributed.pipelining's configuration was given (`--torch-config "
-            f"{given[0]}`), from the tuning of an earlier run of this case"
-            + (" listed next." if tuned else "."),
-            "",
-        ]
-    if tuned:
-        out += [
-            "torch.distributed.pipelining configurations tried (memory on the step with the "
-            "longest sequence): "
-            + "; ".join(
-                f"microbatch {t['microbatch_size']}, checkpoint {t['checkpoint']}: "
-                f"{t['peak_bytes'] / MIB:.0f} MiB"
-                + (f", step 0 {t['step0_s']:.1f} s" if t["fits"] else " (over budget)")
-                for t in tuned
-            )
-            + ".",
-            "",
-        ]
-    plot_throughput(s, docs / "img" / "measured_throughput.png")
-    out.append("![throughput by method](img/measured_throughput.png)\n")
-    return out
-
-
-def runs_table(runs: list[dict], name: str) -> list[str]:
-    """One row per kept run of the measured comparison: EPP's tokens/s, its speed-ups, the note."""
-    methods = ("seq1f1b", "batch", "chunkflow", "torch_1f1b")
-    out = [
-        "| run | EPP tokens/s | "
-        + " | ".join(f"vs {LABELS.get(m, m)}" for m in methods)
-        + " | what differed |",
-        "|---|---|" + "---|" * len(methods) + "---|",
-    ]
-    for i, run in enumerate(runs, 1):
-        s = run["summary"]
-        out.append(
-            f"| {name} {i} | {s['epp']['tokens_per_s']:.0f} | "
-            + " | ".join(f"{s[m]['epp_speedup']:.2f}x" for m in methods)
-            + f" | {run.get('note', '')} |"
-        )
-    return out + [""]
-
-
-def kept_runs_section(repeats: list[dict], history: list[dict]) -> list[str]:
-    """Repeats of the measured comparison with the same code (measured_repeat_*.json), judged
-    with the main run, and runs with earlier code (measured_history_*.json), listed only."""
-    out = []
-    if repeats:
-        out += [
-            "Repeats of the same comparison with the same code, kept to show the run-to-run spread "
-            "and judged with the run above by their median "
-            "(benchmarks/results/measured_repeat_*.json):",
-            "",
-        ] + runs_table(repeats, "repeat")
-    if history:
-        out += [
-            "Runs with earlier code, listed but not judged: the planner has changed since, so they "
-            "measure a different EPP (benchmarks/results/measured_history_*.json):",
-            "",
-        ]
-        out += runs_table(history, "earlier")
     return out
 
 
@@ -294,10 +185,7 @@ def horizon_section(h: dict | None) -> list[str]:
         "simulated, as in the measured run. It shows whether the measured steps are typical and "
         "how EPP's margin depends on the budget.",
         "",
-        "| steps | budget (MiB) | EPP step (s) | "
-        + " | ".join(f"vs {LABELS[m]}" for m in methods)
-        + " |",
-        "|---|---|---|" + "---|" * len(methods),
+        *table_head("steps", "budget (MiB)", "EPP step (s)", *[f"vs {LABELS[m]}" for m in methods]),
     ]
     for c in h["cases"]:
         cells = [
@@ -312,19 +200,14 @@ def horizon_section(h: dict | None) -> list[str]:
 
 
 def timeline_section(t: dict | None) -> list[str]:
+    """The simulated timeline of the measured case's first step (cpu_simulated.py)."""
     if t is None:
         return ["No timeline.\n"]
     out = [
         "![EPP and static Seq1F1B on the measured case, simulated](img/timeline_sim_cpu.png)",
         "",
         "The first step of the measured case, planned and simulated with the calibrated cost "
-        "model (one row per stage; red: recompute). "
-        + "; ".join(
-            f"{x['label']}: {x['step_time_s']:.2f} s, bubble {100 * x['bubble_fraction']:.1f}%, "
-            f"recompute {x['recompute_s']:.2f} s"
-            for x in t["traces"]
-        )
-        + ".",
+        "model (one row per stage; red: recompute). " + traces_text(t["traces"], "%.2f") + ".",
         "",
         "The same picture at paper scale (LLaMA-13B, 8 stages, 96K, simulated A800): "
         "[cluster_study.md](cluster_study.md#one-step-as-a-timeline).",
@@ -344,8 +227,7 @@ def cluster_section(study: dict | None) -> tuple[list[str], dict]:
         "[cluster_study.md](cluster_study.md). At 96K and 8 stages, EPP's speed-up over each "
         "static baseline:",
         "",
-        "| model | EPP step (s) | vs Seq1F1B | vs batch-level | vs ChunkFlow |",
-        "|---|---|---|---|---|",
+        *table_head("model", "EPP step (s)", "vs Seq1F1B", "vs batch-level", "vs ChunkFlow"),
     ]
     headline = {}
     for case in study["cases"]:
@@ -371,22 +253,6 @@ def cluster_section(study: dict | None) -> tuple[list[str], dict]:
             + " |"
         )
     return out + [""], headline
-
-
-def speedups(runs: list[dict], method: str, history=()) -> tuple[str, float]:
-    """EPP's measured speed-up over `method`: the text (this run's, the repeats' with the median,
-    and the median with the runs of earlier code too) and the median over this run and repeats."""
-    values = [run["summary"][method]["epp_speedup"] for run in runs]
-    median = statistics.median(values)
-    text = f"{values[0]:.2f}x"
-    if len(values) > 1:
-        text += (
-            " (repeats: " + ", ".join(f"{v:.2f}x" for v in values[1:]) + f"; median {median:.2f}x)"
-        )
-    if history:
-        every = values + [run["summary"][method]["epp_speedup"] for run in history]
-        text += f"; with the {len(history)} runs of earlier code, median {statistics.median(every):.2f}x"
-    return text, median
 
 
 def targets_section(meta, val, res, headline, repeats=(), history=()) -> list[str]:
@@ -449,88 +315,10 @@ def targets_section(meta, val, res, headline, repeats=(), history=()) -> list[st
     return out + [""]
 
 
-def busy_note(val: dict | None) -> str:
-    """How far the validation found the stages' measured compute from the predicted."""
-    if not val:
-        return ""
-    errors = [
-        p / m - 1 for c in val["cases"] for p, m in zip(c["predicted_busy_s"], c["measured_busy_s"])
-    ]
-    return (
-        f" (in the simulator validation below, the stages' predicted compute is "
-        f"{100 * statistics.median(errors):+.1f}% off the measured in the median; a step here "
-        f"also includes planning, the ranks' agreement and the optimizer step, which the "
-        f"simulation leaves out)"
-    )
-
-
-def shortfall_text(res: dict, meta: dict | None, val: dict | None, short: bool = True) -> str:
-    """Why the measured margins are what they are; `short`: some measured target is not met."""
-    methods = ("epp", "seq1f1b", "batch", "chunkflow")
-    predicted = {m: sum(r["ranks"][0]["predicted_s"] for r in res["rows"][m]) for m in methods}
-    pred = {m: predicted[m] / predicted["epp"] for m in methods}  # EPP's predicted speed-ups
-    over = {m: sum(r["seconds"] for r in res["rows"][m]) / predicted[m] - 1 for m in methods}
-    overhead = (
-        f"about {1e3 * meta['b']:.1f} ms against {1e6 * meta['a2']:.1f} us per token"
-        if meta
-        else "small"
-    )
-    return (
-        (
-            "Where the measured targets fall short, the margin was thin in the plans already"
-            if short
-            else "The measured margins are about what the plans predicted"
-        )
-        + ": from their own predictions EPP was to be "
-        + ", ".join(f"{pred[m]:.2f}x {LABELS[m]}" for m in methods[1:])
-        + " on these steps. Measured "
-        "against predicted (positive: slower than predicted): "
-        + ", ".join(f"{LABELS[m] if m != 'epp' else 'EPP'} {100 * over[m]:+.1f}%" for m in methods)
-        + busy_note(val)
-        + ". On this CPU a small "
-        "chunk costs little beyond its FLOPs (b, the per-layer overhead of a chunk, is "
-        + overhead
-        + "), so Seq1F1B's and ChunkFlow's fine slices lose little "
-        "efficiency; what EPP saves them is mostly recompute, which their one static setting "
-        "needs for the worst step on every step, and a better packing of the short sequences. "
-        "The paper's larger gains come from GPUs, where small slices under-use the device. At "
-        "paper scale (simulated), the busiest stage's compute, the last stage's LM head "
-        "included, bounds what any plan can gain over static Seq1F1B; cluster_study.md gives "
-        "the bound per model. LLaMA-30B's model state leaves too little of 80 GiB for activations "
-        "with pipeline parallelism alone (the paper also shards with data parallelism)."
-    )
-
-
-def plot_throughput(summary: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    names = list(summary)
-    values = [summary[n]["tokens_per_s"] for n in names]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    bars = ax.barh(
-        [LABELS.get(n, n).replace(" (padded)", "\n(padded)") for n in names],
-        values,
-        color=["tab:green" if n == "epp" else "tab:gray" for n in names],
-    )
-    for bar, n in zip(bars, names):
-        ax.text(
-            bar.get_width(),
-            bar.get_y() + bar.get_height() / 2,
-            f" {summary[n]['tokens_per_s']:.0f} ({summary[n]['epp_speedup']:.2f}x)",
-            va="center",
-            fontsize=8,
-        )
-    ax.invert_yaxis()
-    ax.set_xlabel("tokens/s (measured; EPP's speed-up over each in parentheses)")
-    ax.set_xlim(0, max(values) * 1.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
-    p.add_argument("--docs", type=Path, default=Path(__file__).parents[1] / "docs")
+    p.add_argument("--results", type=Path, default=RESULTS)
+    p.add_argument("--docs", type=Path, default=DOCS)
     args = p.parse_args()
     r = args.results
     meta, val, res = (

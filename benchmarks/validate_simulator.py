@@ -16,21 +16,19 @@ with every case and prints the median errors.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from lib import results, training
 from lib.ranks import gathered, leave
+from lib.results import MIB
+from lib.validation import errors
 
 import infinipipe
-from infinipipe import _C
-from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
-
-MIB = 1 << 20
 
 # (distribution, batch, context, method, budget MiB or None for no memory pressure). Varied on
 # purpose: short-only and long-dominated mixes, packed, split and hybrid chunks, every method,
@@ -67,13 +65,10 @@ def plan_config(
 
 def run_case(case, index: int, args, config: LlamaConfig) -> dict:
     distribution, batch_size, context, method, budget_mib = case
-    trainer = infinipipe.Trainer(
-        config,
-        lambda p: torch.optim.AdamW(p, lr=1e-3),
-        plan=plan_config(method, budget_mib, args.cost_model),
+    trainer = training.trainer(config, plan_config(method, budget_mib, args.cost_model))
+    lengths, batch = training.sampled_batch(
+        distribution, batch_size, context, args.seed + index, config.vocab, index
     )
-    lengths = _C.plan.sample_lengths(distribution, batch_size, context, args.seed + index)
-    batch = synthetic_batch(lengths, config.vocab, torch.Generator().manual_seed(index))
     plan = trainer.plan(batch)
     summary = plan.summary()
     if index == 0:  # warm-up: the process's first step pays for allocator and kernel set-up
@@ -110,18 +105,6 @@ def run_case(case, index: int, args, config: LlamaConfig) -> dict:
         measured_busy_s=busy,
         predicted_activation_bytes=[s["predicted_activation_bytes"] for s in memory],
         measured_activation_bytes=[s["measured_activation_bytes"] for s in memory],
-    )
-
-
-def errors(row: dict) -> dict:
-    step = statistics.median(row["measured_step_s"])
-    return dict(
-        step=row["predicted_step_s"] / step - 1,
-        memory=[
-            p / m - 1
-            for p, m in zip(row["predicted_activation_bytes"], row["measured_activation_bytes"])
-        ],
-        busy=[p / m - 1 for p, m in zip(row["predicted_busy_s"], row["measured_busy_s"])],
     )
 
 
@@ -171,8 +154,7 @@ def main() -> int:
             f"{result['max_abs_memory_error']:.1%} over {len(mem_err)} stage peaks"
         )
         if args.output:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(result, indent=1))
+            results.write(args.output, result)
     leave()
 
 

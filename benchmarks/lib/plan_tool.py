@@ -1,6 +1,7 @@
 """Running build/infinipipe-plan and reading its JSON lines: what the planning experiments share
-(planning_comparison, cluster_study, cpu_simulated)."""
+(planning_comparison, cluster_study, cpu_simulated, measured_comparison)."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -40,7 +41,25 @@ def tool_args(case, method):
     return args + ["--method", method, "--json"]
 
 
+def parser(description, smoke_help):
+    """A planning experiment's command line: the plan tool (build/infinipipe-plan unless given)
+    and --smoke."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("tool", nargs="?", default="build/infinipipe-plan")
+    p.add_argument("--smoke", action="store_true", help=smoke_help)
+    return p
+
+
+def parse(p, who):
+    """`p`'s arguments; exits, naming the script `who`, when the plan tool is not built."""
+    args = p.parse_args()
+    if not os.path.exists(args.tool):
+        sys.exit("%s: %s not found; build it first (ninja -C build infinipipe-plan)" % (who, args.tool))
+    return args
+
+
 def run_tool(command):
+    """The JSON rows the plan tool prints for `command`; exits with its error when it fails."""
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(
@@ -48,19 +67,6 @@ def run_tool(command):
             % (" ".join(command), done.returncode, done.stderr.strip())
         )
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-def machine():
-    model, cores = "unknown", os.cpu_count()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                model = value.strip()
-    except OSError:
-        pass
-    return model, cores
 
 
 def collect(rows, steps):
@@ -85,17 +91,15 @@ def collect(rows, steps):
 
 
 def mean(values):
+    """The mean of `values`; NaN for none."""
     return sum(values) / len(values) if values else float("nan")
 
 
 def times(by_step, steps):
+    """The step times of steps 0..steps-1, or None when a step is infeasible."""
     if not all(by_step[i]["feasible"] for i in range(steps)):
         return None
     return [by_step[i]["step_time_s"] for i in range(steps)]
-
-
-def fmt_ratio(a, b):
-    return "%.2fx" % (b / a) if a and b else "n/a"
 
 
 def setting_text(row):

@@ -79,6 +79,16 @@ def run_case(tool, case):
 TIMELINE_METHODS = ["epp", "seq1f1b"]
 
 
+def traces_text(traces, step_format):
+    """A timeline's plans in words (`traces` as timeline() returns them, the step time printed
+    with `step_format`): "EPP (...): 1.234 s, bubble 5.0%, recompute 0.12 s; ..."."""
+    return "; ".join(
+        ("%s: " + step_format + " s, bubble %.1f%%, recompute %.2f s")
+        % (x["label"], x["step_time_s"], 100 * x["bubble_fraction"], x["recompute_s"])
+        for x in traces
+    )
+
+
 def timeline(tool, case, path):
     """EPP and static Seq1F1B on the case's first step, simulated, stacked in one picture.
 
