@@ -32,7 +32,9 @@ sampled steps of the case above (seeds %d..%d), each program solved again and si
         return text
     names = ["tied cbc", "tied greedy", "untied greedy", "uniform"]
     columns = ["%s: step s (recompute s)" % n for n in names]
-    text.extend(line + "\n" for line in table_head("seed", "EPP setting", "waves", *columns, "kept"))
+    text.extend(
+        line + "\n" for line in table_head("seed", "EPP setting", "waves", *columns, "kept")
+    )
     margins = []  # (seed, tied step / untied step - 1)
     for r in compared:
         by = {c["method"]: c for c in r["checkpoint_compare"]}

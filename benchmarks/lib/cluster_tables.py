@@ -100,9 +100,7 @@ def detail_table(cases, notes):
 
 def speedup_table(cases):
     """Per case, EPP's mean step and its speed-ups over each baseline, static and best."""
-    lines = table_head(
-        "case", "EPP (s)", *["vs %s static / best" % LABELS[m] for m in BASELINES]
-    )
+    lines = table_head("case", "EPP (s)", *["vs %s static / best" % LABELS[m] for m in BASELINES])
     for c in cases:
         ms = c["result"].get("methods")
         if not ms or not ms["epp"]["feasible"]:

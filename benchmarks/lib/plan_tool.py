@@ -54,7 +54,9 @@ def parse(p, who):
     """`p`'s arguments; exits, naming the script `who`, when the plan tool is not built."""
     args = p.parse_args()
     if not os.path.exists(args.tool):
-        sys.exit("%s: %s not found; build it first (ninja -C build infinipipe-plan)" % (who, args.tool))
+        sys.exit(
+            "%s: %s not found; build it first (ninja -C build infinipipe-plan)" % (who, args.tool)
+        )
     return args
 
 
