@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
-from .errors import Error
+from .errors import Error, LostRankError, RankFailedError
+from .failure_board import bounded
 
 
 def digest(*parts: Any) -> str:
@@ -17,36 +20,6 @@ def digest(*parts: Any) -> str:
     for p in parts:
         h.update(p if isinstance(p, bytes) else repr(p).encode())
     return h.hexdigest()[:16]
-
-
-def report_failure(message: str, step: int, rank: int, world_size: int) -> str:
-    """Publishes this rank's failure in the group's store and adds what other ranks
-    published: when a lost rank makes its neighbour fail and exit, the ranks further away
-    lose that neighbour, and the store tells them which rank was lost first."""
-    try:
-        store = dist.distributed_c10d._get_default_store()
-        previous_timeout = store.timeout
-    except Exception:  # noqa: BLE001 - no store (a group made without one)
-        return message
-    try:
-        store.set_timeout(datetime.timedelta(seconds=2))
-        prefix = f"infinipipe/failure/step{step}/rank"
-        store.set(f"{prefix}{rank}", message)
-        reports = [
-            (r, store.get(f"{prefix}{r}").decode())
-            for r in range(world_size)
-            if r != rank and store.check([f"{prefix}{r}"])
-        ]
-    except Exception:  # noqa: BLE001 - the store may be gone with the lost rank
-        return message
-    finally:
-        try:
-            store.set_timeout(previous_timeout)
-        except Exception:  # noqa: BLE001
-            pass
-    for r, report in reports:
-        message += f"\n  (rank {r} reported before: {report})"
-    return message
 
 
 def agree(
@@ -92,3 +65,78 @@ def agree(
                 f"{detail}. Every rank must run the same script with the same "
                 f"configuration on the same data"
             )
+
+
+def agree_on_setup(
+    group: Any,
+    board_address: str,
+    error: Exception | None,
+    timeout_s: float,
+    describe: Callable[[int], str],
+) -> list[str]:
+    """Every rank says through the rendezvous store whether it set up its stage (and where its
+    failure board listens); every rank raises, naming the ranks, when one failed or never came.
+    Returns the boards' addresses in rank order."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    store = dist.distributed_c10d._get_default_store()
+    ranks = dist.get_process_group_ranks(group)
+    prefix = f"infinipipe/setup/{digest(ranks, _next_setup())}/rank"
+    mine = {"board": board_address, "error": None if error is None else _one_line(error)}
+    keys = [f"{prefix}{r}" for r in range(world_size)]
+    try:
+        bounded(lambda: store.set(keys[rank], json.dumps(mine)), timeout_s, "the rendezvous store")
+        bounded(
+            lambda: store.wait(keys, datetime.timedelta(seconds=timeout_s)),
+            timeout_s + 1,
+            "the rendezvous store",
+        )
+        words = [json.loads(bounded(lambda k=k: store.get(k), timeout_s, "store")) for k in keys]
+    except Exception:  # noqa: BLE001 - a rank never came, or the store's host is gone
+        if error is not None:
+            raise error from None
+        try:
+            missing = [
+                r
+                for r in range(world_size)
+                if not bounded(lambda r=r: store.check([keys[r]]), 2.0, "store")
+            ]
+        except Exception:  # noqa: BLE001
+            raise LostRankError(
+                f"setup: the rendezvous store (MASTER_ADDR) stopped answering within "
+                f"{timeout_s:g} s: the rank hosting it (rank 0 unless launched with torchrun) "
+                f"may have died; check its log",
+                ranks=[0],
+                step=0,
+            ) from None
+        names = ", ".join(describe(r) for r in missing)
+        raise LostRankError(
+            f"setup: {names} did not reach the trainer's setup within {timeout_s:g} s: it may "
+            f"have exited, failed before creating its Trainer, or be much slower; check its log",
+            ranks=missing,
+            step=0,
+        ) from None
+    if error is not None:
+        raise error
+    failed = [r for r, w in enumerate(words) if w["error"] is not None]
+    if failed:
+        raise RankFailedError(
+            "setup: "
+            + "; ".join(
+                f"{describe(r)} failed to set up its stage: {words[r]['error']}" for r in failed
+            ),
+            ranks=failed,
+            step=0,
+        )
+    return [w["board"] for w in words]
+
+
+_setups = itertools.count()
+
+
+def _next_setup() -> int:
+    """Trainers made in the same order on every rank get the same number: their store keys."""
+    return next(_setups)
+
+
+def _one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}".splitlines()[0]

@@ -1,5 +1,7 @@
 """The errors every InfiniPipe failure raises."""
 
+from __future__ import annotations
+
 from . import _C
 
 Error = _C.Error  # every InfiniPipe failure (a RuntimeError); C++ infinipipe::Error
@@ -7,3 +9,20 @@ Error = _C.Error  # every InfiniPipe failure (a RuntimeError); C++ infinipipe::E
 
 class BatchError(Error, ValueError):
     """A batch the trainer cannot run (empty, malformed, token ids outside the vocabulary)."""
+
+
+class _RanksError(Error):
+    def __init__(self, message: str, *, ranks: list[int], step: int) -> None:
+        super().__init__(message)
+        self.ranks = list(ranks)  # the ranks named as the cause
+        self.step = step  # the step that failed (0: the trainer's setup)
+
+
+class LostRankError(_RanksError):
+    """A rank stopped answering or died: `ranks` names it (every other rank names the same one),
+    or is empty when no single rank could be told apart."""
+
+
+class RankFailedError(_RanksError):
+    """A rank failed by itself (its model raised, or it rejected its setup): `ranks` names it;
+    the message carries its error."""

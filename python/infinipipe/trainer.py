@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -27,13 +28,16 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from .agreement import agree, digest, report_failure
+from .agreement import agree, agree_on_setup, digest
 from .cost import cost_model_for, default_budget, hardware_memory
 from .errors import BatchError, Error
+from .failure_board import FailureBoard
 from .memory_meter import MemoryMeter
 from .models import llama
 from .plan_config import PlanConfig
 from .stage_adapter import protocol_module
+
+_log = logging.getLogger("infinipipe")
 
 
 @dataclass
@@ -141,6 +145,48 @@ class Trainer:
             )
         self.stage_index = self.rank
 
+        # Every rank sets up its stage, then all check that every rank did: a rank whose model
+        # factory raised, or that never got here, is named on every rank (docs/design.md,
+        # "Failures").
+        self.board = (
+            FailureBoard(self.rank, self.world_size, self.describe_rank)
+            if self.world_size > 1
+            else None
+        )
+        error = None
+        try:
+            self._set_up_stage(model, optimizer_factory, seed, attention_backend)
+        except Exception as e:  # noqa: BLE001 - raised below, after telling the other ranks
+            error = e
+        if self.board is not None:
+            addresses = agree_on_setup(
+                self.group, self.board.address, error, self.timeout_s, self.describe_rank
+            )
+            self.board.connect(addresses)
+        elif error is not None:
+            raise error
+        self._steps = 0
+        self.config_fingerprint = digest(
+            dataclasses.asdict(self.config),
+            self.layers_per_stage,
+            self.plan_config,
+            self.memory_budget_bytes,
+            str(self.dtype),
+            self.world_size,
+        )
+
+    # --- setup ---
+
+    def describe_rank(self, rank: int) -> str:
+        return f"rank {rank} (stage {rank})"
+
+    def _set_up_stage(
+        self,
+        model: Any,
+        optimizer_factory: Callable[[Iterable[torch.Tensor]], torch.optim.Optimizer] | None,
+        seed: int,
+        attention_backend: str,
+    ) -> None:
         if isinstance(model, llama.LlamaConfig):
             self.module = llama.build_stage(
                 self.config, self.layers_per_stage, self.stage_index, seed=seed, device=self.device
@@ -179,17 +225,6 @@ class Trainer:
             timeout_s=self.timeout_s,
             attention_backend=attention_backend,
         )
-        self._steps = 0
-        self.config_fingerprint = digest(
-            dataclasses.asdict(self.config),
-            self.layers_per_stage,
-            self.plan_config,
-            self.memory_budget_bytes,
-            str(self.dtype),
-            self.world_size,
-        )
-
-    # --- setup ---
 
     def _default_group(self, use_cuda: bool) -> Any:
         if not dist.is_initialized():
@@ -208,6 +243,26 @@ class Trainer:
         return dist.group.WORLD
 
     # --- a step ---
+
+    def _lost_peer(self, error: Any) -> Exception:
+        """The error naming the rank lost first, for a wait on peers that failed."""
+        _log.debug("step %d: the backend said: %s", self._steps, error.backend_detail)
+        if self.board is None:
+            return error
+        return self.board.diagnose(self._steps, error)
+
+    def _run(self, plan: Any, sequences: list[torch.Tensor], measure_memory: bool) -> Any:
+        for p in self.parameters:
+            p.grad = None
+        if not measure_memory:
+            return self.executor.run(plan, sequences), None
+        meter = MemoryMeter(self.executor, self.parameters)
+        self.executor.set_after_action(meter.sample)
+        try:
+            with meter.hooks():
+                return self.executor.run(plan, sequences), meter
+        finally:
+            self.executor.set_after_action(None)
 
     def check_batch(self, batch: Any) -> list[torch.Tensor]:
         """The batch as 1-D int64 CPU tensors; BatchError when it cannot be trained on."""
@@ -290,30 +345,25 @@ class Trainer:
             error = e
         except ValueError as e:
             error = BatchError(str(e))
-        agree(
-            self.executor,
-            error,
-            self.config_fingerprint,
-            fingerprint,
-            None if plan is None or error else plan.hash(),
-        )
-
-        for p in self.parameters:
-            p.grad = None
-        meter = None
         try:
-            if measure_memory:
-                meter = MemoryMeter(self.executor, self.parameters)
-                self.executor.set_after_action(meter.sample)
-                try:
-                    with meter.hooks():
-                        stats = self.executor.run(plan, sequences)
-                finally:
-                    self.executor.set_after_action(None)
-            else:
-                stats = self.executor.run(plan, sequences)
-        except Error as e:
-            raise Error(report_failure(str(e), self._steps, self.rank, self.world_size)) from None
+            agree(
+                self.executor,
+                error,
+                self.config_fingerprint,
+                fingerprint,
+                None if plan is None or error else plan.hash(),
+            )
+        except _C.runtime.PeerError as e:
+            raise self._lost_peer(e) from None
+        try:
+            stats, meter = self._run(plan, sequences, measure_memory)
+        except _C.runtime.PeerError as e:
+            raise self._lost_peer(e) from None
+        except Exception as e:
+            # This rank failed by itself (its model raised): tell the ranks waiting for it.
+            if self.board is not None:
+                self.board.report_own_failure(self._steps, e)
+            raise
         self.optimizer.step()
 
         if meter is not None:

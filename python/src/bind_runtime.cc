@@ -161,8 +161,25 @@ py::dict profile_dict(const runtime::LayerProfile& profile) {
 
 }  // namespace
 
+// runtime::PeerError as _C.runtime.PeerError (an _C.Error) with the peer's `rank` (-1 for a
+// collective) and the backend's full text in `backend_detail`, for the trainer's failure report.
+void bind_peer_error(py::module_& root, py::module_& m) {
+  static py::exception<runtime::PeerError> type(m, "PeerError", root.attr("Error"));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const runtime::PeerError& e) {
+      py::object error = py::handle(type.ptr())(e.what());
+      error.attr("rank") = e.rank();
+      error.attr("backend_detail") = e.backend_detail();
+      PyErr_SetObject(type.ptr(), error.ptr());
+    }
+  });
+}
+
 void bind_runtime(py::module_& root) {
   py::module_ m = root.def_submodule("runtime", "The executor and its chunk contexts");
+  bind_peer_error(root, m);
 
   // py::dynamic_attr: a Python stage module may keep per-chunk state on its context (the
   // executor keeps the Python object alive for the chunk's lifetime: PythonStageModule).

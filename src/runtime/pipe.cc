@@ -39,7 +39,7 @@ void Pipes::post_recv(int tag, at::Tensor buffer, int from_rank) {
                                     " is already pending (the schedule posts it twice)");
   std::vector<at::Tensor> tensors{buffer};
   Pending op;
-  op.work = group_->recv(tensors, from_rank, tag);
+  op.work = start([&] { return group_->recv(tensors, from_rank, tag); }, from_rank, tag, "send");
   op.tensor = std::move(buffer);
   op.peer = from_rank;
   op.tag = tag;
@@ -62,7 +62,7 @@ void Pipes::send(int tag, const at::Tensor& tensor, int to_rank) {
   at::Tensor contiguous = tensor.contiguous();
   std::vector<at::Tensor> tensors{contiguous};
   Pending op;
-  op.work = group_->send(tensors, to_rank, tag);
+  op.work = start([&] { return group_->send(tensors, to_rank, tag); }, to_rank, tag, "receive");
   op.tensor = std::move(contiguous);
   op.peer = to_rank;
   op.tag = tag;
@@ -89,30 +89,59 @@ void Pipes::wait_sends() {
   for (const Pending& op : sends) wait(op, "receive");
 }
 
-void Pipes::wait_collective(c10d::Work& work, const std::string& what) {
+namespace {
+
+// What a backend's error says in a few words: its first line without the "[file:line] " prefix
+// Gloo puts in front (the full text goes to PeerError::backend_detail).
+std::string short_detail(const std::string& detail) {
+  std::string line = detail.substr(0, detail.find('\n'));
+  if (!line.empty() && line.front() == '[') {
+    const auto close = line.find("] ");
+    if (close != std::string::npos) line = line.substr(close + 2);
+  }
+  return line;
+}
+
+}  // namespace
+
+void Pipes::wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                            const std::string& what) {
   const auto started = std::chrono::steady_clock::now();
   std::string detail;
   try {
-    if (work.wait(timeout_)) return;
+    if (op()->wait(timeout_)) return;
     detail = "the collective was aborted";
   } catch (const std::exception& e) {
     detail = e.what();
   }
-  const auto newline = detail.find('\n');
-  if (newline != std::string::npos) detail = detail.substr(0, newline);
   const bool timed_out =
       std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
-  throw Error(
-      "the " + what + " " +
-      (timed_out ? "did not complete within " + format_duration(timeout_) : std::string("failed")) +
-      ": another rank may have died or failed; check the other ranks' logs [backend: " + detail +
-      "]");
+  throw PeerError("the " + what + " " +
+                      (timed_out ? "did not complete within " + format_duration(timeout_)
+                                 : std::string("failed")) +
+                      ": another rank may have died or failed; check the other ranks' logs (" +
+                      short_detail(detail) + ")",
+                  -1, detail);
+}
+
+c10::intrusive_ptr<c10d::Work> Pipes::start(
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& op, int peer, int tag,
+    const char* what) {
+  try {
+    return op();
+  } catch (const std::exception& e) {
+    throw PeerError("lost the connection to " + describe_peer_(peer) + " before it could " + what +
+                        " (message tag " + std::to_string(tag) +
+                        "): it may have died or failed; check its log (" + short_detail(e.what()) +
+                        ")",
+                    peer, e.what());
+  }
 }
 
 double Pipes::all_reduce_sum(double value, at::Device device) {
   std::vector<at::Tensor> tensors{
       at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
-  wait_collective(*group_->allreduce(tensors), "all-reduce of the step's loss");
+  wait_collective([&] { return group_->allreduce(tensors); }, "all-reduce of the step's loss");
   return tensors[0].item<double>();
 }
 
@@ -123,7 +152,8 @@ std::vector<std::string> Pipes::all_gather_text(const std::string& mine, at::Dev
   std::vector<at::Tensor> length{at::full({1}, static_cast<int64_t>(mine.size()), longs)};
   std::vector<std::vector<at::Tensor>> lengths{std::vector<at::Tensor>(ranks)};
   for (at::Tensor& t : lengths[0]) t = at::empty({1}, longs);
-  wait_collective(*group_->allgather(lengths, length), "all-gather of the step's agreement");
+  wait_collective([&] { return group_->allgather(lengths, length); },
+                  "all-gather of the step's agreement");
   std::vector<int64_t> sizes(ranks);
   int64_t longest = 0;
   for (int r = 0; r < ranks; ++r) {
@@ -137,7 +167,8 @@ std::vector<std::string> Pipes::all_gather_text(const std::string& mine, at::Dev
   std::vector<at::Tensor> input{padded.to(device)};
   std::vector<std::vector<at::Tensor>> outputs{std::vector<at::Tensor>(ranks)};
   for (at::Tensor& t : outputs[0]) t = at::empty({padded.numel()}, bytes);
-  wait_collective(*group_->allgather(outputs, input), "all-gather of the step's agreement");
+  wait_collective([&] { return group_->allgather(outputs, input); },
+                  "all-gather of the step's agreement");
   std::vector<std::string> texts(ranks);
   for (int r = 0; r < ranks; ++r) {
     const at::Tensor host = outputs[0][r].cpu();
@@ -162,9 +193,6 @@ void Pipes::wait(const Pending& op, const char* what) {
   }
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - started);
-  // Keep the backend's text short: its first line says what happened.
-  const auto newline = detail.find('\n');
-  if (newline != std::string::npos) detail = detail.substr(0, newline);
   const std::string peer = describe_peer_(op.peer);
   std::string message;
   if (waited + std::chrono::milliseconds(50) >= timeout_) {
@@ -177,7 +205,7 @@ void Pipes::wait(const Pending& op, const char* what) {
               " (message tag " + std::to_string(op.tag) +
               "): it may have died or failed; check its log";
   }
-  throw Error(message + " [backend: " + detail + "]");
+  throw PeerError(message + " (" + short_detail(detail) + ")", op.peer, detail);
 }
 
 }  // namespace infinipipe::runtime

@@ -8,7 +8,10 @@
 // NCCL ignores tags and matches in order, which the validated schedule keeps consistent).
 //
 // Every wait is bounded by a timeout. A timeout or a backend error (a peer that died closes its
-// connections) becomes an infinipipe::Error naming the peer, so no rank hangs on a lost peer.
+// connections), whether the backend reports it when the operation starts or when it is waited
+// for, becomes a PeerError naming the peer, so no rank hangs on a lost peer and no backend error
+// leaks raw. The backend's own text stays out of the message (it carries source paths and, with
+// some backends, stack traces) and is kept in PeerError::backend_detail for a debug log.
 #include <chrono>
 #include <functional>
 #include <map>
@@ -18,7 +21,24 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "infinipipe/core/error.h"
+
 namespace infinipipe::runtime {
+
+// A wait on other ranks that failed. `rank` is the peer this rank was waiting for, or -1 for a
+// collective (any rank may be the one missing). The trainer uses it to find the rank that was
+// lost first (docs/design.md, "Failures").
+class PeerError : public Error {
+ public:
+  PeerError(const std::string& message, int rank, std::string backend_detail)
+      : Error(message), rank_(rank), backend_detail_(std::move(backend_detail)) {}
+  int rank() const { return rank_; }
+  const std::string& backend_detail() const { return backend_detail_; }
+
+ private:
+  int rank_;
+  std::string backend_detail_;
+};
 
 enum class Direction { kActivation = 0, kGradient = 1 };
 
@@ -70,10 +90,16 @@ class Pipes {
     int peer = 0;
     int tag = 0;
   };
-  // Waits for a collective, turning a timeout or backend error into an Error naming `what`.
-  void wait_collective(c10d::Work& work, const std::string& what);
-  // Waits for `op`, turning a timeout or backend error into an Error naming the peer.
+  // Starts and waits for a collective, turning a timeout or backend error (at start or while
+  // waiting) into a PeerError naming `what`.
+  void wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                       const std::string& what);
+  // Waits for `op`, turning a timeout or backend error into a PeerError naming the peer.
   void wait(const Pending& op, const char* what);
+  // Starts a transfer with `peer`; a backend that fails at once (a closed connection) becomes a
+  // PeerError naming it.
+  c10::intrusive_ptr<c10d::Work> start(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                                       int peer, int tag, const char* what);
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::chrono::milliseconds timeout_;

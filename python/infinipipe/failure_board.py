@@ -1,0 +1,205 @@
+"""How every rank learns which rank was lost (docs/design.md, "Failures").
+
+When a rank stops or dies, its neighbours' waits time out or lose the connection, and the ranks
+further along the pipeline lose those neighbours in turn: each rank, on its own, would name the
+wrong rank. So every rank hosts a small board (a TCPStore server of its own, not the rendezvous
+store: that one lives in rank 0, which may be the rank that stopped). A rank whose step fails
+writes on every other rank's board whom it was waiting for (or that it failed itself), then
+reads its own board for a moment: following "rank a waited for rank b" from its own wait, the
+chain ends at the rank that was lost (it never writes), or at the rank whose own error started
+it all. Ranks that agree on nothing else still agree on that, within the timeout plus GRACE_S.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from .errors import Error, LostRankError, RankFailedError
+
+# How long a failing rank waits for the others' words before concluding. The ranks' own waits
+# time out within a few milliseconds of each other when a peer stops (they all wait on the same
+# timeout for work that was already in flight), so a second and a half covers them with margin
+# and keeps "timeout + 2 s" for every rank.
+GRACE_S = 1.5
+# A live rank's board answers in milliseconds (its server has a thread of its own); a stopped one
+# never does. Writers give up after this, well inside the grace, and are joined before the error
+# is raised: a thread left inside the store's client at exit aborts the process.
+_WRITE_TIMEOUT_S = 1.0
+_POLL_S = 0.02
+
+
+def bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+    """fn() in a helper thread, or TimeoutError after `seconds`: a store whose host stopped
+    blocks some calls (check) however the store's timeout is set."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True, name=f"infinipipe {what}")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not answer within {seconds:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def reachable_host() -> str:
+    """This host's address as the other ranks reach it: the interface that routes to the
+    rendezvous host (no packet is sent)."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, 9))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class FailureBoard:
+    """This rank's board and the other ranks' addresses (set with `connect`)."""
+
+    def __init__(self, rank: int, world_size: int, describe: Callable[[int], str]) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.describe = describe
+        self.host = reachable_host()
+        self._store = dist.TCPStore(
+            "0.0.0.0",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=GRACE_S),
+        )
+        self.address = f"{self.host}:{self._store.port}"
+        self._addresses: list[str] = []
+
+    def connect(self, addresses: list[str]) -> None:
+        self._addresses = list(addresses)
+
+    # --- writing and reading words ---
+
+    def _publish(self, step: int, word: dict, skip: int | None = None) -> list[threading.Thread]:
+        """Writes `word` on every other rank's board but `skip`'s (the rank this one lost), each
+        in its own thread: a stopped rank's board blocks until the client's timeout."""
+        key, value = f"step{step}/rank{self.rank}", json.dumps(word)
+
+        def write(address: str) -> None:
+            host, port = address.rsplit(":", 1)
+            try:
+                client = dist.TCPStore(
+                    host,
+                    int(port),
+                    is_master=False,
+                    wait_for_workers=False,
+                    timeout=datetime.timedelta(seconds=_WRITE_TIMEOUT_S),
+                )
+                client.set(key, value)
+            except Exception:  # noqa: BLE001 - that rank is gone: its silence says so
+                pass
+
+        threads = [
+            threading.Thread(target=write, args=(a,), daemon=True, name="infinipipe board")
+            for r, a in enumerate(self._addresses)
+            if r not in (self.rank, skip)
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _read(self, step: int, words: dict[int, dict]) -> None:
+        for r in range(self.world_size):
+            if r in words:
+                continue
+            key = f"step{step}/rank{r}"
+            if self._store.check([key]):
+                words[r] = json.loads(self._store.get(key))
+
+    # --- a failed step ---
+
+    def report_own_failure(self, step: int, error: BaseException) -> None:
+        """This rank's step failed by itself (not waiting on a peer): say so, so that the ranks
+        waiting for it name it and its error rather than a timeout."""
+        message = f"{type(error).__name__}: {error}".splitlines()[0]
+        word = {"blames": None, "own": True, "message": message}
+        for t in self._publish(step, word):
+            t.join(2 * _WRITE_TIMEOUT_S)
+
+    def diagnose(self, step: int, error: Any) -> Error:
+        """The error to raise for a wait on peers that failed (an _C.runtime.PeerError: its
+        `rank` is the peer waited for, -1 for a collective). Writes this rank's word, reads the
+        others' for up to GRACE_S, and names the rank lost first."""
+        blames = None if error.rank < 0 else int(error.rank)
+        mine = {"blames": blames, "own": False, "message": str(error)}
+        writers = self._publish(step, mine, skip=blames)
+        words = {self.rank: mine}
+        deadline = time.monotonic() + GRACE_S
+        while True:
+            self._read(step, words)
+            lost, failed = self._conclude(words)
+            silent = [r for r in range(self.world_size) if r not in words]
+            if failed or set(silent) <= set(lost) or time.monotonic() >= deadline:
+                break
+            time.sleep(_POLL_S)
+        for t in writers:
+            t.join(2 * _WRITE_TIMEOUT_S)
+        return self._error(step, str(error), words, lost, failed)
+
+    def _conclude(self, words: dict[int, dict]) -> tuple[list[int], list[int]]:
+        """(lost, failed): follow the waits from this rank to the end of the chain. A silent
+        rank at the end was lost; a rank that wrote it failed by itself; a collective (no rank
+        known) leaves the ranks that have not written as the suspects."""
+        seen, at = {self.rank}, self.rank
+        while True:
+            blames = words[at]["blames"]
+            if blames is None:
+                break
+            if blames not in words:
+                return [blames], []
+            if blames in seen:  # ranks waiting on each other: nobody is lost
+                return [], []
+            seen.add(blames)
+            at = blames
+        if words[at]["own"]:
+            return [], [at]
+        return [r for r in range(self.world_size) if r not in words], []
+
+    def _error(
+        self, step: int, message: str, words: dict[int, dict], lost: list[int], failed: list[int]
+    ) -> Error:
+        others = "".join(
+            f"\n  {self.describe(r)} reported: {w['message']}"
+            for r, w in sorted(words.items())
+            if r != self.rank
+        )
+        detail = f"\n  this rank ({self.describe(self.rank)}): {message}{others}"
+        if failed:
+            names = ", ".join(self.describe(r) for r in failed)
+            return RankFailedError(
+                f"step {step}: {names} failed, so this rank's step cannot finish{detail}",
+                ranks=failed,
+                step=step,
+            )
+        if lost:
+            names = ", ".join(self.describe(r) for r in lost)
+            return LostRankError(
+                f"step {step}: lost {names}: it stopped answering or died (no word from it "
+                f"within the timeout); check its log and its host{detail}",
+                ranks=lost,
+                step=step,
+            )
+        return LostRankError(f"step {step}: {message}{others}", ranks=[], step=step)
