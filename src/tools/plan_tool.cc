@@ -1,0 +1,498 @@
+// Over 400 lines for a reason: one command line tool, its options and its two outputs (a table,
+// JSON lines) read best together.
+// infinipipe-plan: plans sampled or given steps with EPP and the baselines and prints what the
+// simulator predicts for each, as a table or as JSON lines.
+#include "plan_tool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/checkpoint/checkpoint_planner.h"
+#include "infinipipe/core/error.h"
+#include "infinipipe/cost/cost_model.h"
+#include "infinipipe/cost/hardware.h"
+#include "infinipipe/cost/model_shape.h"
+#include "infinipipe/data/length_sampler.h"
+#include "infinipipe/plan/planner.h"
+#include "infinipipe/plan/static_baseline.h"
+#include "infinipipe/sim/simulator.h"
+
+namespace ip = infinipipe;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+using Args = ip::tools::PlanToolArgs;
+
+bool is_file(const std::string& name) {
+  std::ifstream in(name);
+  return static_cast<bool>(in);
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  ip::check(static_cast<bool>(in), "cannot open " + path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ip::Error(path + ": not valid JSON: " + e.what());
+  }
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// --model is a built-in name, a model shape JSON, or a whole cost model JSON (measured
+// coefficients), in which case --hardware is not used for the coefficients.
+ip::CostModel build_cost_model(const Args& args) {
+  ip::ModelShape shape;
+  bool have_coefficients = false;
+  ip::CostCoefficients coefficients;
+  if (is_file(args.model)) {
+    const nlohmann::json j = read_json_file(args.model);
+    try {
+      if (j.contains("coefficients")) {
+        ip::CostModel loaded = ip::load_cost_model(args.model);
+        shape = loaded.shape();
+        coefficients = loaded.coefficients();
+        have_coefficients = true;
+      } else {
+        shape = j.get<ip::ModelShape>();
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw ip::Error(args.model + ": " + e.what());
+    } catch (const ip::Error& e) {
+      const std::string what = e.what();
+      throw ip::Error(what.rfind(args.model, 0) == 0 ? what : args.model + ": " + what);
+    }
+  } else {
+    const auto names = ip::ModelShape::builtin_names();
+    ip::check(
+        std::find(names.begin(), names.end(), args.model) != names.end(),
+        "--model " + args.model + " is neither a file nor a built-in model (" + join(names) + ")");
+    shape = ip::ModelShape::builtin(args.model);
+  }
+  shape.validate();
+  if (!have_coefficients) {
+    ip::Hardware hw;
+    if (is_file(args.hardware)) {
+      try {
+        hw = read_json_file(args.hardware).get<ip::Hardware>();
+      } catch (const nlohmann::json::exception& e) {
+        throw ip::Error(args.hardware + ": " + e.what());
+      } catch (const ip::Error& e) {
+        const std::string what = e.what();
+        throw ip::Error(what.rfind(args.hardware, 0) == 0 ? what : args.hardware + ": " + what);
+      }
+    } else {
+      const auto names = ip::Hardware::builtin_names();
+      ip::check(std::find(names.begin(), names.end(), args.hardware) != names.end(),
+                "--hardware " + args.hardware + " is neither a file nor a built-in hardware (" +
+                    join(names) + ")");
+      hw = ip::Hardware::builtin(args.hardware);
+    }
+    hw.validate();
+    coefficients = ip::CostCoefficients::analytic(shape, hw);
+  }
+  std::vector<int> layers = args.layers_per_stage;
+  if (layers.empty()) {
+    layers = ip::even_layer_split(shape.layers, args.stages);
+  } else {
+    ip::check(static_cast<int>(layers.size()) == args.stages,
+              "--layers-per-stage lists " + std::to_string(layers.size()) +
+                  " stages but --stages is " + std::to_string(args.stages));
+    const int sum = std::accumulate(layers.begin(), layers.end(), 0);
+    ip::check(sum == shape.layers, "--layers-per-stage adds up to " + std::to_string(sum) +
+                                       " layers but " + shape.name + " has " +
+                                       std::to_string(shape.layers));
+    for (int l : layers)
+      ip::check(l >= 1, "--layers-per-stage: every stage needs at least one layer");
+  }
+  return ip::CostModel(shape, layers, coefficients);
+}
+
+// Only called after build_cost_model has accepted --hardware.
+double default_memory_gib(const Args& args) {
+  if (is_file(args.hardware))
+    return read_json_file(args.hardware).get<ip::Hardware>().memory_bytes / kGiB;
+  return ip::Hardware::builtin(args.hardware).memory_bytes / kGiB;
+}
+
+std::vector<std::vector<int64_t>> load_steps(const Args& args) {
+  std::vector<std::vector<int64_t>> steps;
+  if (!args.lengths_file.empty()) {
+    ip::check(args.steps == 1, "--steps needs --distribution; a --lengths file is one step");
+    steps.push_back(ip::read_lengths(args.lengths_file));
+    return steps;
+  }
+  for (int i = 0; i < args.steps; ++i)
+    steps.push_back(ip::sample_lengths(args.distribution, args.batch, args.context,
+                                       args.seed + static_cast<uint64_t>(i)));
+  return steps;
+}
+
+struct Row {
+  int step = 0;
+  ip::Method method = ip::Method::kEpp;
+  bool is_static = false;
+  const ip::PlanResult* result = nullptr;
+};
+
+std::vector<double> to_gib(const std::vector<double>& bytes) {
+  std::vector<double> out;
+  for (double b : bytes) out.push_back(b / kGiB);
+  return out;
+}
+
+// For an EPP plan that recomputes: each checkpointing program solved again on the plan's own
+// schedule and simulated, to show what the choice by simulation is worth.
+nlohmann::json checkpoint_comparison(const ip::Plan& plan, const ip::CostModel& cost, double budget,
+                                     double time_limit_s) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::pair<ip::CheckpointMethod, const char*> methods[] = {
+      {ip::CheckpointMethod::kStageAware, "tied cbc"},
+      {ip::CheckpointMethod::kStageAwareGreedy, "tied greedy"},
+      {ip::CheckpointMethod::kUntiedGreedy, "untied greedy"},
+      {ip::CheckpointMethod::kUniform, "uniform"}};
+  for (const auto& [method, name] : methods) {
+    ip::CheckpointOptions o;
+    o.method = method;
+    o.memory_budget_bytes = budget;
+    o.time_limit_s = time_limit_s;
+    const ip::CheckpointResult ck = ip::plan_checkpointing(plan.schedule, plan.chunks, cost, o);
+    nlohmann::json entry = {{"method", name}, {"feasible", ck.feasible}};
+    if (ck.feasible) {
+      ip::SimOptions sim_options;
+      sim_options.memory_budget_bytes = budget;
+      sim_options.record_events = false;
+      const ip::SimResult sim =
+          ip::simulate(plan.schedule, plan.chunks, cost, ck.recompute, sim_options);
+      entry["solver"] = ck.solver;
+      entry["recompute_s"] = ck.recompute_s;
+      entry["step_time_s"] = sim.step_time_s;
+    }
+    out.push_back(entry);
+  }
+  return out;
+}
+
+nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, double budget) {
+  nlohmann::json j;
+  j["step"] = row.step;
+  j["method"] = ip::to_string(row.method);
+  j["static"] = row.is_static;
+  j["feasible"] = row.result->feasible;
+  j["tokens"] = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  j["num_sequences"] = lengths.size();
+  j["budget_gib"] = budget / kGiB;
+  if (!row.result->feasible) {
+    j["reason"] = row.result->reason;
+    return j;
+  }
+  const ip::Plan& plan = row.result->plan;
+  j["setting"] = plan.setting;
+  j["setting_text"] = ip::describe(plan.method, plan.setting);
+  j["step_time_s"] = plan.step_time_s;
+  j["bubble_fraction"] = plan.bubble_fraction;
+  j["recompute_s"] = plan.recompute_s;
+  j["recompute_s_per_stage"] = plan.stage_recompute_s;
+  j["busy_s"] = plan.busy_s;
+  j["peak_memory_gib"] = to_gib(plan.peak_memory_bytes);
+  j["num_chunks"] = plan.chunks.size();
+  nlohmann::json kinds = {{"packed", 0}, {"split", 0}, {"hybrid", 0}};
+  for (const ip::Chunk& c : plan.chunks)
+    kinds[ip::to_string(c.kind())] = kinds[ip::to_string(c.kind())].get<int>() + 1;
+  j["chunks_by_kind"] = kinds;
+  j["num_waves"] = plan.waves.size();
+  j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
+  j["plan_ms"] = plan.plan_ms;
+  j["checkpoint_solver"] = plan.checkpoint_solver;
+  j["hash"] = plan.hash();
+  return j;
+}
+
+std::string fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  return buffer;
+}
+
+std::string list(const std::vector<double>& values, int digits) {
+  std::string out;
+  for (double v : values) out += (out.empty() ? "" : " ") + fixed(v, digits);
+  return out;
+}
+
+void print_row(std::ostream& out, const Row& row, double budget) {
+  std::string label = ip::to_string(row.method);
+  if (row.method != ip::Method::kEpp) label += row.is_static ? " (static)" : " (per-step best)";
+  out << "  " << label << "\n";
+  if (!row.result->feasible) {
+    out << "      infeasible: " << row.result->reason << "\n";
+    return;
+  }
+  const ip::Plan& plan = row.result->plan;
+  int packed = 0, split = 0, hybrid = 0;
+  for (const ip::Chunk& c : plan.chunks) {
+    switch (c.kind()) {
+      case ip::ChunkKind::kPacked:
+        ++packed;
+        break;
+      case ip::ChunkKind::kSplit:
+        ++split;
+        break;
+      case ip::ChunkKind::kHybrid:
+        ++hybrid;
+        break;
+    }
+  }
+  out << "      setting    " << ip::describe(plan.method, plan.setting) << "\n"
+      << "      step time  " << fixed(plan.step_time_s, 3) << " s, bubble "
+      << fixed(100 * plan.bubble_fraction, 1) << "%, recompute " << fixed(plan.recompute_s, 3)
+      << " s (" << plan.checkpoint_solver << "), planned in " << fixed(plan.plan_ms, 1) << " ms\n"
+      << "      chunks     " << plan.chunks.size() << " (packed " << packed << ", split " << split
+      << ", hybrid " << hybrid << "), waves " << plan.waves.size()
+      << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n"
+      << "      recompute s per stage  " << list(plan.stage_recompute_s, 3) << "\n"
+      << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1) << "  (budget "
+      << fixed(budget / kGiB, 1) << ")\n";
+}
+
+// A number option's value must be finite and within its range: CLI11 reads "nan", "inf" and
+// "1e400" as doubles, and a budget of NaN would compare false everywhere and plan with no limit.
+void check_finite(const CLI::Option* option, double value, bool zero_allowed,
+                  const std::string& unit) {
+  if (std::isfinite(value) && (value > 0 || (zero_allowed && value == 0))) return;
+  // The value as typed: "1e400" reads as inf.
+  const std::string typed = option->results().empty() ? "" : option->results().back();
+  throw ip::Error(option->get_name() + " " + typed + ": expected a finite number of " + unit +
+                  (zero_allowed ? ", 0 or more" : ", more than 0"));
+}
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+        const std::function<bool(const Args&)>& admit) {
+  Args args;
+  args.max_k = ip::PlannerOptions{}.max_k;
+  args.checkpoint_seconds = ip::PlannerOptions{}.checkpoint_time_limit_s;
+  CLI::App app{
+      "Plans training steps with elastic pipeline parallelism (EPP) and the baselines, "
+      "and prints the predicted step time, bubbles, recompute and memory of each."};
+  app.name("infinipipe-plan");
+  auto* lengths_opt = app.add_option("--lengths", args.lengths_file,
+                                     "file with one sequence length per line (one step)");
+  auto* dist_opt = app.add_option(
+      "--distribution", args.distribution,
+      "built-in length distribution to sample steps from (" + join(ip::distribution_names()) + ")");
+  lengths_opt->excludes(dist_opt);
+  app.add_option("--batch", args.batch, "sequences per sampled step")->capture_default_str();
+  app.add_option("--context", args.context, "context length: sampled sequences are truncated to it")
+      ->capture_default_str();
+  app.add_option("--seed", args.seed, "seed of the first sampled step")->capture_default_str();
+  app.add_option(
+         "--steps", args.steps,
+         "sampled steps (seeds seed..seed+steps-1); static baselines are chosen over all of them")
+      ->capture_default_str();
+  app.add_option("--model", args.model,
+                 "built-in model (" + join(ip::ModelShape::builtin_names()) +
+                     ") or a model shape / cost model JSON file")
+      ->capture_default_str();
+  app.add_option(
+         "--hardware", args.hardware,
+         "built-in hardware (" + join(ip::Hardware::builtin_names()) + ") or a hardware JSON file")
+      ->capture_default_str();
+  app.add_option("--stages", args.stages, "pipeline stages")->capture_default_str();
+  auto* memory_opt = app.add_option(
+      "--memory-gib", args.memory_gib,
+      "memory budget per stage in GiB, model state included (default: the device memory)");
+  app.add_option("--layers-per-stage", args.layers_per_stage,
+                 "layers of each stage, comma separated (default: as even as possible)")
+      ->delimiter(',');
+  app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")
+      ->capture_default_str();
+  app.add_option("--max-k", args.max_k, "EPP: largest slice count K tried")->capture_default_str();
+  auto* checkpoint_opt =
+      app.add_option("--checkpoint-seconds", args.checkpoint_seconds,
+                     "EPP: CBC time limit for the winner's checkpointing; 0 skips CBC (the greedy "
+                     "solvers alone: deterministic, as the trainer plans)")
+          ->capture_default_str();
+  app.add_flag("--waves-back-to-back", args.waves_back_to_back,
+               "EPP: never overlap waves (the paper's schedule, for ablations)");
+  app.add_flag("--json", args.json,
+               "one JSON object per line per method (and step) instead of the table");
+  app.add_option(
+      "--plan", args.plan_out,
+      "write the EPP plan (or the single --method's plan) of the first step to this JSON file");
+  app.add_option(
+      "--trace", args.trace_out,
+      "write that plan's simulated timeline as a Chrome trace (chrome://tracing, Perfetto)");
+  app.footer(
+      "Exit status: 0 when at least one requested method has a feasible plan, 2 on a bad command "
+      "line or input file, 3 when every requested method is infeasible (the output is still "
+      "printed).\n");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return ip::tools::kExitPlanned;
+  }
+  args.memory_given = memory_opt->count() > 0;
+  if (args.memory_given) check_finite(memory_opt, args.memory_gib, false, "GiB");
+  check_finite(checkpoint_opt, args.checkpoint_seconds, true, "seconds");
+  ip::check(!args.lengths_file.empty() || !args.distribution.empty(),
+            "give the step's lengths: --lengths FILE or --distribution NAME (" +
+                join(ip::distribution_names()) + ")");
+  ip::check(args.batch >= 1, "--batch must be at least 1");
+  ip::check(args.context >= 1, "--context must be at least 1");
+  ip::check(args.steps >= 1, "--steps must be at least 1");
+  ip::check(args.stages >= 1, "--stages must be at least 1");
+  ip::check(args.max_k >= 1, "--max-k must be at least 1");
+  if (admit && !admit(args)) return ip::tools::kExitPlanned;
+
+  std::vector<ip::Method> methods;
+  if (args.method == "all")
+    methods = ip::all_methods();
+  else
+    methods.push_back(ip::parse_method(args.method));
+
+  const ip::CostModel cost = build_cost_model(args);
+  const double memory_gib = args.memory_given ? args.memory_gib : default_memory_gib(args);
+  ip::PlannerOptions options;
+  options.num_stages = args.stages;
+  options.memory_budget_bytes = memory_gib * kGiB;
+  options.max_k = args.max_k;
+  options.overlap_waves = !args.waves_back_to_back;
+  options.checkpoint_time_limit_s = args.checkpoint_seconds;
+  const auto steps = load_steps(args);
+  const int n = static_cast<int>(steps.size());
+
+  std::vector<ip::PlanResult> epp(n);
+  std::vector<ip::BaselineComparison> baselines;
+  for (ip::Method m : methods) {
+    if (m == ip::Method::kEpp) {
+      for (int i = 0; i < n; ++i) epp[i] = ip::plan_epp(steps[i], cost, options);
+    } else {
+      baselines.push_back(ip::compare_baseline(m, steps, cost, options));
+    }
+  }
+  const bool with_epp =
+      std::find(methods.begin(), methods.end(), ip::Method::kEpp) != methods.end();
+
+  // A baseline with no static setting that fits every step reports why on every step.
+  std::vector<ip::PlanResult> no_static(baselines.size());
+  for (size_t b = 0; b < baselines.size(); ++b) no_static[b].reason = baselines[b].static_reason;
+  std::vector<Row> rows;
+  for (int i = 0; i < n; ++i) {
+    if (with_epp) rows.push_back({i, ip::Method::kEpp, false, &epp[i]});
+    for (size_t b = 0; b < baselines.size(); ++b) {
+      const auto& base = baselines[b];
+      rows.push_back(
+          {i, base.method, true, base.static_feasible ? &base.static_plans[i] : &no_static[b]});
+      // Over one step the static setting is that step's best: print it once.
+      if (n > 1) rows.push_back({i, base.method, false, &base.per_step_best[i]});
+    }
+  }
+
+  if (args.json) {
+    for (const Row& row : rows) {
+      nlohmann::json j = row_json(row, steps[row.step], options.memory_budget_bytes);
+      if (row.method == ip::Method::kEpp && row.result->feasible &&
+          row.result->plan.recompute_s > 0)
+        j["checkpoint_compare"] = checkpoint_comparison(
+            row.result->plan, cost, options.memory_budget_bytes, options.checkpoint_time_limit_s);
+      out << j.dump() << "\n";
+    }
+  } else {
+    out << cost.shape().name << ", " << args.stages << " stages (layers";
+    for (int l : cost.layers_per_stage()) out << " " << l;
+    out << "), budget " << fixed(memory_gib, 1) << " GiB per stage\n";
+    for (int i = 0; i < n; ++i) {
+      const auto& lengths = steps[i];
+      out << "\nstep " << i;
+      if (args.lengths_file.empty())
+        out << " (seed " << args.seed + static_cast<uint64_t>(i) << ")";
+      out << ": " << lengths.size() << " sequences, "
+          << std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) << " tokens, longest "
+          << *std::max_element(lengths.begin(), lengths.end()) << "\n";
+      for (const Row& row : rows)
+        if (row.step == i) print_row(out, row, options.memory_budget_bytes);
+    }
+    if (n > 1) {
+      out << "\nmean step time over " << n << " steps\n";
+      auto mean_of = [&](auto pick) -> std::string {
+        double total = 0;
+        for (int i = 0; i < n; ++i) {
+          const ip::PlanResult* r = pick(i);
+          if (!r->feasible) return "infeasible";
+          total += r->plan.step_time_s;
+        }
+        return fixed(total / n, 3) + " s";
+      };
+      if (with_epp)
+        out << "  epp                " << mean_of([&](int i) { return &epp[i]; }) << "\n";
+      for (size_t b = 0; b < baselines.size(); ++b) {
+        const auto& base = baselines[b];
+        std::string name = ip::to_string(base.method);
+        name.resize(10, ' ');
+        out << "  " << name << " static  " << mean_of([&](int i) {
+          return base.static_feasible ? &base.static_plans[i] : &no_static[b];
+        }) << "   per-step best  "
+            << mean_of([&](int i) { return &base.per_step_best[i]; }) << "\n";
+      }
+    }
+  }
+
+  const bool any_feasible =
+      std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.result->feasible; });
+  if (!any_feasible) {
+    err << "infinipipe-plan: no requested method has a feasible plan"
+        << (args.plan_out.empty() && args.trace_out.empty() ? "" : "; nothing written") << "\n";
+    return ip::tools::kExitInfeasible;
+  }
+  if (!args.plan_out.empty() || !args.trace_out.empty()) {
+    const ip::PlanResult& first = with_epp                       ? epp[0]
+                                  : baselines[0].static_feasible ? baselines[0].static_plans[0]
+                                                                 : no_static[0];
+    ip::check(first.feasible, "no feasible " + std::string(ip::to_string(methods[0])) +
+                                  " plan to write: " + first.reason);
+    if (!args.plan_out.empty()) ip::save_plan(first.plan, args.plan_out);
+    if (!args.trace_out.empty()) {
+      ip::SimOptions sim_options;
+      sim_options.memory_budget_bytes = options.memory_budget_bytes;
+      sim_options.record_events = true;
+      const ip::SimResult sim = ip::simulate(first.plan.schedule, first.plan.chunks, cost,
+                                             first.plan.recompute, sim_options);
+      ip::write_chrome_trace(sim, args.trace_out);
+    }
+  }
+  return ip::tools::kExitPlanned;
+}
+
+}  // namespace
+
+namespace infinipipe::tools {
+
+int plan_tool(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+              const std::function<bool(const PlanToolArgs&)>& admit) {
+  try {
+    return run(argc, argv, out, err, admit);
+  } catch (const std::exception& e) {
+    err << "infinipipe-plan: error: " << e.what() << "\n";
+  }
+  return kExitError;
+}
+
+}  // namespace infinipipe::tools
