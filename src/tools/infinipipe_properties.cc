@@ -34,12 +34,6 @@ struct Args {
   int reproducers = 10;
 };
 
-nlohmann::json violations_json(const std::vector<pr::Violation>& violations) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const pr::Violation& v : violations) out.push_back({v.kind, v.detail.substr(0, 600)});
-  return out;
-}
-
 // One random plan, planned and checked in a worker: what the parent needs to count it.
 std::string evaluate_instance(uint64_t seed, int64_t index) {
   const pr::Instance in = pr::draw_instance(seed, index);
@@ -60,14 +54,14 @@ std::string evaluate_instance(uint64_t seed, int64_t index) {
       });
     }
     j["violations"] = result.feasible
-                          ? violations_json(pr::check_plan(result.plan, in.lengths, cost,
-                                                           in.options.memory_budget_bytes))
+                          ? pr::violations_json(pr::check_plan(result.plan, in.lengths, cost,
+                                                               in.options.memory_budget_bytes))
                           : nlohmann::json::array();
   } catch (const std::exception& e) {
     j["seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     j["feasible"] = false;
-    j["violations"] = violations_json({{"planner threw", e.what()}});
+    j["violations"] = pr::violations_json({{"planner threw", e.what()}});
   }
   return j.dump();
 }
@@ -82,7 +76,9 @@ nlohmann::json zero_counts() {
 nlohmann::json outcome_json(const pr::ItemOutcome& o) {
   if (o.status == pr::ItemStatus::kDone) return nlohmann::json::parse(o.line);
   const char* kind = o.status == pr::ItemStatus::kTimedOut ? "timed out" : "crashed";
-  return {{"seconds", o.seconds}, {"feasible", false}, {"violations", {{kind, o.reason}}}};
+  return {{"seconds", o.seconds},
+          {"feasible", false},
+          {"violations", pr::violations_json({{kind, o.reason}})}};
 }
 
 std::string lengths_path(const std::string& what) {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "infinipipe/core/error.h"
 #include "infinipipe/schedule/validator.h"
 #include "infinipipe/sim/simulator.h"
@@ -229,6 +231,14 @@ std::vector<Violation> check_plan(const Plan& plan, const std::vector<int64_t>& 
     found.add("prediction", "the plan predicts " + std::to_string(plan.step_time_s) +
                                 " s, its simulation " + std::to_string(sim.step_time_s) + " s");
   return found.list;
+}
+
+nlohmann::json violations_json(const std::vector<Violation>& violations) {
+  // Built as explicit arrays: a braced {kind, detail} of two strings would become an object.
+  nlohmann::json out = nlohmann::json::array();
+  for (const Violation& v : violations)
+    out.push_back(nlohmann::json::array({v.kind, v.detail.substr(0, 600)}));
+  return out;
 }
 
 }  // namespace infinipipe::properties

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/plan/plan.h"
 
@@ -34,5 +36,8 @@ const std::vector<std::string>& violation_kinds();
 // Every violation found in a plan said to be feasible for `lengths` at `budget_bytes`.
 std::vector<Violation> check_plan(const Plan& plan, const std::vector<int64_t>& lengths,
                                   const CostModel& cost, double budget_bytes);
+
+// [[kind, detail], ...], details cut to a length a summary can hold.
+nlohmann::json violations_json(const std::vector<Violation>& violations);
 
 }  // namespace infinipipe::properties

@@ -104,15 +104,13 @@ std::string evaluate_sweep_case(const SweepCase& c) {
     } else {
       j["setting"] = describe(Method::kEpp, result.plan.setting);
       j["chunks"] = result.plan.chunks.size();
-      nlohmann::json violations = nlohmann::json::array();
-      for (const Violation& v : check_plan(result.plan, lengths, cost, options.memory_budget_bytes))
-        violations.push_back({v.kind, v.detail.substr(0, 600)});
-      j["violations"] = violations;
+      j["violations"] =
+          violations_json(check_plan(result.plan, lengths, cost, options.memory_budget_bytes));
     }
   } catch (const std::exception& e) {
     j["seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    j["violations"] = {{"planner threw", std::string(e.what()).substr(0, 600)}};
+    j["violations"] = violations_json({{"planner threw", e.what()}});
   }
   return j.dump();
 }
