@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,6 +76,7 @@ void run_pool(int64_t count, const PoolOptions& options,
     const pid_t pid = fork();
     check(pid >= 0, std::string("fork failed: ") + strerror(errno));
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a stopped run leaves no worker planning on
       close(fds[0]);
       for (const Worker& w : workers) close(w.fd);
       work(next, count, fds[1], evaluate);
