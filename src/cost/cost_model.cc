@@ -367,6 +367,9 @@ CostModel load_cost_model(const std::string& path) {
     }
     throw Error(path + ":" + std::to_string(line) + ":" + std::to_string(end - line_start) +
                 ": not valid JSON: " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A number beyond double's range ("1e999") is out_of_range, not a parse_error.
+    throw Error(path + ": not valid JSON: " + e.what());
   }
   try {
     return j.get<CostModel>();

@@ -300,7 +300,8 @@ Plan load_plan(const std::string& path) {
   nlohmann::json j;
   try {
     in >> j;
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number beyond double's range ("1e999") is out_of_range.
     throw Error(path + ": not valid JSON: " + e.what());
   }
   try {

@@ -45,7 +45,7 @@ nlohmann::json read_json_file(const std::string& path) {
   ip::check(static_cast<bool>(in), "cannot open " + path);
   try {
     return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for "1e999"
     throw ip::Error(path + ": not valid JSON: " + e.what());
   }
 }

@@ -299,5 +299,19 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
             std::string::npos);
 }
 
+// Found by fuzz/cost_model_fuzzer: nlohmann throws out_of_range, not parse_error, on a number
+// beyond double's range, and it escaped load_cost_model as a foreign exception.
+TEST_F(CostModelFile, NumberBeyondDoubleIsAnErrorNamingTheFile) {
+  nlohmann::json j = llama7b(2);
+  j["coefficients"]["a1"] = 12345.5;
+  std::string text = j.dump(2);
+  text.replace(text.find("12345.5"), 7, "1e999");
+  write(text);
+  const std::string message = error_of([&] { load_cost_model(path_); });
+  EXPECT_NE(message.find(path_), std::string::npos) << message;
+  EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
+  EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace infinipipe

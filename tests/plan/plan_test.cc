@@ -216,5 +216,24 @@ TEST(Plan, BadFileIsReportedWithItsName) {
   std::remove(path.c_str());
 }
 
+// Found by fuzz/plan_fuzzer: a number beyond double's range is nlohmann's out_of_range, which
+// load_plan let through instead of naming the file.
+TEST(Plan, NumberBeyondDoubleInAFileIsReportedWithItsName) {
+  const std::string path = ::testing::TempDir() + "plan_overflow.json";
+  nlohmann::json j = small_plan();
+  j["predicted"]["step_time_s"] = 12345.5;
+  std::string text = j.dump();
+  text.replace(text.find("12345.5"), 7, "1e999");
+  std::ofstream(path) << text;
+  try {
+    load_plan(path);
+    ADD_FAILURE() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("number overflow"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace infinipipe
