@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/json_integers.h"
 
 namespace infinipipe::detail {
 
@@ -23,13 +24,10 @@ class JsonFields {
     known_.insert(key);
     auto it = j_.find(key);
     check(it != j_.end(), what_ + ": missing field '" + key + "'");
-    if constexpr (std::is_integral_v<T>) {
-      // nlohmann would silently truncate 3.5 to 3.
-      check(it->is_number_integer(),
-            what_ + ": field '" + key + "' must be an integer, got " + it->dump());
-    } else if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (std::is_floating_point_v<T>)
       check(it->is_number(), what_ + ": field '" + key + "' must be a number, got " + it->dump());
-    }
+    else
+      check_json_integers<T>(*it, what_ + ": field '" + key + "'");
     try {
       it->get_to(value);
     } catch (const nlohmann::json::exception& e) {

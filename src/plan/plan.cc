@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/json_integers.h"
 #include "infinipipe/schedule/validator.h"
 
 namespace infinipipe {
@@ -31,6 +32,7 @@ void read_field(const nlohmann::json& j, const char* field, T& out) {
   check(j.is_object(), "plan JSON: expected an object with field \"" + std::string(field) + "\"");
   auto it = j.find(field);
   check(it != j.end(), "plan JSON: missing field \"" + std::string(field) + "\"");
+  check_json_integers<T>(*it, "plan JSON: field \"" + std::string(field) + "\"");
   try {
     out = it->template get<T>();
   } catch (const nlohmann::json::exception& e) {

@@ -313,5 +313,19 @@ TEST_F(CostModelFile, NumberBeyondDoubleIsAnErrorNamingTheFile) {
   EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
 }
 
+// Found by fuzz/cost_model_fuzzer: a float beyond int's range in an integer list was converted
+// by nlohmann with undefined behaviour (UBSan); fractions were truncated.
+TEST_F(CostModelFile, NumbersInLayerListsMustBeIntegersThatFit) {
+  for (const nlohmann::json& bad :
+       {nlohmann::json(4.9e19), nlohmann::json(16.5), nlohmann::json(9223372036854775808ULL)}) {
+    nlohmann::json j = llama7b(2);
+    j["layers_per_stage"][1] = bad;
+    write(j.dump(2));
+    const std::string message = error_of([&] { load_cost_model(path_); });
+    EXPECT_NE(message.find("'layers_per_stage'[1]"), std::string::npos) << message;
+    EXPECT_NE(message.find(path_), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace infinipipe

@@ -116,5 +116,16 @@ TEST(EvenLayerSplit, FewerLayersThanStagesIsAnError) {
   EXPECT_EQ(even_layer_split(4, 4), std::vector<int>(4, 1));
 }
 
+// nlohmann narrows silently: 4294967297 layers would read as 1, a plausible model.
+TEST(ModelShape, IntegersBeyondIntAreErrorsNotWrapped) {
+  nlohmann::json j = ModelShape::builtin("tiny");
+  j["layers"] = 4294967297LL;
+  const std::string message = error_of([&] { j.get<ModelShape>(); });
+  EXPECT_NE(message.find("'layers' is out of range: 4294967297"), std::string::npos) << message;
+  j["layers"] = -4294967295LL;
+  EXPECT_NE(error_of([&] { j.get<ModelShape>(); }).find("'layers' is out of range"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace infinipipe

@@ -235,5 +235,30 @@ TEST(Plan, NumberBeyondDoubleInAFileIsReportedWithItsName) {
   std::remove(path.c_str());
 }
 
+// nlohmann converts floats to integers by truncation, with undefined behaviour beyond the
+// integer's range, and wraps integers too large for it: every integer field of a plan, at any
+// depth, must hold an integer that fits.
+TEST(Plan, IntegerFieldsRejectFractionsAndValuesThatDoNotFit) {
+  const nlohmann::json good = small_plan();
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> edits[] = {
+      {[](nlohmann::json& j) { j["waves"][0][0] = 1e30; }, "\"waves\"[0][0] must be an integer"},
+      {[](nlohmann::json& j) { j["waves"][0][0] = 0.5; }, "\"waves\"[0][0] must be an integer"},
+      {[](nlohmann::json& j) { j["lengths"][1] = 18446744073709551615ULL; },
+       "\"lengths\"[1] is out of range"},
+      {[](nlohmann::json& j) { j["chunks"][0][0][2] = 2.5; }, "\"chunks\"[0][0][2] must be"},
+      {[](nlohmann::json& j) { j["recompute"][0][0] = 4294967296LL; },
+       "\"recompute\"[0][0] is out of range"},
+      {[](nlohmann::json& j) { j["layers_per_stage"][0] = -4294967296LL; },
+       "\"layers_per_stage\"[0] is out of range"},
+      {[](nlohmann::json& j) { j["setting"]["k"] = 1e10; }, "\"k\" must be an integer"},
+  };
+  for (const auto& [edit, expected] : edits) {
+    nlohmann::json j = good;
+    j.erase("hash");
+    edit(j);
+    expect_error_naming(j, expected);
+  }
+}
+
 }  // namespace
 }  // namespace infinipipe
