@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,16 @@ def trainer() -> infinipipe.Trainer:
     # One process, one stage: check_batch needs only the model's vocabulary, but it is the
     # trainer's method that step() calls, so the real object is checked.
     return infinipipe.Trainer(LlamaConfig.tiny(), timeout_s=30)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_process_group():
+    # The trainer made a one-rank Gloo group in this pytest process: the tests after this module
+    # must not find it.
+    yield
+    trainer.cache_clear()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 # Token ids around the vocabulary's edges, and integers no dtype holds.
