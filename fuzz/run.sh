@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/*_fuzzer.cc) with clang, ASan and UBSan in build-fuzz/ (the
-# planning core only, no LibTorch) and runs each for SECONDS (default 20) over its seed corpus
-# tests/fuzz_corpus/<target>/. Fails when any target crashes, leaks, hangs or trips a sanitizer;
-# the input that did is left in build-fuzz/findings/. fuzz/README.md says how to reproduce one.
+# planning core only, no LibTorch; INFINIPIPE_FUZZ_BUILD=DIR builds elsewhere) and runs each for
+# SECONDS (default 20) over its seed corpus tests/fuzz_corpus/<target>/. Fails when any target
+# crashes, leaks, hangs or trips a sanitizer; the input that did is left in <build>/findings/.
+# fuzz/README.md says how to reproduce one.
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 
 SECONDS_EACH=${1:-20}
 shift || true
+# Absolute: the plan tool's fuzzer changes its directory before libFuzzer reads the corpora.
+mkdir -p "${INFINIPIPE_FUZZ_BUILD:-build-fuzz}"
+OUT=$(realpath "${INFINIPIPE_FUZZ_BUILD:-build-fuzz}")
+
 # Debian 12's clang; libFuzzer's runtime (libclang_rt.fuzzer) is in libclang-rt-14-dev.
 CLANG=clang++-14
 APT_PACKAGES=(clang-14 libclang-rt-14-dev ninja-build cmake pkg-config nlohmann-json3-dev
@@ -24,8 +30,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 
-if [ ! -f build-fuzz/build.ninja ]; then
-  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+if [ ! -f "$OUT/build.ninja" ]; then
+  cmake -S . -B "$OUT" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER="$CLANG" -DINFINIPIPE_FUZZ=ON -DINFINIPIPE_BUILD_TESTS=OFF >/dev/null
 fi
 targets=("$@")
@@ -33,7 +39,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   for f in fuzz/*_fuzzer.cc; do targets+=("$(basename "$f" .cc)"); done
 fi
 # Two jobs at most: the development machine has two cores, shared.
-cmake --build build-fuzz -j 2 --target "${targets[@]}"
+cmake --build "$OUT" -j 2 --target "${targets[@]}"
 
 # A hang is an input that takes over 10 s; an allocation over 1 GiB is a finding too (a parser
 # must not size anything from a number in its input alone).
@@ -41,28 +47,27 @@ FLAGS=(-max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_li
        -print_final_stats=1)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-mkdir -p build-fuzz/findings
+mkdir -p "$OUT/findings"
 failed=()
 for t in "${targets[@]}"; do
-  seeds=$PWD/tests/fuzz_corpus/$t
-  # New inputs go to build-fuzz/corpus: the seed corpus in tests/ stays small and reviewed.
-  work=$PWD/build-fuzz/corpus/$t
+  # New inputs go to <build>/corpus: the seed corpus in tests/ stays small and reviewed.
+  work=$OUT/corpus/$t
   mkdir -p "$work"
   dict=()
-  [ -f "fuzz/$t.dict" ] && dict=(-dict="$PWD/fuzz/$t.dict")
+  [ -f "fuzz/$t.dict" ] && dict=(-dict="$ROOT/fuzz/$t.dict")
+  log=$OUT/$t.log
   echo "fuzz: $t for ${SECONDS_EACH} s"
-  if ! build-fuzz/fuzz/"$t" "${FLAGS[@]}" "${dict[@]}" -artifact_prefix="$PWD/build-fuzz/findings/$t-" \
-      "$work" "$seeds" > "build-fuzz/$t.log" 2>&1; then
+  if ! "$OUT/fuzz/$t" "${FLAGS[@]}" "${dict[@]}" -artifact_prefix="$OUT/findings/$t-" \
+      "$work" "$ROOT/tests/fuzz_corpus/$t" > "$log" 2>&1; then
     failed+=("$t")
     # The finding's own lines and our frames; nlohmann's template frames run to pages.
     grep -E "what\(\)|ERROR:|runtime error|fuzz property|SUMMARY|Test unit written|in infinipipe::|in LLVMFuzzerTestOneInput" \
-      "build-fuzz/$t.log" | cut -c1-300 | head -n 30
+      "$log" | cut -c1-300 | head -n 30
   fi
-  grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "build-fuzz/$t.log" |
-    sed "s/^/  /" || true
+  grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/  /" || true
 done
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "fuzz: FAILED: ${failed[*]} (inputs in build-fuzz/findings/, logs build-fuzz/<target>.log)"
+  echo "fuzz: FAILED: ${failed[*]} (inputs in $OUT/findings/, logs $OUT/<target>.log)"
   exit 1
 fi
 echo "fuzz: ${#targets[@]} targets, no findings"
