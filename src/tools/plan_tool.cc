@@ -301,7 +301,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   app.add_option("--batch", args.batch, "sequences per sampled step")->capture_default_str();
   app.add_option("--context", args.context, "context length: sampled sequences are truncated to it")
       ->capture_default_str();
-  app.add_option("--seed", args.seed, "seed of the first sampled step")->capture_default_str();
+  auto* seed_opt =
+      app.add_option("--seed", args.seed, "seed of the first sampled step")->capture_default_str();
   app.add_option(
          "--steps", args.steps,
          "sampled steps (seeds seed..seed+steps-1); static baselines are chosen over all of them")
@@ -352,6 +353,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   args.memory_given = memory_opt->count() > 0;
   if (args.memory_given) check_finite(memory_opt, args.memory_gib, false, "GiB");
   check_finite(checkpoint_opt, args.checkpoint_seconds, true, "seconds");
+  // CLI11 reads "-1" into an unsigned seed as 2^64 - 1.
+  for (const std::string& typed : seed_opt->results())
+    ip::check(typed.find('-') == std::string::npos,
+              "--seed " + typed + ": expected an integer from 0 to 18446744073709551615");
   ip::check(!args.lengths_file.empty() || !args.distribution.empty(),
             "give the step's lengths: --lengths FILE or --distribution NAME (" +
                 join(ip::distribution_names()) + ")");

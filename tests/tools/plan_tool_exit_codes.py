@@ -45,6 +45,11 @@ class OptionValues(unittest.TestCase):
                 self.assertIn(f"--checkpoint-seconds {value}: expected a finite number", r.stderr)
                 self.assertIn("0 or more", r.stderr)
 
+    def test_a_negative_seed_is_not_wrapped(self):
+        r = run(*SMALL, "--seed", "-1", "--method", "epp")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--seed -1: expected an integer from 0", r.stderr)
+
     def test_a_budget_in_range_plans(self):
         r = run(*SMALL, "--memory-gib", "8", "--method", "epp", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
