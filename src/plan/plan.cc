@@ -253,6 +253,16 @@ void from_json(const nlohmann::json& j, Plan& plan) {
   check(plan.schedule.stages.size() == stages,
         "plan JSON: field \"schedule\" has " + std::to_string(plan.schedule.stages.size()) +
             " stages but \"layers_per_stage\" has " + std::to_string(stages));
+  // Every chunk runs forward and backward on every stage, so each stage lists at least two
+  // actions per chunk. Checked here, before Plan::validate sizes its tables by stages x chunks:
+  // a short file naming many of both (10,000 empty stages, 10,000 chunks: 318 KB) made it
+  // allocate 2.4 GB.
+  for (size_t p = 0; p < stages; ++p)
+    check(plan.schedule.stages[p].size() >= 2 * plan.chunks.size(),
+          "plan JSON: field \"schedule\": stage " + std::to_string(p) + " lists " +
+              std::to_string(plan.schedule.stages[p].size()) + " actions, fewer than the " +
+              std::to_string(2 * plan.chunks.size()) + " (a forward and a backward of each of " +
+              std::to_string(plan.chunks.size()) + " chunks) every stage runs");
   check(plan.recompute.empty() || plan.recompute.size() == stages,
         "plan JSON: field \"recompute\" has " + std::to_string(plan.recompute.size()) +
             " stages but \"layers_per_stage\" has " + std::to_string(stages));

@@ -2,6 +2,7 @@
 // plan JSON that name the field.
 #include "infinipipe/plan/plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -258,6 +259,37 @@ TEST(Plan, IntegerFieldsRejectFractionsAndValuesThatDoNotFit) {
     edit(j);
     expect_error_naming(j, expected);
   }
+}
+
+// Plan::validate sizes its tables by stages x chunks; a file naming thousands of both without
+// their actions (a few hundred KB) made it allocate gigabytes before it found the schedule
+// wanting. from_json refuses a stage with fewer actions than a forward and a backward per chunk.
+TEST(Plan, StagesListingTooFewActionsAreRefusedBeforeValidation) {
+  constexpr int kMany = 3000;
+  nlohmann::json j = {{"method", "epp"},
+                      {"lengths", nlohmann::json::array()},
+                      {"chunks", nlohmann::json::array()},
+                      {"waves", {nlohmann::json::array()}},
+                      {"schedule", {{"stages", nlohmann::json::array()}}},
+                      {"recompute", nlohmann::json::array()},
+                      {"layers_per_stage", nlohmann::json::array()}};
+  for (int i = 0; i < kMany; ++i) {
+    j["lengths"].push_back(1);
+    j["chunks"].push_back({{i, 0, 1}});
+    j["waves"][0].push_back(i);
+    j["schedule"]["stages"].push_back(nlohmann::json::array());
+    j["layers_per_stage"].push_back(1);
+  }
+  expect_error_naming(j, "stage 0 lists 0 actions, fewer than the 6000");
+
+  // A real plan has exactly that many compute actions per stage, and reads.
+  const Plan plan = small_plan();
+  for (const auto& list : plan.schedule.stages) {
+    const auto compute =
+        std::count_if(list.begin(), list.end(), [](const Action& a) { return a.is_compute(); });
+    EXPECT_EQ(static_cast<size_t>(compute), 2 * plan.chunks.size());
+  }
+  EXPECT_EQ(nlohmann::json(plan).get<Plan>().hash(), plan.hash());
 }
 
 }  // namespace
