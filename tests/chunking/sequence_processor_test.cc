@@ -13,6 +13,8 @@
 #include "chunking/chunking_test_support.h"
 #include "infinipipe/chunking/sequence_processor.h"
 #include "infinipipe/core/error.h"
+#include "infinipipe/cost/hardware.h"
+#include "infinipipe/cost/model_shape.h"
 #include "support/random_lengths.h"
 
 namespace infinipipe {
@@ -320,6 +322,30 @@ TEST(EppChunking, DefaultOptionsAreThePaperAlgorithm) {
   }
 }
 
+// Checks a capped mesh: the mesh's cuts kept, every piece 1 to `cap` tokens, token_cap the
+// longest piece, and no mesh slice cut into more than 4 times the fewest pieces the cap allows.
+void expect_capped(const SplitMesh& mesh, const SplitMesh& capped, int64_t cap) {
+  ASSERT_GE(capped.boundaries.size(), 2u);
+  EXPECT_EQ(capped.boundaries.front(), 0);
+  EXPECT_EQ(capped.boundaries.back(), mesh.boundaries.back());
+  for (int64_t b : mesh.boundaries)
+    EXPECT_TRUE(std::binary_search(capped.boundaries.begin(), capped.boundaries.end(), b));
+  int64_t longest_piece = 0;
+  for (size_t i = 1; i < capped.boundaries.size(); ++i) {
+    const int64_t len = capped.boundaries[i] - capped.boundaries[i - 1];
+    ASSERT_GE(len, 1);
+    ASSERT_LE(len, cap);
+    longest_piece = std::max(longest_piece, len);
+  }
+  EXPECT_EQ(capped.token_cap, longest_piece);
+  for (size_t j = 1; j < mesh.boundaries.size(); ++j) {
+    const int64_t from = mesh.boundaries[j - 1], to = mesh.boundaries[j];
+    const auto lo = std::lower_bound(capped.boundaries.begin(), capped.boundaries.end(), from);
+    const auto hi = std::lower_bound(capped.boundaries.begin(), capped.boundaries.end(), to);
+    EXPECT_LE(hi - lo, 4 * ((to - from + cap - 1) / cap)) << "mesh slice " << j;
+  }
+}
+
 TEST(EppChunking, CappedMeshKeepsItsCutsAndSplitsOnlyLongSlices) {
   const CostModel cost = llama13b_a800();
   for (int64_t longest : {5000, 40000, 98304}) {
@@ -330,16 +356,7 @@ TEST(EppChunking, CappedMeshKeepsItsCutsAndSplitsOnlyLongSlices) {
         const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
         const SplitMesh capped = cap_mesh_slices(mesh, cap, cost);
         EXPECT_EQ(capped.time_target, mesh.time_target);
-        for (int64_t b : mesh.boundaries)
-          EXPECT_TRUE(std::binary_search(capped.boundaries.begin(), capped.boundaries.end(), b));
-        int64_t longest_slice = 0;
-        for (size_t i = 1; i < capped.boundaries.size(); ++i) {
-          const int64_t len = capped.boundaries[i] - capped.boundaries[i - 1];
-          ASSERT_GT(len, 0);
-          EXPECT_LE(len, cap);
-          longest_slice = std::max(longest_slice, len);
-        }
-        EXPECT_EQ(capped.token_cap, longest_slice);
+        expect_capped(mesh, capped, cap);
         // A mesh slice within the cap is kept whole; one over it becomes at least
         // ceil(len / cap) pieces of near-equal cost.
         for (size_t j = 1; j < mesh.boundaries.size(); ++j) {
@@ -366,6 +383,61 @@ TEST(EppChunking, CappedMeshKeepsItsCutsAndSplitsOnlyLongSlices) {
     }
   }
   EXPECT_THROW(cap_mesh_slices(cost_balanced_mesh(1000, 2, cost), 0, cost), Error);
+}
+
+// Issue 15: one 960,000-token sequence of the tiny model on the cpu hardware never finished
+// planning: at K = 1 and a 1,024-token cap, no count of equal-cost pieces respects the cap (the
+// first needs about (tokens / cap)^2 pieces, the last then get below one token), and the piece
+// count grew without end. Before the fix this test did not return.
+TEST(EppChunking, CappedMeshOfAVeryLongSequenceIsBounded) {
+  const CostModel cost =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  for (int64_t longest : {400000, 920000, 960000}) {
+    for (int k : {1, 2, 7, 32}) {
+      const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
+      for (int64_t cap : {1, 97, 1024, 16384}) {
+        SCOPED_TRACE(std::to_string(longest) + " K=" + std::to_string(k) +
+                     " cap=" + std::to_string(cap));
+        if (cap == 1 && longest > 400000) continue;  // a piece per token: slow, and said below
+        const SplitMesh capped = cap_mesh_slices(mesh, cap, cost);
+        expect_capped(mesh, capped, cap);
+        EXPECT_EQ(capped.time_target, mesh.time_target);
+      }
+    }
+  }
+  // A cap of one token makes a piece of every token.
+  const SplitMesh mesh = cost_balanced_mesh(5000, 3, cost);
+  const SplitMesh capped = cap_mesh_slices(mesh, 1, cost);
+  EXPECT_EQ(capped.boundaries.size(), 5001u);
+  // The whole chunking of the issue's step: every token in one slice.
+  EppChunkingOptions o;
+  o.k = 1;
+  o.max_chunk_tokens = 1024;
+  const std::vector<Chunk> chunks = epp_chunks({960000}, o, cost);
+  EXPECT_NO_THROW(check_coverage(chunks, {960000}));
+  for (const Chunk& c : chunks) EXPECT_LE(c.tokens(), 1024);
+}
+
+// Where the equal-cost pieces stay within 4 times the fewest count, they are what the capped mesh
+// uses, even for purely quadratic costs (the first piece is then the longest by far).
+TEST(EppChunking, CappedMeshIsCostBalancedWhereItCanBe) {
+  for (const CostModel& cost : {hand_made(1e-9, 0), hand_made(1e-9, 1e-6), hand_made(0, 1e-6)}) {
+    const SplitMesh mesh = cost_balanced_mesh(6000, 3, cost);
+    const SplitMesh capped = cap_mesh_slices(mesh, 1024, cost);
+    expect_capped(mesh, capped, 1024);
+    for (size_t j = 2; j < mesh.boundaries.size(); ++j) {  // slices with context: balanced
+      const int64_t from = mesh.boundaries[j - 1], to = mesh.boundaries[j];
+      const auto lo = std::lower_bound(capped.boundaries.begin(), capped.boundaries.end(), from);
+      const auto hi = std::lower_bound(capped.boundaries.begin(), capped.boundaries.end(), to);
+      double most = 0, least = 1e30;
+      for (auto it = lo; it != hi; ++it) {
+        const double t = cost.slice_layer_time(*it, *(it + 1) - *it);
+        most = std::max(most, t);
+        least = std::min(least, t);
+      }
+      EXPECT_LE(most - least, 2 * cost.slice_layer_time(to, 1) + 1e-15) << "mesh slice " << j;
+    }
+  }
 }
 
 TEST(EppChunking, StrictPackingKeepsEveryChunkWithinTheTimeTarget) {

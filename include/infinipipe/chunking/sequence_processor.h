@@ -24,8 +24,11 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const 
 
 // The mesh with every slice longer than `max_slice_tokens` cut into the fewest pieces of equal
 // cost that each hold at most that many tokens; slices within the cap are left as they are, so
-// the mesh stays cost-balanced wherever the cap does not bind. token_cap becomes the longest
-// slice; time_target is kept. Needs max_slice_tokens >= 1.
+// the mesh stays cost-balanced wherever the cap does not bind. Where equal-cost pieces would
+// need more than 4 times the fewest count the cap allows (long slices with little context, whose
+// cost is mostly attention), or no count works, the slice gets that many pieces at their
+// equal-cost places moved within the cap: every piece 1 to max_slice_tokens tokens, in bounded
+// work. token_cap becomes the longest slice; time_target is kept. Needs max_slice_tokens >= 1.
 SplitMesh cap_mesh_slices(const SplitMesh& mesh, int64_t max_slice_tokens, const CostModel& cost);
 
 struct EppChunkingOptions {
