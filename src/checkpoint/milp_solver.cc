@@ -1,5 +1,6 @@
 // The checkpointing program solved exactly by CBC (COIN-OR branch and cut) through its C
-// interface, warm-started from the greedy answer, with a time limit. CBC's answer is rounded and
+// interface, warm-started from the greedy answer, with a time limit and limits in work (the
+// program's size, branch-and-bound nodes). CBC's answer is rounded and
 // checked in bytes here, never trusted as is; the greedy answer stands in whenever CBC has none.
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,22 @@
 
 namespace infinipipe {
 namespace {
+
+// CBC's wall-clock limit is checked between its phases, not inside them, and a large program's
+// root LP alone can take minutes: on one 256K-token sequence of LLaMA-7B on 16 stages (`build/
+// infinipipe-plan --model llama-7b --hardware a800 --stages 16 --memory-gib 80 --method epp`) a
+// program of 12,824,323 nonzeros ran 21 s at a 0.05 s limit, and one of about 27 million (before
+// cap_mesh_slices was bounded) 50 s; the largest of the default comparison (`--distribution
+// wikipedia --batch 512 --context 98304 --model llama-13b --hardware a800 --stages 8 --memory-gib
+// 80 --method epp --steps 5`) has 133,246 and took 0.08 s, a LLaMA-13B 98,304-token sequence on 8
+// stages at 80 GiB 476,753 and 0.19 s. Larger programs than this keep the greedy answer: a bound
+// in work, the same on every machine.
+constexpr int64_t kMaxCbcNonzeros = 1000000;
+// Branch-and-bound nodes CBC may explore: the default comparison's programs are all solved at
+// the root (0 nodes) at the plan tool's 0.05 s, but with --checkpoint-seconds 30 the
+// 133,246-nonzero one explored 13,353 nodes in 46.6 s (3.5 ms each), past its 30 s limit. 500
+// nodes bound such a search to about 2 s in work, whatever the time limit.
+constexpr int kMaxCbcNodes = 500;
 
 struct ModelDeleter {
   void operator()(Cbc_Model* model) const { Cbc_deleteModel(model); }
@@ -67,6 +84,7 @@ CbcOutcome run_cbc(const TiedProblem& problem, double row_lower, double time_lim
   // returns normally. See coin-or/Cbc issues #233 and #353.
   Cbc_setParameter(m, "preprocess", "off");
   Cbc_setMaximumSeconds(m, std::max(time_limit_s, 1e-3));
+  Cbc_setMaximumNodes(m, kMaxCbcNodes);
   // Distinct solutions can differ by a fraction of one cheap layer; stop only at a proven optimum.
   Cbc_setAllowableGap(m, 1e-9);
   Cbc_setAllowableFractionGap(m, 0);
@@ -105,6 +123,12 @@ TiedSolution solve_milp(const TiedProblem& problem, double time_limit_s) {
   const double max_cost = *std::max_element(problem.cost.begin(), problem.cost.end());
   if (max_cost <= 0) {  // recompute is free: any feasible answer is optimal
     greedy.optimal = true;
+    return greedy;
+  }
+  int64_t nonzeros = 0;
+  for (const TiedProblem::Row& row : problem.rows) nonzeros += row.var.size();
+  if (nonzeros > kMaxCbcNonzeros) {
+    greedy.solver = "greedy (program too large for cbc)";
     return greedy;
   }
 

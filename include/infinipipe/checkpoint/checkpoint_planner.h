@@ -49,7 +49,10 @@ struct TiedSolution {
   std::string solver;  // "cbc", "exhaustive", "greedy"
 };
 
-TiedSolution solve_milp(const TiedProblem& problem, double time_limit_s);  // CBC
+// CBC, warm-started from solve_greedy, within the time limit and limits in work: programs of
+// more than a million nonzeros keep the greedy answer, and CBC explores at most 500 nodes
+// (milp_solver.cc says where both come from).
+TiedSolution solve_milp(const TiedProblem& problem, double time_limit_s);
 TiedSolution solve_exhaustive(const TiedProblem& problem);  // tests only: tiny instances
 TiedSolution solve_greedy(const TiedProblem& problem);      // fast, feasible when any is
 
