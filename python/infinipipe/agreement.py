@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import itertools
 import json
@@ -13,6 +12,7 @@ import torch.distributed as dist
 
 from .errors import Error, LostRankError, RankFailedError
 from .failure_board import bounded
+from .rendezvous import store_lost, wait_for_ranks
 
 
 def digest(*parts: Any) -> str:
@@ -85,36 +85,12 @@ def agree_on_setup(
     keys = [f"{prefix}{r}" for r in range(world_size)]
     try:
         bounded(lambda: store.set(keys[rank], json.dumps(mine)), timeout_s, "the rendezvous store")
-        bounded(
-            lambda: store.wait(keys, datetime.timedelta(seconds=timeout_s)),
-            timeout_s + 1,
-            "the rendezvous store",
-        )
+        wait_for_ranks(store, keys, rank, timeout_s, describe, "reach the trainer's setup")
         words = [json.loads(bounded(lambda k=k: store.get(k), timeout_s, "store")) for k in keys]
-    except Exception:  # noqa: BLE001 - a rank never came, or the store's host is gone
-        if error is not None:
+    except Exception as e:  # noqa: BLE001 - a rank never came, or the store's host is gone
+        if error is not None:  # this rank's own failure comes first
             raise error from None
-        try:
-            missing = [
-                r
-                for r in range(world_size)
-                if not bounded(lambda r=r: store.check([keys[r]]), 2.0, "store")
-            ]
-        except Exception:  # noqa: BLE001
-            raise LostRankError(
-                f"setup: the rendezvous store (MASTER_ADDR) stopped answering within "
-                f"{timeout_s:g} s: the rank hosting it (rank 0 unless launched with torchrun) "
-                f"may have died; check its log",
-                ranks=[0],
-                step=0,
-            ) from None
-        names = ", ".join(describe(r) for r in missing)
-        raise LostRankError(
-            f"setup: {names} did not reach the trainer's setup within {timeout_s:g} s: it may "
-            f"have exited, failed before creating its Trainer, or be much slower; check its log",
-            ranks=missing,
-            step=0,
-        ) from None
+        raise e if isinstance(e, LostRankError) else store_lost(timeout_s) from None
     if error is not None:
         raise error
     failed = [r for r, w in enumerate(words) if w["error"] is not None]

@@ -37,6 +37,7 @@ def cost_model_for(
     the config's shape on plan.hardware."""
     if plan.cost_model is not None:
         cost = _C.plan.CostModel.load(str(plan.cost_model))
+        check_same_shape(cost, config, dtype, str(plan.cost_model))
         if list(cost.layers_per_stage) != list(layers_per_stage):
             raise Error(
                 f"the cost model {plan.cost_model} splits the layers as "
@@ -47,6 +48,25 @@ def cost_model_for(
     return _C.plan.CostModel.analytic(
         model_shape_json(config, dtype), plan.hardware, list(layers_per_stage)
     )
+
+
+def check_same_shape(cost: Any, config: llama.LlamaConfig, dtype: torch.dtype, source: str) -> None:
+    """Error naming every field in which the cost model's model shape differs from the
+    trainer's: a cost model measured for another model or dtype predicts the wrong times and
+    memory (docs/design.md, "Failures")."""
+    theirs = json.loads(cost.shape_json)
+    ours = json.loads(model_shape_json(config, dtype))
+    differing = [
+        f"{field} {theirs.get(field)!r} (the trainer's: {value!r})"
+        for field, value in ours.items()
+        if field != "name" and theirs.get(field) != value
+    ]
+    if differing:
+        raise Error(
+            f"the cost model {source} was made for another model shape: "
+            + ", ".join(differing)
+            + "; profile the trainer's model (python -m infinipipe profile) or drop cost_model"
+        )
 
 
 def hardware_memory(plan: PlanConfig) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import _C
@@ -56,8 +57,11 @@ class PlanConfig:
             raise ValueError("PlanConfig: give memory_budget_gib or memory_budget_bytes, not both")
         for name in ("memory_budget_gib", "memory_budget_bytes"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"PlanConfig.{name} must be positive, got {value!r}")
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(
+                    f"PlanConfig.{name} must be a finite positive number, got {value!r} (give "
+                    "the memory each stage may use, or leave it unset for the hardware's)"
+                )
         if self.k < 1 or self.max_k < 1:
             raise ValueError("PlanConfig: k and max_k must be at least 1")
         if self.method == "chunkflow" and self.chunk_tokens <= 0:

@@ -35,6 +35,7 @@ from .failure_board import FailureBoard
 from .memory_meter import MemoryMeter
 from .models import llama
 from .plan_config import PlanConfig
+from .rendezvous import join_default_group
 from .stage_adapter import protocol_module
 
 _log = logging.getLogger("infinipipe")
@@ -231,7 +232,7 @@ class Trainer:
             backend = "nccl" if use_cuda else "gloo"
             timeout = datetime.timedelta(seconds=self.timeout_s)
             if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
-                dist.init_process_group(backend, timeout=timeout)
+                join_default_group(backend, self.timeout_s, self.describe_rank)
             else:
                 dist.init_process_group(
                     backend,
@@ -279,6 +280,11 @@ class Trainer:
                 t = torch.as_tensor(seq)
             except Exception as e:  # noqa: BLE001 - reported with the sequence's index
                 raise BatchError(f"sequence {i} is not a token sequence: {e}") from None
+            if t.layout != torch.strided or t.is_meta:
+                raise BatchError(
+                    f"sequence {i} is a {'meta' if t.is_meta else str(t.layout)} tensor, which "
+                    "holds no readable token ids: give a dense tensor (.to_dense()) or a list"
+                )
             if t.numel() == 0:
                 raise BatchError(f"sequence {i} is empty")
             if t.dim() != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
@@ -338,6 +344,12 @@ class Trainer:
                     raise BatchError(
                         f"the given plan is for sequence lengths "
                         f"{list(plan.lengths)}, the batch has {lengths}"
+                    )
+                if list(plan.layers_per_stage) != list(self.layers_per_stage):
+                    raise BatchError(
+                        f"the given plan splits the layers as {list(plan.layers_per_stage)}, "
+                        f"the trainer as {list(self.layers_per_stage)}: plan with this "
+                        "trainer (trainer.plan(batch))"
                     )
                 plan.validate()
             fingerprint = digest(*(t.numpy().tobytes() for t in sequences))

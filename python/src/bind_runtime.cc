@@ -162,7 +162,8 @@ py::dict profile_dict(const runtime::LayerProfile& profile) {
 }  // namespace
 
 // runtime::PeerError as _C.runtime.PeerError (an _C.Error) with the peer's `rank` (-1 for a
-// collective) and the backend's full text in `backend_detail`, for the trainer's failure report.
+// collective), the backend's full text in `backend_detail` and whether the wait ran out its
+// timeout (`timed_out`), for the trainer's failure report.
 void bind_peer_error(py::module_& root, py::module_& m) {
   static py::exception<runtime::PeerError> type(m, "PeerError", root.attr("Error"));
   py::register_exception_translator([](std::exception_ptr p) {
@@ -172,6 +173,7 @@ void bind_peer_error(py::module_& root, py::module_& m) {
       py::object error = py::handle(type.ptr())(e.what());
       error.attr("rank") = e.rank();
       error.attr("backend_detail") = e.backend_detail();
+      error.attr("timed_out") = e.timed_out();
       PyErr_SetObject(type.ptr(), error.ptr());
     }
   });

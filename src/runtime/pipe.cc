@@ -91,15 +91,16 @@ void Pipes::wait_sends() {
 
 namespace {
 
-// What a backend's error says in a few words: its first line without the "[file:line] " prefix
-// Gloo puts in front (the full text goes to PeerError::backend_detail).
+// What a backend's error says in a few words: its first sentence, without the "[file:line] "
+// prefix Gloo puts in front or the advice that follows (the full text goes to
+// PeerError::backend_detail).
 std::string short_detail(const std::string& detail) {
   std::string line = detail.substr(0, detail.find('\n'));
   if (!line.empty() && line.front() == '[') {
     const auto close = line.find("] ");
     if (close != std::string::npos) line = line.substr(close + 2);
   }
-  return line;
+  return line.substr(0, line.find(". "));
 }
 
 }  // namespace
@@ -121,7 +122,7 @@ void Pipes::wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()
                                  : std::string("failed")) +
                       ": another rank may have died or failed; check the other ranks' logs (" +
                       short_detail(detail) + ")",
-                  -1, detail);
+                  -1, detail, timed_out);
 }
 
 c10::intrusive_ptr<c10d::Work> Pipes::start(
@@ -134,7 +135,7 @@ c10::intrusive_ptr<c10d::Work> Pipes::start(
                         " (message tag " + std::to_string(tag) +
                         "): it may have died or failed; check its log (" + short_detail(e.what()) +
                         ")",
-                    peer, e.what());
+                    peer, e.what(), false);
   }
 }
 
@@ -194,8 +195,9 @@ void Pipes::wait(const Pending& op, const char* what) {
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - started);
   const std::string peer = describe_peer_(op.peer);
+  const bool timed_out = waited + std::chrono::milliseconds(50) >= timeout_;
   std::string message;
-  if (waited + std::chrono::milliseconds(50) >= timeout_) {
+  if (timed_out) {
     message = peer + " did not " + what + " within " + format_duration(timeout_) +
               " (message tag " + std::to_string(op.tag) +
               "): it may have died, hung or be much slower than this rank; check its log, or "
@@ -205,7 +207,7 @@ void Pipes::wait(const Pending& op, const char* what) {
               " (message tag " + std::to_string(op.tag) +
               "): it may have died or failed; check its log";
   }
-  throw PeerError(message + " (" + short_detail(detail) + ")", op.peer, detail);
+  throw PeerError(message + " (" + short_detail(detail) + ")", op.peer, detail, timed_out);
 }
 
 }  // namespace infinipipe::runtime

@@ -1,6 +1,7 @@
 """Profiler: the C++ fit recovers known coefficients; the quick CLI (Python and C++ stage) and the
 C++ tool write loadable cost JSON. No timing asserts: the machine may be busy."""
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -206,3 +207,24 @@ def test_a_neighbour_that_fails_to_start_is_an_error_not_a_wait():
         with profile.neighbours(1, llama.LlamaConfig.tiny(), "no-such-stage", [(64, 0)], 1):
             pass
     assert time.monotonic() - started < 120
+
+
+def test_a_cost_model_of_another_shape_is_refused_naming_the_fields(tmp_path):
+    import infinipipe
+
+    out = tmp_path / "cost.json"
+    config = llama.LlamaConfig.tiny()
+    out.write_text(
+        json.dumps(profile.cost_json(config, [4, 4], _C.plan.calibrate(samples(0.0, 0)), 1000.0))
+    )
+    wider = dataclasses.replace(config, hidden=2 * config.hidden)
+    with pytest.raises(
+        infinipipe.Error, match=r"another model shape: hidden 128 \(the trainer's: 256\)"
+    ):
+        infinipipe.cost_model_for(
+            wider, [4, 4], torch.float32, infinipipe.PlanConfig(cost_model=str(out))
+        )
+    with pytest.raises(infinipipe.Error, match=r"bytes_per_element 4 \(the trainer's: 8\)"):
+        infinipipe.cost_model_for(
+            config, [4, 4], torch.float64, infinipipe.PlanConfig(cost_model=str(out))
+        )

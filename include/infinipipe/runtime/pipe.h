@@ -30,14 +30,21 @@ namespace infinipipe::runtime {
 // lost first (docs/design.md, "Failures").
 class PeerError : public Error {
  public:
-  PeerError(const std::string& message, int rank, std::string backend_detail)
-      : Error(message), rank_(rank), backend_detail_(std::move(backend_detail)) {}
+  PeerError(const std::string& message, int rank, std::string backend_detail, bool timed_out)
+      : Error(message),
+        rank_(rank),
+        backend_detail_(std::move(backend_detail)),
+        timed_out_(timed_out) {}
   int rank() const { return rank_; }
   const std::string& backend_detail() const { return backend_detail_; }
+  // The wait ran out its timeout (the peer is silent: stopped, hung or slow), rather than
+  // failing early (its connection closed: it exited or died).
+  bool timed_out() const { return timed_out_; }
 
  private:
   int rank_;
   std::string backend_detail_;
+  bool timed_out_;
 };
 
 enum class Direction { kActivation = 0, kGradient = 1 };

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 
 import infinipipe
 from infinipipe import _C
+from infinipipe.cost import model_shape_json
 from infinipipe.models import llama
 
 # Tiny on purpose: 8 layers split over 2 or 4 stages, hidden 32, grouped-query attention.
@@ -181,6 +183,12 @@ def bad_inputs() -> dict:
     if rank == 1:
         plan.recompute = recompute_pattern(plan)
     results["different_plan"] = _outcome(lambda: trainer.step(good, plan=plan))
+    # Every rank gives a plan made for another layer split.
+    other_split = _C.plan.CostModel.analytic(
+        model_shape_json(trainer.config, trainer.dtype), "cpu", [2, 6]
+    )
+    foreign = _C.plan.plan_step([30, 12, 7], other_split, float(trainer.memory_budget_bytes), "epp")
+    results["plan_for_other_split"] = _outcome(lambda: trainer.step(good, plan=foreign))
     # After all that, a good step runs.
     results["good_loss"] = trainer.step(good).loss
     # Rank 1 configured a different method: the configurations differ.
@@ -203,6 +211,31 @@ def gather_text() -> list[bytes]:
     return trainer.executor.all_gather_text(bytes([rank, 0, 255]) * rank)
 
 
+def factory_raises(victim: int, timeout_s: float) -> None:
+    """Rank `victim`'s model factory raises; every rank's Trainer must fail naming it."""
+    config = model_config("float32")
+
+    def factory(stage, split):
+        if stage == victim:
+            raise RuntimeError("no such checkpoint: /missing/stage.pt")
+        return llama.build_stage(config, split, stage)
+
+    infinipipe.Trainer(factory, frozen_optimizer, model_config=config, timeout_s=timeout_s)
+
+
+def exits_before_setup(victim: int, timeout_s: float) -> float:
+    """Rank `victim` exits before creating its Trainer; the others' setup must fail naming it.
+    Returns (on the others) the seconds the setup took to fail."""
+    if int(os.environ["RANK"]) == victim:
+        os._exit(17)
+    started = time.monotonic()
+    try:
+        infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=timeout_s)
+    except Exception as e:
+        print(f"setup failed after {time.monotonic() - started:.2f} s", flush=True)
+        raise e from None
+
+
 def dies_before_agreement(victim: int, timeout_s: float) -> None:
     """Rank `victim` exits (code 17) before the step; the others reach the agreement."""
     trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=timeout_s)
@@ -213,10 +246,12 @@ def dies_before_agreement(victim: int, timeout_s: float) -> None:
 
 class _DiesMidStep(llama.LlamaStage):
     """A stage that, at its `fail_at_call`-th layer call, kills its own process (os._exit, no
-    cleanup) or hangs (sleeps for `hang_s`, then exits)."""
+    cleanup), hangs (sleeps for `hang_s`, then exits), or sends itself `signal_number`
+    (SIGKILL: dies as a crash would; SIGSTOP: stops, as a hung host would)."""
 
     fail_at_call = 0
     hang_s = 0.0
+    signal_number = 0
 
     def layer(self, i, hidden, ctx):
         cls = type(self)
@@ -225,12 +260,16 @@ class _DiesMidStep(llama.LlamaStage):
             print(
                 f"rank {os.environ['RANK']}: {'hanging' if cls.hang_s else 'dying'} now", flush=True
             )
+            if cls.signal_number:
+                os.kill(os.getpid(), cls.signal_number)
             time.sleep(cls.hang_s)
             os._exit(17)
         return super().layer(i, hidden, ctx)
 
 
-def peer_dies(victim: int, timeout_s: float, lengths: list[int], hang_s: float = 0.0) -> float:
+def peer_dies(
+    victim: int, timeout_s: float, lengths: list[int], hang_s: float = 0.0, signal_name: str = ""
+) -> float:
     """Rank `victim` dies (or hangs for hang_s) during its second layer call of the step; every
     other rank must fail with an error naming a lost peer. Prints the seconds from the step's
     start to the error."""
@@ -246,6 +285,7 @@ def peer_dies(victim: int, timeout_s: float, lengths: list[int], hang_s: float =
         if stage == victim:
             _DiesMidStep.fail_at_call = 2
             _DiesMidStep.hang_s = hang_s
+            _DiesMidStep.signal_number = getattr(signal, signal_name) if signal_name else 0
         return module
 
     trainer = infinipipe.Trainer(

@@ -7,7 +7,8 @@ WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free por
 intra-op thread. The body, `function(**args)` in a module of this directory, runs there; its
 return value comes back through a file (torch.save), its exception as (type, message), along
 with the exit code, stdout, stderr and wall time of the process. A rank that outlives
-`timeout_s` is killed and reported with returncode None.
+`timeout_s` is killed and reported with returncode None; so are the ranks still running once
+every rank of `wait_for` has exited (for a rank that stopped itself with SIGSTOP on purpose).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def run_ranks(
     args: dict | None = None,
     timeout_s: float = 120.0,
     extra_env: dict | None = None,
+    wait_for: list[int] | None = None,
 ) -> list[RankResult]:
     """Runs `module:function` of this directory on `world_size` ranks; returns per-rank results."""
     with tempfile.TemporaryDirectory(prefix="infinipipe-ranks-") as tmp:
@@ -98,7 +100,8 @@ def run_ranks(
             )
         started = time.monotonic()
         ended: list[float | None] = [None] * world_size
-        while any(e is None for e in ended):
+        awaited = range(world_size) if wait_for is None else wait_for
+        while any(ended[rank] is None for rank in awaited):
             now = time.monotonic()
             for rank, p in enumerate(procs):
                 if ended[rank] is None and p.poll() is not None:

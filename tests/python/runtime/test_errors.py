@@ -46,6 +46,10 @@ def raised_on_every_rank(bad_inputs, case):
         ("empty_batch", "the batch is empty"),
         ("empty_sequence", "sequence 1 is empty"),
         ("float_tokens", "sequence 0 must be a 1-D list or tensor of integer token ids"),
+        (
+            "plan_for_other_split",
+            "the given plan splits the layers as [2, 6], the trainer as [4, 4]",
+        ),
     ],
 )
 def test_bad_batch_is_rejected_on_every_rank(bad_inputs, case, text):

@@ -1,0 +1,149 @@
+"""Joining the ranks into a process group, with every wait bounded (docs/design.md, "Failures").
+
+torchrun's env:// rendezvous, except that a rank that never comes is named on every other rank
+after the timeout: plain `init_process_group` makes rank 0 fail with "2/3 clients joined" and
+leaves the other ranks to time out inside the backend's own set-up, neither naming the rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from .errors import LostRankError
+from .failure_board import bounded
+
+# A live store answers a key check in milliseconds; one whose host stopped never does.
+_CHECK_TIMEOUT_S = 2.0
+
+
+def join_default_group(backend: str, timeout_s: float, describe: Callable[[int], str]) -> None:
+    """init_process_group from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT), after every rank has said it is there."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = _rendezvous_store(rank, world_size, timeout)
+    keys = [f"infinipipe/joined/rank{r}" for r in range(world_size)]
+    try:
+        bounded(lambda: store.set(keys[rank], "1"), timeout_s, "the rendezvous store")
+    except Exception:  # noqa: BLE001
+        raise store_lost(timeout_s) from None
+    wait_for_ranks(store, keys, rank, timeout_s, describe, "join the process group")
+    # The prefix init_process_group gives a store it makes itself, so keys stay where torch
+    # expects them.
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore("default_pg", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+    )
+
+
+def _rendezvous_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """The store env:// would make (torch/distributed/rendezvous.py: hosted by rank 0, or by
+    torchrun's agent when it says so), but without rank 0 waiting for every client: the wait is
+    ours, bounded, and names who is missing."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent_hosts_it = _agent_hosts_store()
+    try:
+        return dist.TCPStore(
+            host,
+            port,
+            world_size,
+            is_master=rank == 0 and not agent_hosts_it,
+            timeout=timeout,
+            wait_for_workers=False,
+            multi_tenant=not agent_hosts_it,
+        )
+    except Exception as e:  # noqa: BLE001 - the host is unreachable or the port is taken
+        raise LostRankError(
+            f"setup: could not reach the rendezvous store at {host}:{port} within "
+            f"{timeout.total_seconds():g} s ({type(e).__name__}: {str(e).splitlines()[0]}): "
+            f"{'torchrun hosts it' if agent_hosts_it else 'rank 0 hosts it'}; check that it "
+            "runs and that MASTER_ADDR and MASTER_PORT are the same on every rank",
+            ranks=[] if agent_hosts_it else [0],
+            step=0,
+        ) from None
+
+
+def hosts_rendezvous_store() -> bool:
+    """Whether this process hosts the rendezvous store: rank 0, unless torchrun's agent does."""
+    return int(os.environ.get("RANK", "0")) == 0 and not _agent_hosts_store()
+
+
+def _agent_hosts_store() -> bool:
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def wait_for_ranks(
+    store: Any,
+    keys: list[str],
+    rank: int,
+    timeout_s: float,
+    describe: Callable[[int], str],
+    what: str,
+) -> None:
+    """Returns once every rank r (this one is `rank`) has written keys[r]; otherwise, after timeout_s, a
+    LostRankError naming the ranks that did not (rank 0 when the store itself stopped
+    answering)."""
+    try:
+        bounded(
+            lambda: store.wait(keys, datetime.timedelta(seconds=timeout_s)),
+            timeout_s + 1,
+            "the rendezvous store",
+        )
+        return
+    except Exception:  # noqa: BLE001 - a rank never came, or the store's host is gone
+        pass
+    try:
+        missing = [
+            r
+            for r, key in enumerate(keys)
+            if not bounded(lambda k=key: store.check([k]), _CHECK_TIMEOUT_S, "the store")
+        ]
+    except Exception:  # noqa: BLE001
+        raise store_lost(timeout_s) from None
+    if not missing:  # the last rank came just after the timeout
+        return
+    _conclude_together(store, keys, rank, missing, timeout_s)
+    names = ", ".join(describe(r) for r in missing)
+    raise LostRankError(
+        f"setup: {names} did not {what} within {timeout_s:g} s: it may have exited, failed "
+        "before creating its Trainer, or be much slower; check its log",
+        ranks=missing,
+        step=0,
+    )
+
+
+def _conclude_together(
+    store: Any, keys: list[str], rank: int, missing: list[int], timeout_s: float
+) -> None:
+    """The store dies with the rank hosting it, and that rank raises as soon as it has
+    concluded; the others, whose timeouts started a little later, would then find the store
+    gone and blame its host. So each rank says it has concluded, and the host waits (bounded)
+    until every rank that came has."""
+    try:
+        store.set(f"{keys[rank]}/concluded", "1")
+        if hosts_rendezvous_store():
+            came = [f"{k}/concluded" for r, k in enumerate(keys) if r not in missing]
+            bounded(
+                lambda: store.wait(came, datetime.timedelta(seconds=timeout_s)),
+                timeout_s + 1,
+                "the rendezvous store",
+            )
+    except Exception:  # noqa: BLE001 - a rank that came has gone since: nothing to wait for
+        pass
+
+
+def store_lost(timeout_s: float) -> LostRankError:
+    return LostRankError(
+        f"setup: the rendezvous store (MASTER_ADDR) stopped answering within {timeout_s:g} s: "
+        "the rank hosting it (rank 0 unless launched with torchrun) may have died; check its log",
+        ranks=[0],
+        step=0,
+    )

@@ -1,0 +1,87 @@
+"""A rank lost mid-step, whichever it is (rank 0, which hosts the rendezvous store, included),
+is named by every other rank within the timeout + 2 s: killed (SIGKILL, its connections close)
+or stopped (SIGSTOP, its connections stay open and silent). Real processes, Gloo.
+
+INFINIPIPE_STRESS=N repeats every case N times, to catch the races between a closed connection,
+a timeout and the failure boards (docs/design.md, "Failures"); the default is once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from launcher import run_ranks
+
+TIMEOUT_S = 5.0
+# Start-up (importing torch, joining the group, the first plan) comes before the step's timer.
+STARTUP_ALLOWANCE_S = 40.0
+REPEATS = int(os.environ.get("INFINIPIPE_STRESS", "1"))
+LENGTHS = [300, 200, 50, 40, 30]
+
+CASES = [(2, 0), (2, 1), (3, 0), (3, 1), (4, 0), (4, 2)]
+
+
+def _failure_seconds(stdout: str) -> float:
+    match = re.search(r"step failed after ([0-9.]+) s", stdout)
+    assert match, stdout
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("world, victim", CASES)
+def test_every_other_rank_names_the_lost_rank_in_time(world, victim, signal_name, repeat):
+    others = [rank for rank in range(world) if rank != victim]
+    results = run_ranks(
+        "bodies:peer_dies",
+        world,
+        dict(victim=victim, timeout_s=TIMEOUT_S, lengths=LENGTHS, signal_name=signal_name),
+        timeout_s=TIMEOUT_S + 2 * STARTUP_ALLOWANCE_S,
+        wait_for=others,  # a stopped victim never exits; the launcher kills it afterwards
+    )
+    victim_result = results[victim]
+    if signal_name == "SIGKILL":
+        assert victim_result.returncode == -9, victim_result.describe()
+    else:
+        assert victim_result.returncode is None, victim_result.describe()
+    for rank in others:
+        r = results[rank]
+        assert r.returncode == 1, r.describe()
+        assert r.error[0] == "LostRankError", r.describe()
+        assert f"step 1: lost rank {victim} (stage {victim})" in r.error[1], r.describe()
+        assert "Traceback" not in r.error[1] and ".cpp:" not in r.error[1], r.describe()
+        assert _failure_seconds(r.stdout) < TIMEOUT_S + 2, r.describe()
+
+
+def test_a_model_factory_that_raises_is_named_on_every_rank():
+    results = run_ranks(
+        "bodies:factory_raises",
+        3,
+        dict(victim=1, timeout_s=TIMEOUT_S),
+        timeout_s=TIMEOUT_S + 2 * STARTUP_ALLOWANCE_S,
+    )
+    victim = results[1]
+    assert victim.error[0] == "RuntimeError", victim.describe()
+    assert "no such checkpoint" in victim.error[1]
+    for r in (results[0], results[2]):
+        assert r.returncode == 1, r.describe()
+        assert r.error[0] == "RankFailedError", r.describe()
+        assert "rank 1 (stage 1)" in r.error[1] and "no such checkpoint" in r.error[1], r.error
+
+
+def test_a_rank_that_exits_before_setup_is_named_in_time():
+    results = run_ranks(
+        "bodies:exits_before_setup",
+        3,
+        dict(victim=1, timeout_s=TIMEOUT_S),
+        timeout_s=TIMEOUT_S + 2 * STARTUP_ALLOWANCE_S,
+    )
+    assert results[1].returncode == 17, results[1].describe()
+    for r in (results[0], results[2]):
+        assert r.returncode == 1, r.describe()
+        assert r.error[0] == "LostRankError", r.describe()
+        assert "rank 1 (stage 1)" in r.error[1], r.describe()
+        seconds = float(re.search(r"setup failed after ([0-9.]+) s", r.stdout).group(1))
+        assert seconds < TIMEOUT_S + 2, r.describe()

@@ -1,0 +1,21 @@
+"""PlanConfig refuses settings that cannot describe a step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infinipipe import PlanConfig
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0, -1.0])
+@pytest.mark.parametrize("field", ["memory_budget_gib", "memory_budget_bytes"])
+def test_a_budget_must_be_finite_and_positive(field, value):
+    with pytest.raises(ValueError, match=f"PlanConfig.{field} must be a finite positive number"):
+        PlanConfig(**{field: value})
+
+
+def test_a_finite_positive_budget_is_used():
+    assert PlanConfig(memory_budget_gib=1.5).budget_bytes(0, 1) == 1.5 * (1 << 30)
+    assert PlanConfig(memory_budget_bytes=1000).budget_bytes(0, 1) == 1000.0
