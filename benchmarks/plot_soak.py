@@ -78,6 +78,14 @@ def verdict(data: dict) -> list[dict]:
         row["step_end_s"] = _median(seconds, end)
         row["step_drift"] = row["step_end_s"] / row["step_warm_s"]
         row["per_token_drift"] = _median(per_token, end) / _median(per_token, warm)
+        cpu = r.get("step_cpu_seconds") or []
+        if len(cpu) == n:
+            row["cpu_warm_s"] = _median(cpu, warm)
+            row["cpu_end_s"] = _median(cpu, end)
+            row["cpu_drift"] = row["cpu_end_s"] / row["cpu_warm_s"]
+        load = r.get("loadavg_1min") or []
+        if len(load) == n:
+            row["load_warm"], row["load_end"] = _median(load, warm), _median(load, end)
         gc_counts = [c for s, c in r.get("gc_objects", []) if s >= warm.start]
         if gc_counts:
             row["gc_objects_after_warm"] = gc_counts[0]
@@ -102,6 +110,11 @@ def verdict_lines(data: dict) -> list[str]:
             f"; step time {v['step_warm_s']:.3f} -> {v['step_end_s']:.3f} s "
             f"(x{v['step_drift']:.3f}, per token x{v['per_token_drift']:.3f})"
         )
+        if "cpu_drift" in v:
+            text += (
+                f"; CPU time {v['cpu_warm_s']:.3f} -> {v['cpu_end_s']:.3f} s "
+                f"(x{v['cpu_drift']:.3f}); load {v['load_warm']:.2f} -> {v['load_end']:.2f}"
+            )
         if "gc_objects_last" in v:
             text += f"; gc objects {v['gc_objects_after_warm']} -> {v['gc_objects_last']}"
         lines.append(text)
@@ -143,8 +156,23 @@ def plot(data: dict, output: Path) -> None:
             steps,
             _rolling_median(seconds, ROLLING),
             color=line.get_color(),
-            label=f"{label}, rolling median of {ROLLING}",
+            label=f"{label} wall, rolling median of {ROLLING}",
         )
+        cpu = r.get("step_cpu_seconds") or []
+        if len(cpu) == n:
+            time_ax.plot(
+                steps,
+                _rolling_median(cpu, ROLLING),
+                color=line.get_color(),
+                linestyle="--",
+                label=f"{label} CPU time, rolling median",
+            )
+    load = ranks[0].get("loadavg_1min") or []
+    if len(load) == n:
+        load_ax = time_ax.twinx()
+        load_ax.plot(steps, load, color="tab:gray", alpha=0.5, linewidth=0.8)
+        load_ax.set_ylabel("machine load, 1 min (gray)")
+        load_ax.set_ylim(bottom=0)
     loss = ranks[0]["loss"]
     loss_ax.plot(steps, loss, ".", markersize=2, alpha=0.3, color="tab:gray")
     loss_ax.plot(steps, _rolling_median(loss, ROLLING), color="black", label="loss, rolling median")
@@ -159,6 +187,7 @@ def plot(data: dict, output: Path) -> None:
     rss_ax.set_ylabel("MiB")
     time_ax.set_ylabel("step time (s)")
     loss_ax.set_ylabel("loss")
+    loss_ax.set_yscale("log")
     loss_ax.set_xlabel("step (shaded: the windows compared)")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -174,32 +203,47 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
     s = data["settings"]
     rows = verdict(data)
     n = rows[0]["steps"]
+    cpu = all("cpu_drift" in v for v in rows)
     lines = [
         "## Soak",
         "",
         f"{n} training steps on {s['world_size']} ranks (Gloo, CPU, one thread each), "
         f"{s['model']}, {s['method'].upper()} planned per step, AdamW; step i's batch is "
         f"{s['batch']} sequences of Wikipedia lengths truncated to {s['context']} tokens "
-        f"(seed {s['seed']} + i, so every run sees the same batches). After every step each rank "
-        "records its wall step time, its resident memory (VmRSS) and malloc's bytes in use "
+        f"(seed {s['seed']} + i, so every run sees the same batches; {statistics.mean(data['tokens']):.0f} "
+        f"tokens a step on average). After every step each rank records its wall step time"
+        + (", the CPU time it spent in it, the machine's load" if cpu else "")
+        + ", its resident memory (VmRSS) and malloc's bytes in use "
         f"(`benchmarks/soak.py`; `{results_path}`, commit `{s['commit'][:12]}`, "
         f"{s['started']}, {data['wall_seconds'] / 60:.0f} min; machine: {s['cpus']} CPUs, "
         f"{s['machine']}, torch {s['torch']}).",
         "",
+        "```bash",
+        ".venv/bin/torchrun --nproc_per_node=2 benchmarks/soak.py --steps "
+        f"{s['steps']} --batch {s['batch']} --context {s['context']} --out {results_path}",
+        f".venv/bin/python benchmarks/plot_soak.py {results_path} --output docs/{image} "
+        "--docs docs/benchmarks.md",
+        "```",
+        "",
         f"![RSS, step time and loss over the soak]({image})",
         "",
         "| rank | RSS after warm-up (MiB) | RSS at the end (MiB) | growth | slope (MiB/100 steps) "
-        "| malloc in use, growth (MiB) | step time after warm-up (s) | at the end (s) | drift "
-        "| drift per token |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| malloc in use, growth (MiB) | wall step time after warm-up -> end (s) | drift "
+        "| drift per token |" + (" CPU time per step, drift |" if cpu else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if cpu else ""),
     ]
     for v in rows:
         lines.append(
             f"| {v['rank']} | {v['rss_warm_mib']:.1f} | {v['rss_end_mib']:.1f} | "
             f"{v['rss_growth_mib']:+.1f} MiB ({v['rss_growth_pct']:+.2f}%) | "
             f"{v['rss_slope_mib_per_100_steps']:+.2f} | "
-            f"{v.get('malloc_growth_mib', float('nan')):+.1f} | {v['step_warm_s']:.3f} | "
+            f"{v.get('malloc_growth_mib', float('nan')):+.2f} | {v['step_warm_s']:.3f} -> "
             f"{v['step_end_s']:.3f} | x{v['step_drift']:.3f} | x{v['per_token_drift']:.3f} |"
+            + (
+                f" {v['cpu_warm_s']:.3f} -> {v['cpu_end_s']:.3f} s, x{v['cpu_drift']:.3f} |"
+                if cpu
+                else ""
+            )
         )
     v = rows[0]
     lines += [
@@ -209,8 +253,19 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
         f"steps {v['warm'][0]}-{n - 1}. Drift is the end's median step time over the "
         "warm-up's; per token divides each step's time by its tokens first, since every step "
         f"has other lengths. Loss {v['loss_first']:.3f} at step 0, {v['loss_last']:.3f} at "
-        f"step {n - 1}.",
+        f"step {n - 1}."
+        + (
+            f" The machine's 1-minute load averaged {statistics.mean(data['ranks'][0]['loadavg_1min']):.1f} "
+            f"(median {v['load_warm']:.1f} after warm-up, {v['load_end']:.1f} at the end; the two "
+            "ranks alone make 2)."
+            if cpu
+            else ""
+        ),
         "",
+    ]
+    if data.get("note"):
+        lines += [data["note"], ""]
+    lines += [
         "Not measured yet: the same losses from a run resumed halfway. That needs checkpoint "
         "support (issue 14), which has not landed; the soak already draws step i's batch from "
         "i alone, so a resumed run can be compared step by step once it has.",
@@ -239,8 +294,12 @@ def main() -> int:
     p.add_argument("results", type=Path, help="the soak's JSON (benchmarks/soak.py --out)")
     p.add_argument("--output", type=Path, default=None, help="the PNG to write")
     p.add_argument("--docs", type=Path, default=None, help="page to write the section into")
+    p.add_argument("--note", default=None, help="what was found, kept in the results JSON")
     args = p.parse_args()
     data = json.loads(args.results.read_text())
+    if args.note is not None:
+        data["note"] = args.note
+        args.results.write_text(json.dumps(data, indent=1))
     if not data.get("complete", True):
         print(f"note: {args.results} is partial ({data['steps_done']} steps)")
     print("\n".join(verdict_lines(data)))

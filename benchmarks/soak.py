@@ -10,7 +10,9 @@ synthetic tokens drawn with the same seed (lib/training.sampled_batch, as the me
 benchmarks draw theirs), so a later run resumed at step i sees the same batches from there on.
 
 After every step each rank records: the step's wall time (`Trainer.step` as a user calls it:
-planning, agreement, execution, optimizer), its resident memory (VmRSS of /proc/self/status),
+planning, agreement, execution, optimizer) and the CPU time the process spent in it (which other
+work on a shared machine inflates far less than the wall time), the end time, the machine's
+1-minute load average, its resident memory (VmRSS of /proc/self/status),
 glibc's bytes in use by malloc (mallinfo2's uordblks + hblkhd: what the process holds through
 malloc, whatever the arenas' fragmentation) and the loss. Every `--gc-every` steps also the
 number of objects Python's garbage collector tracks, which grows if our Python code retains
@@ -161,6 +163,9 @@ def main() -> int:
         stage=trainer.stage_index,
         rss_before_first_step_bytes=rss_bytes(),
         step_seconds=[],
+        step_cpu_seconds=[],  # this process's CPU time in the step (all its threads)
+        step_end_unix=[],
+        loadavg_1min=[],  # the machine's: other work on it shows here, not in the CPU time
         rss_bytes=[],
         malloc_in_use_bytes=[],
         loss=[],
@@ -192,10 +197,13 @@ def main() -> int:
             config.vocab,
             args.seed + step,
         )
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         result = trainer.step(batch)
         seconds = time.perf_counter() - start
         record["step_seconds"].append(seconds)
+        record["step_cpu_seconds"].append(time.process_time() - cpu_start)
+        record["step_end_unix"].append(time.time())
+        record["loadavg_1min"].append(os.getloadavg()[0])
         record["rss_bytes"].append(rss_bytes())
         record["malloc_in_use_bytes"].append(in_use() if in_use else None)
         record["loss"].append(result.loss)
