@@ -2,7 +2,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <map>
 #include <string>
@@ -92,6 +95,23 @@ py::dict summary(const Plan& plan) {
   return d;
 }
 
+// fn() on a worker thread while the caller, without the GIL, checks for Python signals every
+// 50 ms: on Ctrl-C the planner is told to stop (`cancelled`, looked at between its candidates)
+// and KeyboardInterrupt raised once it has. A long plan stays interruptible.
+template <class Fn>
+auto interruptible(Fn fn, std::atomic<bool>& cancelled) {
+  auto result = std::async(std::launch::async, std::move(fn));
+  while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) {
+      cancelled = true;
+      result.wait();
+      throw py::error_already_set();
+    }
+  }
+  return result.get();
+}
+
 // The trainer's planning call: PlannerOptions::for_training with the knobs PlanConfig exposes.
 Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost,
                       double memory_budget_bytes, const std::string& method, int k,
@@ -107,7 +127,10 @@ Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost
   setting.token_cap = token_cap;
   setting.chunk_tokens = chunk_tokens;
   setting.uniform_recompute = uniform_recompute;
-  return plan_step(parse_method(method), lengths, cost, options, setting);
+  std::atomic<bool> cancelled{false};
+  options.cancelled = &cancelled;
+  return interruptible(
+      [&] { return plan_step(parse_method(method), lengths, cost, options, setting); }, cancelled);
 }
 
 // A plan from given chunks and waves (for tests and experiments): scheduled by the 1F1B chunk

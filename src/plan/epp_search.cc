@@ -109,6 +109,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     candidates.push_back(std::move(cand));
   };
   for (int k = 1; k <= options.max_k && k <= longest; ++k) {
+    check_not_cancelled(options);
     // Neighbouring large K differ by a few percent of slice length: every other K above 16,
     // every fourth above 32.
     if ((k > 16 && k % 2 != 0) || (k > 32 && k % 4 != 0)) continue;
@@ -147,6 +148,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow}) {
     if (!options.baseline_chunkings) break;
     for (Setting setting : candidate_settings(baseline, longest)) {
+      check_not_cancelled(options);
       if (setting.k > options.max_k) continue;
       setting.chunker = baseline;
       Candidate cand;
@@ -188,6 +190,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   };
 
   while (!queue.empty()) {
+    check_not_cancelled(options);
     Candidate& cand = candidates[queue.top()];
     const int index = queue.top();
     queue.pop();
@@ -225,6 +228,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     const Setting untapered = best_own.setting;
     for (int drain : options.drain_taper_chunks)
       for (int split : options.drain_taper_splits) {
+        check_not_cancelled(options);
         Candidate tapered;
         tapered.setting = untapered;
         tapered.setting.drain_chunks = drain;

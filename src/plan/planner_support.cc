@@ -26,6 +26,11 @@ void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
   check(options.max_k >= 1, "max_k must be at least 1, got " + std::to_string(options.max_k));
 }
 
+void check_not_cancelled(const PlannerOptions& options) {
+  check(options.cancelled == nullptr || !options.cancelled->load(std::memory_order_relaxed),
+        "planning was interrupted");
+}
+
 PlanResult infeasible(std::string reason) {
   PlanResult r;
   r.feasible = false;

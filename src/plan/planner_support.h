@@ -18,6 +18,8 @@ double elapsed_ms(std::chrono::steady_clock::time_point since);
 void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
                   const PlannerOptions& options);
 PlanResult infeasible(std::string reason);
+// Error when options.cancelled is set: called between the search's candidates.
+void check_not_cancelled(const PlannerOptions& options);
 Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>& lengths,
                std::vector<Chunk> chunks, std::vector<Wave> waves, Schedule schedule,
                Recompute recompute, const CostModel& cost, const SimResult& sim,

@@ -16,6 +16,7 @@
 // the untied one too when close to the best) and the grouping into waves for those that do not fit,
 // until no setting can beat the best found. The winner gets drain tapers (finer last chunks) and
 // the exact tied program (CBC), each kept only if the simulator finds it faster.
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ struct PlannerOptions {
   // kept when the simulator finds them faster.
   std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
   std::vector<int> drain_taper_splits = {2, 4};
+  // Set from another thread to stop EPP's search between candidates with an Error (the Python
+  // bindings set it on Ctrl-C); null: never stopped.
+  const std::atomic<bool>* cancelled = nullptr;
 
   // The options a trainer plans with, where every rank plans the step on its own, before the
   // step and on its critical path, and all must reach the same plan (the plan tool plans offline
