@@ -1,6 +1,7 @@
 #include "planner_support.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "infinipipe/core/error.h"
 
@@ -20,9 +21,9 @@ void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
         "the planner was asked for " + std::to_string(options.num_stages) +
             " stages but the cost model splits the layers over " +
             std::to_string(cost.num_stages()) + "; build the cost model for the same stages");
-  check(options.memory_budget_bytes > 0, "the memory budget must be positive, got " +
-                                             std::to_string(options.memory_budget_bytes) +
-                                             " bytes");
+  check(options.memory_budget_bytes > 0 && std::isfinite(options.memory_budget_bytes),
+        "the memory budget must be a finite positive number of bytes, got " +
+            std::to_string(options.memory_budget_bytes));
   check(options.max_k >= 1, "max_k must be at least 1, got " + std::to_string(options.max_k));
 }
 

@@ -2,8 +2,10 @@
 // the plan record of a simulated schedule, the quiet simulator, and chunk-list helpers.
 #include "planner_support.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,11 +52,18 @@ TEST(CheckInputs, NamesWhatDisagrees) {
   const std::string stages = error_of([&] { check_inputs({5}, cost, options(2, 1e9)); });
   EXPECT_NE(stages.find("asked for 2 stages"), std::string::npos) << stages;
   EXPECT_NE(stages.find("over 3"), std::string::npos) << stages;
-  for (double budget : {0.0, -1.0})
+  for (double budget : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                        std::numeric_limits<double>::quiet_NaN()})
     EXPECT_NE(error_of([&] {
                 check_inputs({5}, cost, options(3, budget));
-              }).find("memory budget must be positive"),
-              std::string::npos);
+              }).find("memory budget must be a finite positive number of bytes"),
+              std::string::npos)
+        << budget;
+  PlannerOptions cancelled = options(3, 1e9);
+  const std::atomic<bool> stop{true};
+  cancelled.cancelled = &stop;
+  EXPECT_EQ(error_of([&] { check_not_cancelled(cancelled); }), "planning was interrupted");
+  EXPECT_NO_THROW(check_not_cancelled(options(3, 1e9)));
   PlannerOptions no_k = options(3, 1e9);
   no_k.max_k = 0;
   EXPECT_NE(
