@@ -214,7 +214,9 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
         f"tokens a step on average). After every step each rank records its wall step time"
         + (", the CPU time it spent in it, the machine's load" if cpu else "")
         + ", its resident memory (VmRSS) and malloc's bytes in use "
-        f"(`benchmarks/soak.py`; `{results_path}`, commit `{s['commit'][:12]}`, "
+        f"(`benchmarks/soak.py`; `{results_path}`, commit `{s['commit'][:12]}`"
+        + (" with uncommitted changes in the work tree" if s["commit"].endswith("-dirty") else "")
+        + ", "
         f"{s['started']}, {data['wall_seconds'] / 60:.0f} min; machine: {s['cpus']} CPUs, "
         f"{s['machine']}, torch {s['torch']}).",
         "",
@@ -224,6 +226,9 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
         f".venv/bin/python benchmarks/plot_soak.py {results_path} --output docs/{image} "
         "--docs docs/benchmarks.md",
         "```",
+        "",
+        "(benchmarks/report.py does not write this section: after it, run plot_soak.py with "
+        "--docs again.)",
         "",
         f"![RSS, step time and loss over the soak]({image})",
         "",
