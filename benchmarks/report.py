@@ -24,6 +24,8 @@ from lib.measured_report import (
 )
 from lib.results import DOCS, RESULTS, load
 from lib.simulated_case import traces_text
+from lib.soak_report import BEGIN, END
+from lib.soak_report import section as soak_section
 from lib.validation import errors
 
 INTRO = """What InfiniPipe's method buys on skewed-length data, measured on this machine (2 CPU
@@ -342,6 +344,9 @@ def main() -> int:
     )
     text += ["## One step as a timeline", ""] + timeline_section(load(r / "timeline_cpu.json"))
     text += ["## Cluster scale (simulated)", ""] + cluster
+    soak = load(r / "soak.json")
+    if soak is not None:
+        text += [BEGIN, *soak_section(soak, "img/soak.png", "benchmarks/results/soak.json"), END]
     text += ["## Reproducing", "", REPRODUCE.format(machine=machine(meta))]
     args.docs.mkdir(parents=True, exist_ok=True)
     (args.docs / "benchmarks.md").write_text("\n".join(text) + "\n")
