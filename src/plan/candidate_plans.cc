@@ -46,6 +46,15 @@ bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostMod
   return false;
 }
 
+bool several_chain_lengths(const std::vector<Chunk>& chunks) {
+  size_t first = 0;
+  for (const std::vector<int>& chain : chains(chunks)) {
+    if (first == 0) first = chain.size();
+    if (chain.size() != first) return true;
+  }
+  return false;
+}
+
 bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
                          const CostModel& cost, const PlannerOptions& options, std::string& reason,
                          bool& grouped) {
@@ -54,7 +63,12 @@ bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
                         one_wave_with_recompute(one, time_to_beat, cost, options, reason);
   const double goal = one_fits ? std::min(time_to_beat, one.sim.step_time_s) : time_to_beat;
   Candidate waves = cand;
-  grouped = may_group && (!one_fits || waves_key(cand) < goal);
+  // The DP groups chains by length: with one length it can only make the one wave again (the
+  // same schedule and solvers), which costs as much as the whole step's recompute choice. One
+  // 2M-token sequence (`infinipipe-plan --model tiny --hardware cpu --stages 2 --memory-gib 64
+  // --method epp`) spent 73 s in its first candidate, mostly there (issue 15).
+  grouped =
+      may_group && several_chain_lengths(cand.chunks) && (!one_fits || waves_key(cand) < goal);
   const bool waves_fit = grouped && grouped_waves(waves, goal, cost, options, reason);
   if (!one_fits && !waves_fit) return false;
   cand = (waves_fit && (!one_fits || waves.sim.step_time_s < one.sim.step_time_s))

@@ -2,6 +2,7 @@
 // A candidate made into a plan, in the order the search looks closer (internal to the plan
 // part): one wave without recompute, one wave with recompute, several waves.
 #include <string>
+#include <vector>
 
 #include "candidate.h"
 #include "infinipipe/plan/planner.h"
@@ -17,9 +18,14 @@ void one_wave_without_recompute(Candidate& cand, const CostModel& cost,
 bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostModel& cost,
                              const PlannerOptions& options, std::string& reason);
 
+// Whether the chunks' chains have more than one length: the grouping into waves groups chains by
+// length, so with one length it can only make the one wave again.
+bool several_chain_lengths(const std::vector<Chunk>& chunks);
+
 // A candidate that does not fit as it is: one wave with recompute, and waves when those can
 // still win (a second wave adds about one more fill and drain to the optimistic time) or when
-// one wave does not fit at all. Keeps the faster; false when neither fits.
+// one wave does not fit at all, unless its chains have one length. Keeps the faster; false when
+// neither fits.
 bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
                          const CostModel& cost, const PlannerOptions& options, std::string& reason,
                          bool& grouped);

@@ -114,7 +114,8 @@ TEST(PlanWithRecompute, KeepsTheFasterOfOneWaveAndWaves) {
                           planning::one_wave_with_recompute(one, planning::kInfinity, inst.cost,
                                                             inst.options, ignored);
     const double goal = one_fits ? one.sim.step_time_s : planning::kInfinity;
-    const bool try_waves = !one_fits || planning::waves_key(cand) < goal;
+    const bool try_waves = planning::several_chain_lengths(cand.chunks) &&
+                           (!one_fits || planning::waves_key(cand) < goal);
     Candidate waves = cand;
     const bool waves_fit =
         try_waves && planning::grouped_waves(waves, goal, inst.cost, inst.options, ignored);
@@ -158,6 +159,22 @@ TEST(PlanWithRecompute, KeepsTheFasterOfOneWaveAndWaves) {
   EXPECT_GE(compared, 8);
   EXPECT_GE(chose_one, 1);
   EXPECT_GE(chose_waves, 1);
+}
+
+// Issue 15: one 2M-token sequence spent 73 s grouping its one chain into waves, which can only
+// give the one wave again; plan_with_recompute no longer tries.
+TEST(PlanWithRecompute, OneChainLengthIsNeverGrouped) {
+  const auto chunk = [](int seq, int64_t start, int64_t end, int64_t n) {
+    return Chunk{{Slice{seq, start, end, n}}};
+  };
+  // One sequence in three slices: one chain.
+  EXPECT_FALSE(planning::several_chain_lengths(
+      {chunk(0, 0, 10, 30), chunk(0, 10, 20, 30), chunk(0, 20, 30, 30)}));
+  // Two whole sequences: two chains of one chunk each.
+  EXPECT_FALSE(planning::several_chain_lengths({chunk(0, 0, 5, 5), chunk(1, 0, 7, 7)}));
+  // A split sequence and a whole one: chains of 2 and 1 chunks.
+  EXPECT_TRUE(planning::several_chain_lengths(
+      {chunk(0, 0, 10, 20), chunk(0, 10, 20, 20), chunk(1, 0, 7, 7)}));
 }
 
 }  // namespace
