@@ -57,6 +57,17 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setti
   return finish_epp(std::move(cand), lengths, cost, started);
 }
 
+// The checkpointing programs of one wave grow with the chunks squared (a single long sequence's
+// slices are all in flight on the first stage), and so does the recompute choice: for one
+// 2,097,152-token sequence (`infinipipe-plan --model tiny --hardware cpu --stages 2 --memory-gib
+// 64 --method epp`) a candidate of 8,192 chunks took 6.4 s, one of 4,096 1.35 s, and one
+// 4,194,304-token sequence's 16,384-chunk candidates ran past the property sweep's 30 s.
+// Candidates with more chunks than this get no recompute (nor waves) unless none has fewer. The
+// default comparison's candidates (`--distribution wikipedia --batch 512 --context 98304 --model
+// llama-13b --stages 8 --steps 5`) have at most 1,493 chunks, plan_fingerprints' at most 3,777
+// (extreme, batch 128, context 32768).
+constexpr size_t kMaxRecomputeChunks = 4096;
+
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options) {
   const auto started = std::chrono::steady_clock::now();
@@ -174,6 +185,12 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   };
   std::priority_queue<int, std::vector<int>, decltype(later)> queue(later);
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
+  // Recompute and grouping only for candidates of at most kMaxRecomputeChunks chunks, or of the
+  // fewest chunks any candidate has when all have more.
+  size_t fewest_chunks = candidates.empty() ? 0 : candidates.front().chunks.size();
+  for (const Candidate& cand : candidates)
+    fewest_chunks = std::min(fewest_chunks, cand.chunks.size());
+  const size_t recompute_chunk_limit = std::max<size_t>(kMaxRecomputeChunks, fewest_chunks);
   bool have_best = false, have_own = false;
   Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
   int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
@@ -206,6 +223,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     }
     const int family = cand.setting.chunker == Method::kEpp ? 0 : 1;
     if (have_best && evaluated[family] >= options.max_recompute_candidates) continue;
+    if (cand.chunks.size() > recompute_chunk_limit) continue;
     ++evaluated[family];
     const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
