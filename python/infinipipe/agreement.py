@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from .errors import Error, LostRankError, RankFailedError
 from .failure_board import bounded
-from .rendezvous import store_lost, wait_for_ranks
+from .rendezvous import store_lost, store_prefix, wait_for_ranks
 
 
 def digest(*parts: Any) -> str:
@@ -80,7 +80,7 @@ def agree_on_setup(
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     store = dist.distributed_c10d._get_default_store()
     ranks = dist.get_process_group_ranks(group)
-    prefix = f"infinipipe/setup/{digest(ranks, _next_setup())}/rank"
+    prefix = f"{store_prefix()}/setup/{digest(ranks, _next_setup())}/rank"
     mine = {"board": board_address, "error": None if error is None else _one_line(error)}
     keys = [f"{prefix}{r}" for r in range(world_size)]
     try:

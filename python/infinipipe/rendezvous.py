@@ -27,17 +27,18 @@ def join_default_group(backend: str, timeout_s: float, describe: Callable[[int],
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     timeout = datetime.timedelta(seconds=timeout_s)
     store = _rendezvous_store(rank, world_size, timeout)
-    keys = [f"infinipipe/joined/rank{r}" for r in range(world_size)]
+    keys = [f"{store_prefix()}/joined/rank{r}" for r in range(world_size)]
     try:
         bounded(lambda: store.set(keys[rank], "1"), timeout_s, "the rendezvous store")
     except Exception:  # noqa: BLE001
         raise store_lost(timeout_s) from None
     wait_for_ranks(store, keys, rank, timeout_s, describe, "join the process group")
-    # The prefix init_process_group gives a store it makes itself, so keys stay where torch
-    # expects them.
+    # The prefix init_process_group gives a store it makes itself, within this attempt's: with
+    # torch's own keys shared between attempts, a restarted rank can read the address a rank of
+    # the failed attempt published and fail to connect (seen with torch 2.13's torchrun).
     dist.init_process_group(
         backend,
-        store=dist.PrefixStore("default_pg", store),
+        store=dist.PrefixStore(f"{store_prefix()}/default_pg", store),
         rank=rank,
         world_size=world_size,
         timeout=timeout,
@@ -69,6 +70,13 @@ def _rendezvous_store(rank: int, world_size: int, timeout: datetime.timedelta) -
             ranks=[] if agent_hosts_it else [0],
             step=0,
         ) from None
+
+
+def store_prefix() -> str:
+    """Where InfiniPipe's keys live in the rendezvous store. torchrun's agent keeps its store
+    across restarts of the workers, so each attempt has its own keys: a restarted rank must not
+    read what a rank of the failed attempt wrote."""
+    return f"infinipipe/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def hosts_rendezvous_store() -> bool:

@@ -304,3 +304,20 @@ def peer_dies(
         )
         raise
     return time.monotonic() - started
+
+
+def fails_setup_on_first_attempt() -> float:
+    """Under torchrun --max-restarts 1: rank 1's model factory raises in the first attempt only;
+    the restarted attempt must set up and step (the rendezvous store, torchrun's, outlives the
+    attempt and still holds its keys)."""
+    config = model_config("float32")
+
+    def factory(stage, split):
+        if stage == 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            raise RuntimeError("first attempt fails")
+        return llama.build_stage(config, split, stage)
+
+    trainer = infinipipe.Trainer(factory, frozen_optimizer, model_config=config, timeout_s=20)
+    loss = trainer.step(make_batch([30, 12, 7], seed=1)).loss
+    print(f"attempt {os.environ['TORCHELASTIC_RESTART_COUNT']} loss {loss:.4f}", flush=True)
+    return loss

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
-from launcher import run_ranks
+from launcher import HERE, REPO, run_ranks
 
 TIMEOUT_S = 5.0
 # Start-up (importing torch, joining the group, the first plan) comes before the step's timer.
@@ -85,3 +87,23 @@ def test_a_rank_that_exits_before_setup_is_named_in_time():
         assert "rank 1 (stage 1)" in r.error[1], r.describe()
         seconds = float(re.search(r"setup failed after ([0-9.]+) s", r.stdout).group(1))
         assert seconds < TIMEOUT_S + 2, r.describe()
+
+
+def test_a_torchrun_restart_after_a_failed_setup_starts_clean(tmp_path):
+    script = tmp_path / "restart.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{str(REPO / 'python')!r}, {str(HERE)!r}]\n"
+        "import bodies\n"
+        "bodies.fails_setup_on_first_attempt()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--max-restarts=1"]
+        + ["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=4 * STARTUP_ALLOWANCE_S,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("attempt 1 loss") == 2, proc.stdout
