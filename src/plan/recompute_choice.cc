@@ -18,6 +18,7 @@ bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chun
                         std::string& reason) {
   bool found = false;
   for (CheckpointMethod method : methods) {
+    check_not_cancelled(options);
     CheckpointResult solved =
         plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
     if (!solved.feasible) {

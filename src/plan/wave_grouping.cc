@@ -83,6 +83,7 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
         return least;
       }
     }
+    check_not_cancelled(options);
     const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
     const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
     double value = kInfinity;

@@ -11,23 +11,26 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A step whose EPP plan takes 10-25 s on this 2-core machine (4,000 Wikipedia-distributed
-# sequences and one of 400K tokens, tiny LLaMA, 16 GiB per stage): far longer than the wait
-# allowed below, so an uninterruptible call could not pass.
+# A step whose EPP search takes 16 s on this 2-core machine (measured at commit da83f72): one
+# sequence of 786,432 tokens, LLaMA-7B on 16 stages of 80 GiB (analytic A800 model), where no
+# setting fits (docs/properties.md: the sweep's slow tail). Far longer than the wait allowed
+# below, so an uninterruptible call could not pass; should planning it become fast, pick the
+# sweep's slowest case instead.
 CHILD = """
-import sys, torch
+import json, sys
 sys.path.insert(0, sys.argv[1])
 from infinipipe import _C
-from infinipipe.cost import model_shape_json
-from infinipipe.models.llama import LlamaConfig
-cost = _C.plan.CostModel.analytic(model_shape_json(LlamaConfig.tiny(), torch.float32), "cpu", [4, 4])
-lengths = list(_C.plan.sample_lengths("wikipedia", 4000, 32768, 0)) + [400000]
+shape = dict(name="llama-7b", layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008,
+             vocab=32000, bytes_per_element=2)
+cost = _C.plan.CostModel.analytic(json.dumps(shape), "a800", [2] * 16)
 print("planning", flush=True)
 try:
-    _C.plan.plan_step(lengths, cost, 16 * 2**30, "epp", max_k=64)
+    _C.plan.plan_step([786432], cost, 80 * 2**30, "epp")
     print("finished", flush=True)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
+except Exception as e:
+    print("finished:", e, flush=True)
 """
 
 
@@ -43,9 +46,13 @@ def test_ctrl_c_interrupts_a_long_plan():
         time.sleep(1.0)  # inside the planner by now
         child.send_signal(signal.SIGINT)
         sent = time.monotonic()
-        out, err = child.communicate(timeout=60)
+        out = child.stdout.readline()  # the call's outcome, before the interpreter's exit
         waited = time.monotonic() - sent
+        child.communicate(timeout=60)
     finally:
         child.kill()
-    assert out.strip() == "interrupted", (out, err)
-    assert waited < 3.0, f"the planner took {waited:.1f} s to stop after Ctrl-C"
+    assert out.strip() == "interrupted", out
+    # The planner stops at its next check, between checkpoint solves: 2.2 s here (measured at
+    # commit da83f72; one solve of this step's largest candidates takes about that long).
+    # Without the checks the call would run on for about 15 s.
+    assert waited < 6.0, f"the planner took {waited:.1f} s to stop after Ctrl-C"
