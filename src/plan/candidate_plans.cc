@@ -55,6 +55,19 @@ bool several_chain_lengths(const std::vector<Chunk>& chunks) {
   return false;
 }
 
+bool recompute_cannot_fit(const Candidate& cand, const CostModel& cost,
+                          const PlannerOptions& options, std::string& reason) {
+  if (chains(cand.chunks).size() != 1) return false;
+  for (int p = 0; p < cost.num_stages(); ++p)
+    for (const Chunk& chunk : cand.chunks)
+      if (cost.checkpoint_saving_bytes(chunk, p) <= 0) return false;
+  const CheckpointResult full = plan_checkpointing(
+      cand.schedule, cand.chunks, cost, checkpoint_options(CheckpointMethod::kFull, options));
+  if (full.feasible) return false;
+  reason = label(cand.setting) + ": " + full.reason;
+  return true;
+}
+
 bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
                          const CostModel& cost, const PlannerOptions& options, std::string& reason,
                          bool& grouped) {

@@ -22,6 +22,14 @@ bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostMod
 // length, so with one length it can only make the one wave again.
 bool several_chain_lengths(const std::vector<Chunk>& chunks);
 
+// True when recompute cannot make the candidate fit: its chunks form one chain (so the grouping
+// into waves can only make the one wave again) and even recomputing every layer of every chunk
+// leaves some moment of its one wave over budget; `reason` then says where. Recompute holds
+// less the more layers it recomputes (CostModel::activation_bytes is linear in them), so no
+// solver can do better; false when some chunk's recompute would not save bytes.
+bool recompute_cannot_fit(const Candidate& cand, const CostModel& cost,
+                          const PlannerOptions& options, std::string& reason);
+
 // A candidate that does not fit as it is: one wave with recompute, and waves when those can
 // still win (a second wave adds about one more fill and drain to the optimistic time) or when
 // one wave does not fit at all, unless its chains have one length. Keeps the faster; false when

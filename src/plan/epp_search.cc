@@ -225,6 +225,9 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     if (have_best && evaluated[family] >= options.max_recompute_candidates) continue;
     if (cand.chunks.size() > recompute_chunk_limit) continue;
     ++evaluated[family];
+    // What plan_with_recompute would conclude, without its cost: a long sequence near the
+    // memory limit, where most settings cannot fit, spent seconds on each (issue 15).
+    if (recompute_cannot_fit(cand, cost, options, reason)) continue;
     const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
     const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity,

@@ -177,5 +177,41 @@ TEST(PlanWithRecompute, OneChainLengthIsNeverGrouped) {
       {chunk(0, 0, 10, 20), chunk(0, 10, 20, 20), chunk(1, 0, 7, 7)}));
 }
 
+TEST(RecomputeCannotFit, OnlyWhenPlanWithRecomputeWouldFail) {
+  std::mt19937_64 rng(92);
+  int cannot = 0, may = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Instance inst = random_instance(rng);
+    // One long sequence: its slices form one chain, the case the check is for.
+    inst.lengths = {std::uniform_int_distribution<int64_t>(20000, 200000)(rng)};
+    inst.description = "one sequence of " + std::to_string(inst.lengths[0]) + " tokens";
+    const double state = testing::largest_model_state(inst.cost);
+    const double full = testing::all_activations_bytes(inst.lengths, inst.cost);
+    inst.options.memory_budget_bytes =
+        state + std::uniform_real_distribution<double>(0.02, 0.6)(rng) * (full - state);
+    Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
+    planning::one_wave_without_recompute(cand, inst.cost, inst.options);
+    if (!cand.sim.over_budget) continue;
+    std::string why;
+    const bool cannot_fit = planning::recompute_cannot_fit(cand, inst.cost, inst.options, why);
+    std::string reason;
+    bool grouped = false;
+    Candidate tried = cand;
+    const bool fits = planning::plan_with_recompute(tried, planning::kInfinity, true, inst.cost,
+                                                    inst.options, reason, grouped);
+    if (cannot_fit) {
+      ++cannot;
+      EXPECT_FALSE(fits);
+      EXPECT_NE(why.find("even with every layer recomputed"), std::string::npos) << why;
+    } else {
+      ++may;
+    }
+  }
+  // Both sides were exercised.
+  EXPECT_GT(cannot, 5);
+  EXPECT_GT(may, 5);
+}
+
 }  // namespace
 }  // namespace infinipipe
