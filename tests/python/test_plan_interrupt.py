@@ -11,21 +11,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A step whose EPP search takes 16 s on this 2-core machine (measured at commit da83f72): one
-# sequence of 786,432 tokens, LLaMA-7B on 16 stages of 80 GiB (analytic A800 model), where no
-# setting fits (docs/properties.md: the sweep's slow tail). Far longer than the wait allowed
+# A step whose EPP search takes 27 s on this 2-core machine (measured at commit e8ca45c): one
+# sequence of 2,097,152 tokens, the tiny LLaMA on 8 stages of 12 GiB (analytic CPU model), the
+# slowest case of the planning-time sweep (docs/properties.md). Far longer than the wait allowed
 # below, so an uninterruptible call could not pass; should planning it become fast, pick the
 # sweep's slowest case instead.
 CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from infinipipe import _C
-shape = dict(name="llama-7b", layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008,
-             vocab=32000, bytes_per_element=2)
-cost = _C.plan.CostModel.analytic(json.dumps(shape), "a800", [2] * 16)
+shape = dict(name="tiny", layers=8, hidden=128, heads=4, kv_heads=2, ffn=352, vocab=512,
+             bytes_per_element=4)
+cost = _C.plan.CostModel.analytic(json.dumps(shape), "cpu", [1] * 8)
 print("planning", flush=True)
 try:
-    _C.plan.plan_step([786432], cost, 80 * 2**30, "epp")
+    _C.plan.plan_step([2097152], cost, 12 * 2**30, "epp")
     print("finished", flush=True)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
@@ -52,7 +52,8 @@ def test_ctrl_c_interrupts_a_long_plan():
     finally:
         child.kill()
     assert out.strip() == "interrupted", out
-    # The planner stops at its next check, between checkpoint solves: 2.2 s here (measured at
-    # commit da83f72; one solve of this step's largest candidates takes about that long).
-    # Without the checks the call would run on for about 15 s.
+    # The planner stops at its next check, between candidates and checkpoint solves (one solve
+    # of a large candidate can take a few seconds). Without the checks the call would run on for
+    # about 25 s.
+    print(f"stopped {waited:.2f} s after Ctrl-C")
     assert waited < 6.0, f"the planner took {waited:.1f} s to stop after Ctrl-C"
