@@ -84,8 +84,11 @@ def sweep_section(summary, commit):
         "",
         f"{s['cases']} cases, each with a limit of {s['timeout_s']:g} s (a worker process "
         f"planning past it is killed and the case counted as timed out). "
-        f"{s['violating_cases']} cases with a violation: "
-        + ", ".join(f"{k} {n}" for k, n in s["violations"].items() if n)
+        f"{s['violating_cases']} cases with a violation"
+        + "".join(
+            f"{': ' if i == 0 else ', '}{k} {n}"
+            for i, (k, n) in enumerate((k, n) for k, n in s["violations"].items() if n)
+        )
         + ".",
         "",
         "Per model, stages and budget: the longest sequence whose K/V buffers fit (the planner "
