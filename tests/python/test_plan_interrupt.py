@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 # below, so an uninterruptible call could not pass; should planning it become fast, pick the
 # sweep's slowest case instead.
 CHILD = """
-import json, sys
+import json, signal, sys
+# As in an interactive session: a launcher that ran us in the background may have left SIGINT
+# ignored, which Python then keeps.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, sys.argv[1])
 from infinipipe import _C
 shape = dict(name="tiny", layers=8, hidden=128, heads=4, kv_heads=2, ffn=352, vocab=512,
