@@ -11,8 +11,7 @@ from typing import Any
 import torch.distributed as dist
 
 from .errors import Error, LostRankError, RankFailedError
-from .failure_board import bounded
-from .rendezvous import store_lost, store_prefix, wait_for_ranks
+from .rendezvous import bounded, store_lost, store_prefix, wait_for_ranks
 
 
 def digest(*parts: Any) -> str:

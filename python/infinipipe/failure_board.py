@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,27 +37,6 @@ GRACE_S = 1.5
 # rank and fails in milliseconds to a dead one (measured with torch 2.13: 0.01 ms, 5 ms).
 _CONNECT_TIMEOUT_S = 10.0
 _POLL_S = 0.02
-
-
-def bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
-    """fn() in a helper thread, or TimeoutError after `seconds`: a store whose host stopped
-    blocks some calls (check) however the store's timeout is set."""
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            result["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            result["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True, name=f"infinipipe {what}")
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError(f"{what} did not answer within {seconds:g} s")
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
 
 
 def reachable_host() -> str:

@@ -9,16 +9,37 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
 from .errors import LostRankError
-from .failure_board import bounded
 
 # A live store answers a key check in milliseconds; one whose host stopped never does.
 _CHECK_TIMEOUT_S = 2.0
+
+
+def bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+    """fn() in a helper thread, or TimeoutError after `seconds`: a store whose host stopped
+    blocks some calls (check) however the store's timeout is set."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True, name=f"infinipipe {what}")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not answer within {seconds:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
 
 
 def join_default_group(backend: str, timeout_s: float, describe: Callable[[int], str]) -> None:
