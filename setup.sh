@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 
 ALL=false; [ "${1:-}" = "--all" ] && ALL=true
 APT_PACKAGES=(build-essential ninja-build pkg-config nlohmann-json3-dev coinor-libcbc-dev
-              libcli11-dev)
+              libcli11-dev libspdlog-dev)
 # For the tests and the C++ example: GoogleTest, clang-format (tests/check_format.sh), and
 # libgloo-dev, only gloo's headers, for the C++ example's ProcessGroupGloo (never linked: the
 # symbols come from libtorch_cpu; docs/runtime.md, "From C++ alone").

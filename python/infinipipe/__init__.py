@@ -13,6 +13,8 @@ _EXPORTS = {
     "PlanConfig": "plan_config",
     "Trainer": "trainer",
     "StepResult": "trainer",
+    "EvalResult": "trainer",
+    "MetricsLog": "metrics",
     "MemoryMeter": "memory_meter",
     "LlamaStageAdapter": "stage_adapter",
     "model_shape_json": "cost",

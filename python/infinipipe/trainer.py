@@ -5,22 +5,34 @@
     for batch in batches:               # lists of variable-length token sequences
         result = trainer.step(batch)    # result.loss, result.plan (summary dict), result.stats
 
+or, shaping the loop (every rank makes the same calls, in the same order):
+
+    trainer.zero_grad()
+    result = trainer.forward_backward(batch)   # adds to the gradients (accumulate: call again)
+    norm = trainer.clip_grad_norm_(1.0)        # global over all stages
+    if math.isfinite(norm):
+        trainer.optimizer_step()
+    held_out = trainer.evaluate(eval_batches)  # loss, perplexity; forward only
+
 Every rank runs the same code on the same batch. A step validates the batch, plans it with the
 C++ planner, checks through one all_gather that every rank holds the same configuration, batch
 and plan (and that none rejected the batch), runs this rank's stage of the plan with the C++
 executor (point-to-point pipes over the torch.distributed process group, Gloo on CPU, NCCL on
-GPU), and steps the optimizer once. Errors are raised on every rank, naming the ranks at fault;
-a lost peer ends the step with an error naming it within `timeout_s`. See docs/runtime.md.
+GPU). Errors are raised on every rank, naming the ranks at fault; a lost peer ends the step with
+an error naming it within `timeout_s`. See docs/runtime.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
+import math
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +59,24 @@ class StepResult:
     plan: dict  # the plan's summary: method, setting, hash, chunks, waves, predictions
     stats: dict = field(default_factory=dict)  # this stage's measured times, bytes, memory
     tokens: int = 0
+    planning_s: float = 0.0  # this rank's planning time (zero for a given plan)
+    step_s: float = 0.0  # wall time of the whole call on this rank, planning included
+
+    @property
+    def predicted_s(self) -> float:
+        """The simulator's step time for the plan (what the planner minimised)."""
+        return float(self.plan.get("predicted_step_s", float("nan")))
+
+
+@dataclass
+class EvalResult:
+    loss: float  # mean next-token loss over every target token of the batches
+    tokens: int  # target tokens evaluated
+    batches: int
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss) if self.loss < 700 else float("inf")
 
 
 def _free_port() -> int:
@@ -166,7 +196,9 @@ class Trainer:
             self.board.connect(addresses)
         elif error is not None:
             raise error
-        self._steps = 0
+        self._steps = 0  # optimizer steps taken (a checkpoint's step)
+        self._calls = 0  # runs on the pipeline (training and evaluation): the failure board's key
+        self._tied_pending = False
         self.config_fingerprint = digest(
             dataclasses.asdict(self.config),
             self.layers_per_stage,
@@ -247,14 +279,25 @@ class Trainer:
 
     def _lost_peer(self, error: Any) -> Exception:
         """The error naming the rank lost first, for a wait on peers that failed."""
-        _log.debug("step %d: the backend said: %s", self._steps, error.backend_detail)
+        _log.debug("call %d: the backend said: %s", self._calls, error.backend_detail)
         if self.board is None:
             return error
-        return self.board.diagnose(self._steps, error)
+        return self.board.diagnose(self._calls, error)
+
+    @contextlib.contextmanager
+    def _failures_named(self) -> Iterator[None]:
+        """Around a run on the pipeline: a lost peer becomes the error naming the rank lost
+        first; a failure of this rank's own (its model raised) is told to the ranks waiting."""
+        try:
+            yield
+        except _C.runtime.PeerError as e:
+            raise self._lost_peer(e) from None
+        except Exception as e:
+            if self.board is not None:
+                self.board.report_own_failure(self._calls, e)
+            raise
 
     def _run(self, plan: Any, sequences: list[torch.Tensor], measure_memory: bool) -> Any:
-        for p in self.parameters:
-            p.grad = None
         if not measure_memory:
             return self.executor.run(plan, sequences), None
         meter = MemoryMeter(self.executor, self.parameters)
@@ -328,17 +371,144 @@ class Trainer:
         )
 
     def step(self, batch: Any, plan: Any = None, measure_memory: bool = False) -> StepResult:
-        """One training step on `batch` (a list of token sequences): plan, check agreement with
-        the other ranks, run this stage, step the optimizer. `plan` overrides the planner (it
-        must be a plan of this batch's lengths). measure_memory adds measured and predicted
-        activation memory of this stage to the stats."""
+        """One training step on `batch` (a list of token sequences): zero_grad(),
+        forward_backward(), optimizer_step(). The step's gradients stay in .grad."""
+        self.zero_grad()
+        result = self.forward_backward(batch, plan, measure_memory)
+        self.optimizer_step()
+        return result
+
+    def forward_backward(
+        self, batch: Any, plan: Any = None, measure_memory: bool = False
+    ) -> StepResult:
+        """Forward and backward of `batch` (a list of token sequences): plan, check agreement
+        with the other ranks, run this stage. The gradients of the batch's mean loss are added
+        to the parameters' .grad (accumulating over calls until zero_grad()). `plan` overrides
+        the planner (it must be a plan of this batch's lengths). measure_memory adds measured
+        and predicted activation memory of this stage to the stats."""
+        started = time.perf_counter()
+        self._calls += 1
+        plan, sequences, planning_s = self._prepare(batch, plan)
+        with self._failures_named():
+            stats, meter = self._run(plan, sequences, measure_memory)
+        self._tied_pending = bool(self._tied())
+
+        if meter is not None:
+            predicted = MemoryMeter.predicted(plan, self.cost, self.stage_index)
+            stats.update(
+                measured_activation_bytes=meter.peak_bytes,
+                measured_saved_bytes=meter.peak_saved_bytes,
+                measured_held_bytes=meter.peak_held_bytes,
+                predicted_activation_bytes=predicted,
+                activation_ratio=meter.peak_bytes / predicted if predicted > 0 else float("inf"),
+            )
+        return StepResult(
+            loss=stats["loss"],
+            plan=plan.summary(),
+            stats=stats,
+            tokens=sum(plan.lengths),
+            planning_s=planning_s,
+            step_s=time.perf_counter() - started,
+        )
+
+    def optimizer_step(self) -> None:
+        """Steps the optimizer on the accumulated gradients (which stay until zero_grad())."""
+        self._sum_tied_gradients()
+        self.optimizer.step()
         self._steps += 1
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken (restored by load_checkpoint)."""
+        return self._steps
+
+    def save_checkpoint(self, path: str | os.PathLike, extra: dict | None = None) -> Any:
+        """Saves the whole training state (infinipipe.checkpoint.save): every rank's stage
+        weights and optimizer state, the step, RNG states, and `extra` (for example the data
+        loader's state_dict()). A collective: every rank calls it."""
+        from . import checkpoint
+
+        return checkpoint.save(self, path, extra)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> Any:
+        """Restores what save_checkpoint saved; returns its `extra`. A collective."""
+        from . import checkpoint
+
+        return checkpoint.load(self, path)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters:
+            p.grad = None
+        self._tied_pending = False
+
+    def grad_norm(self, norm_type: float = 2.0) -> float:
+        """The norm of all stages' gradients together (a weight tied across stages counted
+        once), the same on every rank. A collective: every rank calls it."""
+        norm_type = float(norm_type)
+        self._sum_tied_gradients()
+        local = [p.grad.detach() for p in self._owned_parameters() if p.grad is not None]
+        if math.isinf(norm_type):
+            mine = max((float(g.abs().max()) for g in local), default=0.0)
+            try:
+                everyone = self.executor.all_gather_text(repr(mine))
+            except _C.runtime.PeerError as e:
+                raise self._lost_peer(e) from None
+            return max(float(v) for v in everyone)
+        if norm_type <= 0:
+            raise ValueError(f"grad_norm: norm_type must be positive, got {norm_type!r}")
+        mine = sum(
+            float(torch.linalg.vector_norm(g, norm_type, dtype=torch.float64)) ** norm_type
+            for g in local
+        )
+        total = self._all_reduce_sum(mine, "all-reduce of the gradient norm")
+        return total ** (1.0 / norm_type)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
+        """Scales every stage's gradients so that their global norm is at most max_norm, as
+        torch.nn.utils.clip_grad_norm_ does on an unpipelined model; returns the norm before
+        clipping (inf or nan are returned, and the gradients left as they are, so a loop can
+        skip the step). A collective: every rank calls it."""
+        if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
+            raise ValueError(
+                f"clip_grad_norm_: max_norm must be finite and positive, got {max_norm!r}"
+            )
+        total = self.grad_norm(norm_type)
+        if math.isfinite(total):
+            coefficient = min(1.0, max_norm / (total + 1e-6))
+            if coefficient < 1.0:
+                for p in self.parameters:
+                    if p.grad is not None:
+                        p.grad.detach().mul_(coefficient)
+        return total
+
+    def evaluate(self, batches: Iterable[Any]) -> EvalResult:
+        """Forward-only loss over `batches` (each a list of token sequences): the mean loss per
+        target token over all of them, and its perplexity. No activations are kept for a
+        backward and no gradient changes. Every rank passes the same batches."""
+        loss_sum, tokens, count = 0.0, 0, 0
+        for batch in batches:
+            self._calls += 1
+            plan, sequences, _ = self._prepare(batch, None)
+            with self._failures_named():
+                stats = self.executor.evaluate(plan, sequences)
+            loss_sum += stats["loss"] * stats["target_tokens"]
+            tokens += stats["target_tokens"]
+            count += 1
+        if count == 0:
+            raise BatchError("evaluate: no batches were given")
+        return EvalResult(loss=loss_sum / tokens, tokens=tokens, batches=count)
+
+    def _prepare(self, batch: Any, plan: Any) -> tuple[Any, list[torch.Tensor], float]:
+        """The checked batch and its plan (planned here unless given), agreed by every rank."""
+        planning_s = 0.0
         error, sequences, fingerprint = None, None, None
         try:
             sequences = self.check_batch(batch)
             lengths = [t.numel() for t in sequences]
             if plan is None:
+                planning_started = time.perf_counter()
                 plan = self._plan_lengths(lengths)  # validated by the planner
+                planning_s = time.perf_counter() - planning_started
             else:
                 if list(plan.lengths) != lengths:
                     raise BatchError(
@@ -367,26 +537,37 @@ class Trainer:
             )
         except _C.runtime.PeerError as e:
             raise self._lost_peer(e) from None
+        return plan, sequences, planning_s
+
+    def _all_reduce_sum(self, value: float, what: str) -> float:
         try:
-            stats, meter = self._run(plan, sequences, measure_memory)
+            return self.executor.all_reduce_sum(value, what)
         except _C.runtime.PeerError as e:
             raise self._lost_peer(e) from None
-        except Exception as e:
-            # This rank failed by itself (its model raised): tell the ranks waiting for it.
-            if self.board is not None:
-                self.board.report_own_failure(self._steps, e)
-            raise
-        self.optimizer.step()
 
-        if meter is not None:
-            predicted = MemoryMeter.predicted(plan, self.cost, self.stage_index)
-            stats.update(
-                measured_activation_bytes=meter.peak_bytes,
-                measured_saved_bytes=meter.peak_saved_bytes,
-                measured_held_bytes=meter.peak_held_bytes,
-                predicted_activation_bytes=predicted,
-                activation_ratio=meter.peak_bytes / predicted if predicted > 0 else float("inf"),
-            )
-        return StepResult(
-            loss=stats["loss"], plan=plan.summary(), stats=stats, tokens=sum(plan.lengths)
-        )
+    def _tied(self) -> list[tuple[torch.Tensor, int]]:
+        """(parameter, the stage holding its twin) of each weight tied across stages."""
+        tied = getattr(self.module, "tied_parameters", None)
+        return list(tied()) if tied is not None else []
+
+    def _owned_parameters(self) -> list[torch.Tensor]:
+        """This stage's parameters, less the twins of tied weights that an earlier stage holds
+        (so a global norm counts each weight once)."""
+        twins = {id(p) for p, peer in self._tied() if peer < self.stage_index}
+        return [p for p in self.parameters if id(p) not in twins]
+
+    def _sum_tied_gradients(self) -> None:
+        """Once per accumulation (before the norm or the optimizer step), so that the twins of
+        a tied weight hold the same summed gradient."""
+        if not self._tied_pending:
+            return
+        self._tied_pending = False
+        for index, (param, peer) in enumerate(self._tied()):
+            if param.grad is None:
+                raise Error(
+                    f"stage {self.stage_index}: tied weight {index} got no gradient this step"
+                )
+            try:
+                self.executor.add_peer_tensor(param.grad, peer, index)
+            except _C.runtime.PeerError as e:
+                raise self._lost_peer(e) from None

@@ -126,6 +126,17 @@ py::dict stats_dict(const StepStats& s) {
   return d;
 }
 
+// Executor::run or Executor::evaluate, with the GIL released while the stage's plan runs.
+template <StepStats (Executor::*Run)(const Plan&, const std::vector<at::Tensor>&)>
+py::dict run_without_gil(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences) {
+  StepStats stats;
+  {
+    py::gil_scoped_release release;
+    stats = (ex.*Run)(plan, sequences);
+  }
+  return stats_dict(stats);
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> process_group_from(const py::object& group) {
   try {
     return group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
@@ -293,19 +304,30 @@ void bind_runtime(py::module_& root) {
            py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
            py::arg("head_dim"), py::arg("timeout_s") = 300.0,
            py::arg("stage_ranks") = std::vector<int>{}, py::arg("attention_backend") = "auto")
+      .def("run", run_without_gil<&Executor::run>, py::arg("plan"), py::arg("sequences"),
+           "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "
+           "int64). Returns a dict: loss (all-reduced), times, bytes, peak held memory.")
+      .def("evaluate", run_without_gil<&Executor::evaluate>, py::arg("plan"), py::arg("sequences"),
+           "Runs only the forwards of this stage's actions, without grad (evaluation). Returns "
+           "the same dict as run(); parameter gradients are untouched.")
       .def(
-          "run",
-          [](Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences) {
-            StepStats stats;
-            {
-              py::gil_scoped_release release;
-              stats = ex.run(plan, sequences);
-            }
-            return stats_dict(stats);
+          "add_peer_tensor",
+          [](Executor& ex, at::Tensor tensor, int peer_stage, int index) {
+            py::gil_scoped_release release;
+            ex.add_peer_tensor(tensor, peer_stage, index);
           },
-          py::arg("plan"), py::arg("sequences"),
-          "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "
-          "int64). Returns a dict: loss (all-reduced), times, bytes, peak held memory.")
+          py::arg("tensor"), py::arg("peer_stage"), py::arg("index") = 0,
+          "Adds stage peer_stage's copy of `tensor` to this one, in place (the two gradients "
+          "of a weight tied across stages); both stages call it, in the same order.")
+      .def(
+          "all_reduce_sum",
+          [](Executor& ex, double value, const std::string& what) {
+            py::gil_scoped_release release;
+            return ex.all_reduce_sum(value, what);
+          },
+          py::arg("value"), py::arg("what") = "all-reduce",
+          "Sum of `value` over every rank of the group, with the executor's timeout; `what` "
+          "names it if a peer is lost.")
       .def(
           "all_gather_text",
           [](Executor& ex, const std::string& mine) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/log.h"
 
 namespace infinipipe {
 
@@ -32,6 +33,14 @@ Plan plan_step(Method method, const std::vector<int64_t>& lengths, const CostMod
                              " plan fits this step: " + result.reason +
                              " (raise the memory budget, or change the method's setting)");
   result.plan.validate();
+  if (log::enabled(log::Level::kInfo))
+    log::info("planned " + std::to_string(lengths.size()) + " sequences (" +
+              std::to_string(result.plan.tokens()) + " tokens) with " + to_string(method) + ": " +
+              describe(method, result.plan.setting) + ", " +
+              std::to_string(result.plan.chunks.size()) + " chunks, " +
+              std::to_string(result.plan.waves.size()) + " waves, predicted " +
+              std::to_string(result.plan.step_time_s) + " s, in " +
+              std::to_string(result.plan.plan_ms) + " ms");
   return std::move(result.plan);
 }
 

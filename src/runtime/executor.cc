@@ -11,6 +11,7 @@
 #include <set>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/log.h"
 #include "infinipipe/runtime/next_token_loss.h"
 
 namespace infinipipe::runtime {
@@ -74,12 +75,13 @@ struct Executor::ChunkState {
 // One run(): the plan, the inputs and the bookkeeping of the step.
 class Executor::Step {
  public:
-  Step(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences)
+  Step(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences, bool forward_only)
       : ex_(ex),
         opt_(ex.options_),
         plan_(plan),
         sequences_(sequences),
-        last_stage_(opt_.stage == opt_.num_stages - 1) {}
+        last_stage_(opt_.stage == opt_.num_stages - 1),
+        forward_only_(forward_only) {}
 
   void check_inputs();
   StepStats run();
@@ -102,6 +104,7 @@ class Executor::Step {
   const Plan& plan_;
   const std::vector<at::Tensor>& sequences_;
   const bool last_stage_;
+  const bool forward_only_;  // evaluate(): forwards only, no grad, nothing kept for a backward
   std::vector<bool> split_;  // per sequence: cut into several slices
   int64_t target_tokens_ = 0;
   double loss_sum_ = 0;  // last stage: sum of the chunks' losses
@@ -230,6 +233,7 @@ void Executor::Step::send(const Action& action) {
   const int peer = ex_.rank_of_stage(opt_.stage + (forward ? 1 : -1));
   if (forward) {
     ex_.pipes_.send(message_tag(action.chunk, Direction::kActivation), st.output.detach(), peer);
+    if (forward_only_) ex_.chunks_.erase(it);
   } else {
     ex_.pipes_.send(message_tag(action.chunk, Direction::kGradient), st.input_grad, peer);
     // The backward is over on this stage: nothing of the chunk is needed any more.
@@ -244,14 +248,15 @@ void Executor::Step::forward(int chunk) {
   ChunkState& st = *state;
   StageModule& module = *ex_.module_;
   const int layers = module.num_layers();
-  st.recompute = recompute_layers(plan_.recompute, opt_.stage, chunk);
+  st.recompute = forward_only_ ? 0 : recompute_layers(plan_.recompute, opt_.stage, chunk);
   st.ctx = make_context(chunk);
+  const bool record = !forward_only_;  // evaluation records no autograd graph
 
   at::Tensor hidden;
   if (opt_.stage == 0) {
     const at::Tensor tokens = chunk_tokens(chunk);
     Timer t(stats_.forward_s);
-    at::AutoGradMode grad(true);
+    at::AutoGradMode grad(record);
     hidden = module.embed(tokens, *st.ctx);
     if (st.recompute > 0) {
       st.embed_out = hidden;
@@ -262,7 +267,7 @@ void Executor::Step::forward(int chunk) {
       Timer t(stats_.wait_s);
       hidden = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kActivation));
     }
-    if (st.recompute == 0) {
+    if (st.recompute == 0 && record) {
       hidden.requires_grad_(true);
       st.graph_input = hidden;
     }
@@ -276,7 +281,7 @@ void Executor::Step::forward(int chunk) {
       hidden = module.layer(l, hidden, *st.ctx);
     }
   }
-  at::AutoGradMode grad(true);
+  at::AutoGradMode grad(record);
   if (st.recompute > 0) {
     hidden = hidden.detach().requires_grad_(true);
     st.graph_input = hidden;
@@ -299,6 +304,12 @@ void Executor::Step::forward(int chunk) {
     check(hidden.scalar_type() == opt_.dtype,
           stage_text(opt_.stage) + ": the stage's output dtype differs from the executor's");
     st.output = hidden;
+  }
+  if (forward_only_) {
+    // A sequence's last slice ends the use of its K/V buffers: no backward will read them.
+    for (const Slice& s : plan_.chunks[chunk].slices)
+      if (split_[s.seq] && s.end == plan_.lengths[s.seq]) ex_.kv_.erase(s.seq);
+    if (last_stage_) return;  // nothing to send: the chunk is done
   }
   ex_.chunks_.emplace(chunk, std::move(state));
 }
@@ -386,6 +397,10 @@ StepStats Executor::Step::run() {
   const int64_t sent_before = ex_.pipes_.bytes_sent();
   const int64_t received_before = ex_.pipes_.bytes_received();
   for (const Action& action : plan_.schedule.stages[opt_.stage]) {
+    const bool backward_action = action.type == ActionType::kRecvBackward ||
+                                 action.type == ActionType::kSendBackward ||
+                                 action.type == ActionType::kBackward;
+    if (forward_only_ && backward_action) continue;
     switch (action.type) {
       case ActionType::kRecvForward:
       case ActionType::kRecvBackward:
@@ -461,10 +476,51 @@ int Executor::rank_of_stage(int stage) const {
 }
 
 StepStats Executor::run(const Plan& plan, const std::vector<at::Tensor>& sequences) {
-  Step step(*this, plan, sequences);
+  return run_step(plan, sequences, false);
+}
+
+StepStats Executor::evaluate(const Plan& plan, const std::vector<at::Tensor>& sequences) {
+  at::NoGradGuard no_grad;
+  return run_step(plan, sequences, true);
+}
+
+void Executor::add_peer_tensor(at::Tensor& tensor, int peer_stage, int index) {
+  check(peer_stage >= 0 && peer_stage < options_.num_stages && peer_stage != options_.stage,
+        stage_text(options_.stage) + ": a tied weight's peer must be another stage, got " +
+            std::to_string(peer_stage));
+  check(tensor.defined(), stage_text(options_.stage) + ": tied weight " + std::to_string(index) +
+                              " has no gradient (did the step run its backward?)");
+  const int peer = rank_of_stage(peer_stage);
+  const int tag = message_tag(index, Direction::kTiedGradient);
+  try {
+    pipes_.post_recv(tag, at::empty_like(tensor), peer);
+    pipes_.send(tag, tensor, peer);
+    at::Tensor theirs = pipes_.wait_recv(tag);
+    pipes_.wait_sends();
+    // a + b == b + a in floating point: both stages end with bitwise the same sum.
+    tensor.add_(theirs);
+  } catch (...) {
+    pipes_.clear();
+    throw;
+  }
+}
+
+double Executor::all_reduce_sum(double value, const std::string& what) {
+  return pipes_.all_reduce_sum(value, options_.device, what);
+}
+
+StepStats Executor::run_step(const Plan& plan, const std::vector<at::Tensor>& sequences,
+                             bool forward_only) {
+  Step step(*this, plan, sequences, forward_only);
   step.check_inputs();
   try {
-    return step.run();
+    StepStats stats = step.run();
+    if (log::enabled(log::Level::kDebug))
+      log::debug(stage_text(options_.stage) + (forward_only ? " evaluated" : " ran") + " plan " +
+                 plan.hash() + ": loss " + std::to_string(stats.loss) + ", " +
+                 std::to_string(stats.total_s) + " s (waiting " + std::to_string(stats.wait_s) +
+                 " s, recompute " + std::to_string(stats.recompute_s) + " s)");
+    return stats;
   } catch (...) {
     // Leave nothing of the failed step behind (buffers, graphs, pending transfers).
     chunks_.clear();

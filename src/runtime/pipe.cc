@@ -7,12 +7,13 @@
 #include <ATen/ATen.h>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/log.h"
 
 namespace infinipipe::runtime {
 
 int message_tag(int chunk, Direction direction) {
   check(chunk >= 0, "message_tag: chunk must be non-negative, got " + std::to_string(chunk));
-  return 2 * chunk + static_cast<int>(direction);
+  return 3 * chunk + static_cast<int>(direction);
 }
 
 std::string format_duration(std::chrono::milliseconds duration) {
@@ -103,6 +104,14 @@ std::string short_detail(const std::string& detail) {
   return line.substr(0, line.find(". "));
 }
 
+// The backend's whole message (stack traces included) goes to the debug log only: the error
+// carries its first sentence (docs/design.md, "Failures").
+PeerError logged(PeerError error) {
+  if (log::enabled(log::Level::kDebug))
+    log::debug(std::string(error.what()) + "; the backend said: " + error.backend_detail());
+  return error;
+}
+
 }  // namespace
 
 void Pipes::wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
@@ -117,12 +126,13 @@ void Pipes::wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()
   }
   const bool timed_out =
       std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
-  throw PeerError("the " + what + " " +
-                      (timed_out ? "did not complete within " + format_duration(timeout_)
-                                 : std::string("failed")) +
-                      ": another rank may have died or failed; check the other ranks' logs (" +
-                      short_detail(detail) + ")",
-                  -1, detail, timed_out);
+  throw logged(
+      PeerError("the " + what + " " +
+                    (timed_out ? "did not complete within " + format_duration(timeout_)
+                               : std::string("failed")) +
+                    ": another rank may have died or failed; check the other ranks' logs (" +
+                    short_detail(detail) + ")",
+                -1, detail, timed_out));
 }
 
 c10::intrusive_ptr<c10d::Work> Pipes::start(
@@ -131,18 +141,18 @@ c10::intrusive_ptr<c10d::Work> Pipes::start(
   try {
     return op();
   } catch (const std::exception& e) {
-    throw PeerError("lost the connection to " + describe_peer_(peer) + " before it could " + what +
-                        " (message tag " + std::to_string(tag) +
-                        "): it may have died or failed; check its log (" + short_detail(e.what()) +
-                        ")",
-                    peer, e.what(), false);
+    throw logged(PeerError("lost the connection to " + describe_peer_(peer) + " before it could " +
+                               what + " (message tag " + std::to_string(tag) +
+                               "): it may have died or failed; check its log (" +
+                               short_detail(e.what()) + ")",
+                           peer, e.what(), false));
   }
 }
 
-double Pipes::all_reduce_sum(double value, at::Device device) {
+double Pipes::all_reduce_sum(double value, at::Device device, const std::string& what) {
   std::vector<at::Tensor> tensors{
       at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
-  wait_collective([&] { return group_->allreduce(tensors); }, "all-reduce of the step's loss");
+  wait_collective([&] { return group_->allreduce(tensors); }, what);
   return tensors[0].item<double>();
 }
 
@@ -207,7 +217,7 @@ void Pipes::wait(const Pending& op, const char* what) {
               " (message tag " + std::to_string(op.tag) +
               "): it may have died or failed; check its log";
   }
-  throw PeerError(message + " (" + short_detail(detail) + ")", op.peer, detail, timed_out);
+  throw logged(PeerError(message + " (" + short_detail(detail) + ")", op.peer, detail, timed_out));
 }
 
 }  // namespace infinipipe::runtime

@@ -82,6 +82,19 @@ class Executor {
   // stage, and on a lost peer (naming it). After an error the executor is ready for a new step.
   StepStats run(const Plan& plan, const std::vector<at::Tensor>& sequences);
 
+  // Evaluation: only the plan's forward actions (F, RECV_F, SEND_F), without grad and without
+  // recompute; nothing is kept for a backward, and a split sequence's K/V buffers live until its
+  // last slice's forward. Returns the step's loss as run() does; parameter gradients are untouched.
+  StepStats evaluate(const Plan& plan, const std::vector<at::Tensor>& sequences);
+
+  // For a weight tied across two stages (input and output embeddings): both stages call this
+  // with their own copy's gradient, in the same order; each ends holding the sum. `index` tells
+  // several tied weights apart. The executor's timeout applies; a lost peer is a PeerError.
+  void add_peer_tensor(at::Tensor& tensor, int peer_stage, int index);
+
+  // Sum of `value` over every rank of the group (e.g. squared gradient norms), with the timeout.
+  double all_reduce_sum(double value, const std::string& what);
+
   // Tensors held right now outside autograd's saved tensors: K/V buffers and the inputs kept by
   // checkpointed layers. For memory measurement (a probe may call it during run()).
   std::vector<at::Tensor> held_tensors() const;
@@ -101,6 +114,7 @@ class Executor {
  private:
   struct ChunkState;
   class Step;
+  StepStats run_step(const Plan& plan, const std::vector<at::Tensor>& sequences, bool forward_only);
 
   std::shared_ptr<StageModule> module_;
   ExecutorOptions options_;

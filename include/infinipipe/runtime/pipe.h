@@ -47,9 +47,10 @@ class PeerError : public Error {
   bool timed_out_;
 };
 
-enum class Direction { kActivation = 0, kGradient = 1 };
+enum class Direction { kActivation = 0, kGradient = 1, kTiedGradient = 2 };
 
-// Tag of the message carrying chunk `chunk`'s activation (forward) or input gradient (backward).
+// Tag of the message carrying chunk `chunk`'s activation (forward) or input gradient (backward),
+// or, for kTiedGradient, the gradient of tied weight number `chunk`.
 int message_tag(int chunk, Direction direction);
 
 class Pipes {
@@ -72,8 +73,9 @@ class Pipes {
   void reap_sends();
   // Blocks until every send started so far has completed.
   void wait_sends();
-  // Sum of `value` over all ranks of the group (the step's loss), with the same timeout.
-  double all_reduce_sum(double value, at::Device device);
+  // Sum of `value` over all ranks of the group, with the same timeout; `what` names it in errors.
+  double all_reduce_sum(double value, at::Device device,
+                        const std::string& what = "all-reduce of the step's loss");
   // Every rank's `mine`, in rank order (the step's agreement: config, batch and plan digests).
   // Done here rather than with torch.distributed.all_gather_object so that no tensor the backend
   // holds on to belongs to Python: Gloo keeps its last finished work alive, and releasing a

@@ -1,0 +1,86 @@
+"""Rank bodies for test_training_loop.py: the step split into its parts (gradient
+accumulation, global clipping, evaluation), on the tiny float64 model of bodies.py."""
+
+from __future__ import annotations
+
+import torch
+from bodies import frozen_optimizer, make_batch, model_config
+
+import infinipipe
+from infinipipe.memory_meter import MemoryMeter
+
+# A split sequence (cut by the chunkflow cap) beside packed short ones, so K/V buffers are used.
+BATCHES = [([70, 9, 23, 5], 1), ([40, 33, 8], 2)]
+
+
+def grads_of(trainer: infinipipe.Trainer) -> dict[str, torch.Tensor]:
+    return {
+        name: p.grad.detach().clone()
+        for name, p in trainer.module.named_parameters()
+        if p.grad is not None
+    }
+
+
+def training_loop() -> dict:
+    trainer = infinipipe.Trainer(
+        model_config("float64"),
+        frozen_optimizer,
+        plan=infinipipe.PlanConfig(method="chunkflow", chunk_tokens=32),
+        timeout_s=60,
+    )
+    batches = [make_batch(lengths, seed) for lengths, seed in BATCHES]
+    out: dict = {"stage": trainer.stage_index}
+
+    # Two forward-backwards accumulate: the gradients of the sum of the two batches' mean losses.
+    trainer.zero_grad()
+    out["losses"] = [trainer.forward_backward(b).loss for b in batches]
+    out["accumulated"] = grads_of(trainer)
+    out["norm"] = trainer.grad_norm()
+
+    # Evaluation: the same loss as a training forward, gradients untouched, nothing saved for
+    # a backward (MemoryMeter sees every tensor autograd saves).
+    meter = MemoryMeter(trainer.executor, trainer.parameters)
+    trainer.executor.set_after_action(meter.sample)
+    with meter.hooks():
+        evaluation = trainer.evaluate(batches)
+    trainer.executor.set_after_action(None)
+    out["eval_loss"], out["eval_tokens"] = evaluation.loss, evaluation.tokens
+    out["eval_perplexity"] = evaluation.perplexity
+    out["eval_saved_bytes"] = meter.peak_saved_bytes
+    after = grads_of(trainer)
+    out["grads_untouched"] = all(torch.equal(after[n], g) for n, g in out["accumulated"].items())
+
+    # Clipping to half the norm: returns the norm before clipping, scales every stage.
+    out["clip_returned"] = trainer.clip_grad_norm_(out["norm"] / 2)
+    out["clipped"] = grads_of(trainer)
+    out["norm_after_clip"] = trainer.grad_norm()
+    # A max_norm above the norm leaves the gradients as they are.
+    out["clip_noop"] = trainer.clip_grad_norm_(out["norm"] * 10)
+    out["unchanged_by_noop"] = all(
+        torch.equal(g, out["clipped"][n]) for n, g in grads_of(trainer).items()
+    )
+    # step() starts from zero: its gradients are the one batch's alone.
+    trainer.step(batches[0])
+    out["step_grads"] = grads_of(trainer)
+    return out
+
+
+def bad_clip() -> str:
+    trainer = infinipipe.Trainer(model_config("float64"), frozen_optimizer, timeout_s=30)
+    try:
+        trainer.clip_grad_norm_(float("nan"))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def tied_exchange() -> list[float]:
+    """Stages 0 and 2 of 3 sum two tied tensors (twice, with indices 0 and 1); stage 1 is not
+    involved. Returns this rank's tensors after the exchange."""
+    trainer = infinipipe.Trainer(model_config("float64"), frozen_optimizer, timeout_s=30)
+    stage = trainer.stage_index
+    mine = [torch.full((3,), float(10 * stage + i), dtype=torch.float64) for i in range(2)]
+    if stage != 1:
+        for index, t in enumerate(mine):
+            trainer.executor.add_peer_tensor(t, 2 - stage, index)
+    return [t.tolist() for t in mine]

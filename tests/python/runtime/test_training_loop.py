@@ -1,0 +1,100 @@
+"""The training step split into its parts, against the unpipelined model (float64): gradient
+accumulation over forward_backward calls, the global gradient norm and clipping (as
+torch.nn.utils.clip_grad_norm_ on the whole model), and forward-only evaluation (the training
+forward's loss, no gradient touched, nothing saved for a backward). Real Gloo runs, 2 and 4
+ranks."""
+
+import math
+
+import pytest
+import torch
+from bodies import make_batch, model_config
+from launcher import check_all_ok, run_ranks
+from loop_bodies import BATCHES
+
+from infinipipe.models import llama
+
+TOL = 1e-9
+
+
+def merged(per_rank: list[dict], key: str) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for r in per_rank:
+        assert not set(out) & set(r[key]), "a parameter on two stages"
+        out.update(r[key])
+    return out
+
+
+def max_relative_error(got: dict, want: dict) -> float:
+    assert set(got) == set(want)
+    return max(float((got[n] - want[n]).abs().max() / want[n].abs().max()) for n in want)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The unpipelined model: per-batch losses, accumulated gradients, their norm, the clipped
+    gradients, and the first batch's gradients alone."""
+    model = llama.build_full_model(model_config("float64"))
+    batches = [make_batch(lengths, seed) for lengths, seed in BATCHES]
+    losses = []
+    for b in batches:
+        loss = llama.reference_loss(model, b)
+        loss.backward()
+        losses.append(loss.item())
+    accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"), 2.0))
+    torch.nn.utils.clip_grad_norm_(model.parameters(), norm / 2)
+    clipped = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    llama.reference_loss(model, batches[0]).backward()
+    first = {n: p.grad.clone() for n, p in model.named_parameters()}
+    return dict(losses=losses, accumulated=accumulated, norm=norm, clipped=clipped, first=first)
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def ranks(request):
+    return check_all_ok(run_ranks("loop_bodies:training_loop", request.param, timeout_s=300))
+
+
+def test_forward_backward_calls_accumulate_the_unpipelined_gradients(ranks, reference):
+    for r in ranks:
+        for got, want in zip(r["losses"], reference["losses"]):
+            assert abs(got - want) <= TOL * abs(want)
+    assert max_relative_error(merged(ranks, "accumulated"), reference["accumulated"]) < TOL
+
+
+def test_the_gradient_norm_is_global_and_clipping_matches_torch(ranks, reference):
+    norm = reference["norm"]
+    for r in ranks:  # every rank holds the global norm, not its stage's
+        assert abs(r["norm"] - norm) <= TOL * norm
+        assert abs(r["clip_returned"] - norm) <= TOL * norm
+        assert abs(r["norm_after_clip"] - norm / 2) <= 1e-6 * norm  # clip's 1e-6 epsilon
+        assert abs(r["clip_noop"] - r["norm_after_clip"]) <= TOL * norm
+        assert r["unchanged_by_noop"]
+    assert max_relative_error(merged(ranks, "clipped"), reference["clipped"]) < TOL
+
+
+def test_evaluation_gives_the_training_loss_and_keeps_nothing(ranks, reference):
+    tokens = [sum(n - 1 for n in lengths) for lengths, _ in BATCHES]
+    want = sum(loss * t for loss, t in zip(reference["losses"], tokens)) / sum(tokens)
+    for r in ranks:
+        assert abs(r["eval_loss"] - want) <= TOL * want
+        assert r["eval_tokens"] == sum(tokens)
+        assert r["eval_perplexity"] == pytest.approx(math.exp(want), rel=1e-12)
+        assert r["eval_saved_bytes"] == 0, "evaluation saved tensors for a backward"
+        assert r["grads_untouched"]
+
+
+def test_step_starts_from_zero_gradients(ranks, reference):
+    assert max_relative_error(merged(ranks, "step_grads"), reference["first"]) < TOL
+
+
+def test_clip_rejects_a_max_norm_that_is_not_finite_and_positive():
+    (message,) = check_all_ok(run_ranks("loop_bodies:bad_clip", 1, timeout_s=60))
+    assert "max_norm must be finite and positive" in message
+
+
+def test_a_tied_weight_s_two_stages_end_with_the_same_summed_gradient():
+    stage0, stage1, stage2 = check_all_ok(run_ranks("loop_bodies:tied_exchange", 3, timeout_s=120))
+    assert stage0 == stage2 == [[20.0] * 3, [22.0] * 3]  # (0 + 20), (1 + 21)
+    assert stage1 == [[10.0] * 3, [11.0] * 3]  # untouched
