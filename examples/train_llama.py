@@ -1,27 +1,38 @@
-"""Train a small LLaMA with elastic pipeline parallelism on CPU.
+"""Train a small LLaMA with elastic pipeline parallelism on CPU, on real text.
 
     torchrun --nproc_per_node=2 examples/train_llama.py            # 2 stages, Gloo, CPU
 
-Every rank draws the same batches: sequence lengths from the built-in Wikipedia length sampler
-(fitted to one million real article lengths), tokens from a synthetic but learnable source
-(each sequence counts up from a random start modulo the vocabulary, with a random stride per
-sequence), so the loss visibly falls within a few dozen steps. Each step is planned by the EPP
-planner (or a baseline with --method) and run one stage per process; rank 0 shows a progress
-bar with the loss and throughput.
+The documents are, by default, the Python language reference's topics that ship with every
+Python (`pydoc_data.topics`: 79 documents, 466 KB), tokenized as UTF-8 bytes, so nothing is
+downloaded; `--data FILE_OR_DIR` reads your own (JSON Lines with a "text" field, .txt files, or
+a `datasets` dataset saved on disk) and `--tokenizer DIR` a local transformers tokenizer.
+Batches hold up to `--tokens-per-step` tokens of whole documents (longer ones cut into
+`--context` pieces), never padded; every rank draws the same batches. Each step is planned by
+the EPP planner (or a baseline with --method), run one stage per process, its gradients clipped
+globally, and stepped; every `--eval-every` steps the held-out documents (every 20th) are
+evaluated. `--checkpoint-dir` saves the whole training state every `--save-every` steps and
+resumes from the latest checkpoint there. Rank 0 shows a progress bar; `--metrics FILE` writes a
+JSON Lines record per step, `--tensorboard DIR` TensorBoard scalars.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import math
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 import infinipipe
 from infinipipe import _C
-from infinipipe.data import synthetic_batch
+from infinipipe.data import (
+    ByteTokenizer,
+    TokenBatches,
+    load_tokenizer,
+    python_reference_documents,
+    read_documents,
+)
 from infinipipe.models.llama import LlamaConfig
 
 
@@ -30,11 +41,10 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch", type=int, default=16, help="sequences per step")
-    p.add_argument(
-        "--context", type=int, default=2048, help="longest sequence (longer ones are truncated)"
-    )
-    p.add_argument("--distribution", default="wikipedia", choices=_C.plan.distribution_names())
+    p.add_argument("--data", default=None, help="documents (default: the Python reference)")
+    p.add_argument("--tokenizer", default=None, help="a local tokenizer directory (default: bytes)")
+    p.add_argument("--tokens-per-step", type=int, default=4096)
+    p.add_argument("--context", type=int, default=2048, help="longest sequence")
     p.add_argument("--method", default="epp", choices=_C.plan.methods())
     p.add_argument("--k", type=int, default=4, help="slices per micro-batch (seq1f1b)")
     p.add_argument("--chunk-tokens", type=int, default=512, help="chunk size (chunkflow)")
@@ -45,13 +55,32 @@ def parse_args() -> argparse.Namespace:
         help="memory budget per stage, model state included (default: this host's memory / stages)",
     )
     p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
+    p.add_argument("--eval-every", type=int, default=20)
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--save-every", type=int, default=20)
+    p.add_argument("--metrics", default=None, help="JSON Lines file of per-step records")
+    p.add_argument("--tensorboard", default=None, help="TensorBoard log directory")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
 
+def split_documents(documents: list[str]) -> tuple[list[str], list[str]]:
+    """Every 20th document held out for evaluation, the rest for training."""
+    held_out = [d for i, d in enumerate(documents) if i % 20 == 19]
+    return [d for i, d in enumerate(documents) if i % 20 != 19], held_out
+
+
 def main() -> None:
     args = parse_args()
-    config = LlamaConfig.tiny()
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else ByteTokenizer()
+    documents = list(read_documents(args.data)) if args.data else python_reference_documents()
+    train_docs, held_out_docs = split_documents(documents)
+    batching = dict(tokens_per_batch=args.tokens_per_step, context=args.context, cut="split")
+    batches = TokenBatches(train_docs, tokenizer, seed=args.seed, epochs=1000, **batching)
+    held_out = list(TokenBatches(held_out_docs, tokenizer, shuffle=False, **batching))
+
+    config = LlamaConfig.tiny(vocab=max(512, tokenizer.vocab_size))
     plan = infinipipe.PlanConfig(
         method=args.method,
         memory_budget_gib=args.memory_gib,
@@ -61,33 +90,30 @@ def main() -> None:
     trainer = infinipipe.Trainer(
         config, lambda params: torch.optim.AdamW(params, lr=args.lr), plan=plan, seed=args.seed
     )
-    rank = dist.get_rank()
-    generator = torch.Generator().manual_seed(args.seed)
-    progress = tqdm(range(args.steps), disable=rank != 0, unit="step")
-    first_loss = None
-    for step in progress:
-        lengths = _C.plan.sample_lengths(
-            args.distribution, args.batch, args.context, args.seed + step
+    if args.checkpoint_dir and (Path(args.checkpoint_dir) / "latest").exists():
+        batches.load_state_dict(trainer.load_checkpoint(args.checkpoint_dir)["data"])
+
+    first_loss = result = None
+    with infinipipe.MetricsLog(
+        jsonl=args.metrics, tensorboard=args.tensorboard, total=args.steps - trainer.steps
+    ) as log:
+        while trainer.steps < args.steps:
+            trainer.zero_grad()
+            result = trainer.forward_backward(next(batches))
+            norm = trainer.clip_grad_norm_(args.clip)
+            if math.isfinite(norm):  # else: skip the step, keep the weights
+                trainer.optimizer_step()
+            first_loss = result.loss if first_loss is None else first_loss
+            log.step(trainer.steps, result, grad_norm=norm)
+            if trainer.steps % args.eval_every == 0 or trainer.steps == args.steps:
+                log.evaluation(trainer.steps, trainer.evaluate(held_out))
+            if args.checkpoint_dir and trainer.steps % args.save_every == 0:
+                trainer.save_checkpoint(args.checkpoint_dir, {"data": batches.state_dict()})
+    if dist.get_rank() == 0 and result is not None:
+        print(
+            f"loss {first_loss:.4f} -> {result.loss:.4f} over {args.steps} steps "
+            f"(the first step's loss is about ln({config.vocab}) = {math.log(config.vocab):.2f})"
         )
-        batch = synthetic_batch(lengths, config.vocab, generator)
-        start = time.perf_counter()
-        result = trainer.step(batch)
-        seconds = time.perf_counter() - start
-        first_loss = result.loss if first_loss is None else first_loss
-        summary = result.plan
-        progress.set_postfix(
-            loss=f"{result.loss:.3f}",
-            tok_s=f"{sum(lengths) / seconds:,.0f}",
-            chunks=summary["chunks"],
-            waves=summary["waves"],
-        )
-        if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
-            tqdm.write(
-                f"step {step:3d}  loss {result.loss:.4f}  tokens {sum(lengths):6d}  "
-                f"{sum(lengths) / seconds:8.0f} tok/s  plan {summary['setting']} ({summary['chunks']} chunks, {summary['waves']} waves)"
-            )
-    if rank == 0:
-        print(f"loss {first_loss:.4f} -> {result.loss:.4f} over {args.steps} steps")
     dist.destroy_process_group()
 
 
