@@ -1,0 +1,177 @@
+"""Saving and resuming the whole training state (infinipipe.checkpoint) on real Gloo ranks:
+
+- a run stopped after step 5 and resumed in fresh processes gives bitwise the losses (and RNG
+  draws) of the run that never stopped; saving (also before the first step, when the optimizer
+  has no state yet) changes nothing in the run that saves;
+- a 2-stage checkpoint loads into a 4-stage run (by parameter name) and gives the 2-stage
+  run's next losses; the RNG states are then left alone, with a warning; it loads into C++
+  stages as well;
+- another model shape or dtype is refused naming each field; a missing, unfinished, truncated
+  or corrupt checkpoint is refused naming the path, on every rank, without a hang;
+- a save that fails on one rank leaves `latest` and the previous checkpoint as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+RUNTIME_TESTS = HERE / "runtime"
+sys.path.insert(0, str(RUNTIME_TESTS))
+from launcher import REPO, check_all_ok, run_ranks  # noqa: E402
+
+ENV = {"PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(RUNTIME_TESTS), str(HERE)])}
+
+
+def ranks(body: str, world_size: int, **args) -> list:
+    return check_all_ok(
+        run_ranks(f"checkpoint_bodies:{body}", world_size, args, timeout_s=180, extra_env=ENV)
+    )
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return ranks("train", 2, steps=10)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Saves before the first step and after step 5, trains on to step 7."""
+    directory = tmp_path_factory.mktemp("ckpt") / "run"
+    runs = ranks("train", 2, directory=str(directory), steps=7, save_at=(0, 5))
+    return directory, runs
+
+
+def test_a_resumed_run_continues_bitwise(uninterrupted, saved):
+    directory, runs = saved
+    assert (directory / "latest").read_text() == "step-5\n"
+    assert sorted(p.name for p in directory.iterdir()) == ["latest", "step-0", "step-5"]
+    resumed = ranks("train", 2, directory=str(directory), steps=10, resume=True)
+    for rank in range(2):
+        whole, first, second = uninterrupted[rank], runs[rank], resumed[rank]
+        # saving changed nothing in the run that saved
+        assert first["losses"] == {k: whole["losses"][k] for k in range(1, 8)}
+        assert first["draws"] == {k: whole["draws"][k] for k in range(1, 8)}
+        # the fresh processes continue exactly: losses equal as floats, RNG draws too
+        assert second["resumed_at"] == 5
+        assert second["losses"] == {k: whole["losses"][k] for k in range(6, 11)}
+        assert second["draws"] == {k: whole["draws"][k] for k in range(6, 11)}
+        assert second["warnings"] == []
+    # the loss is the same on every rank
+    assert uninterrupted[0]["losses"] == uninterrupted[1]["losses"]
+
+
+def test_a_two_stage_checkpoint_loads_into_four_stages(uninterrupted, saved):
+    directory, _ = saved
+    runs = ranks("train", 4, directory=str(directory), steps=7, resume=True)
+    want = uninterrupted[0]["losses"]
+    for r in runs:
+        assert r["split"] == [1, 1, 1, 1] and r["resumed_at"] == 5
+        # step 6 takes the weights of step 5, step 7 also its optimizer state; the pipeline's
+        # chunks differ with the stages, so the sums may differ in the last bits
+        for step in (6, 7):
+            assert abs(r["losses"][step] - want[step]) <= 1e-12 * abs(want[step])
+        assert any("saved by 2 ranks, loaded by 4" in w for w in r["warnings"])
+
+
+def test_a_python_stage_checkpoint_loads_into_cpp_stages(uninterrupted, saved):
+    """The C++ LlamaStage names its parameters as the Python one: the checkpoint fits both."""
+    directory, _ = saved
+    runs = ranks("train", 2, directory=str(directory), steps=7, resume=True, cpp_stage=True)
+    want = uninterrupted[0]["losses"]
+    for r in runs:
+        assert r["resumed_at"] == 5
+        for step in (6, 7):
+            assert abs(r["losses"][step] - want[step]) <= 1e-9 * abs(want[step])
+
+
+def test_another_model_shape_or_dtype_is_named(saved):
+    directory, _ = saved
+    messages = ranks(
+        "load_error", 2, directory=str(directory), changes=dict(hidden=32, dtype="float32")
+    )
+    for m in messages:
+        assert "does not fit this trainer" in m and str(directory / "step-5") in m
+        assert "hidden 64 (the trainer's: 32)" in m
+        assert "dtype torch.float64 (the trainer's: torch.float32)" in m
+        assert "layers" not in m.split(":", 1)[1]  # only what differs
+
+
+def _copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def test_incomplete_or_corrupt_checkpoints_are_named(saved, tmp_path):
+    directory, _ = saved
+    step = directory / "step-5"
+    cases = []  # (path to load, what the error must say)
+
+    only_tmp = tmp_path / "only-tmp"
+    only_tmp.mkdir()
+    _copy(step, only_tmp / ".tmp-step-5")
+    cases.append((only_tmp, "holds only saves that did not finish (.tmp-step-5)"))
+    cases.append((only_tmp / ".tmp-step-5", "a save that did not finish left, not a checkpoint"))
+
+    truncated = _copy(step, tmp_path / "truncated")
+    data = truncated / "__1_0.distcp"
+    os.truncate(data, data.stat().st_size // 2)
+    cases.append((truncated, f"checkpoint file {data} is truncated"))
+
+    missing = _copy(step, tmp_path / "missing")
+    (missing / "__0_0.distcp").unlink()
+    cases.append((missing, f"{missing / '__0_0.distcp'} is missing"))
+
+    bad_metadata = _copy(step, tmp_path / "bad-metadata")
+    (bad_metadata / ".metadata").write_bytes(b"not a pickle")
+    cases.append((bad_metadata, f"{bad_metadata / '.metadata'} is unreadable"))
+
+    no_meta = _copy(step, tmp_path / "no-meta")
+    (no_meta / "infinipipe.json").unlink()
+    cases.append((no_meta, f"{no_meta} is incomplete: it has no infinipipe.json"))
+
+    zeros = _copy(step, tmp_path / "zeros")  # right size, wrong bytes: DCP itself fails
+    data = zeros / "__0_0.distcp"
+    data.write_bytes(bytes(data.stat().st_size))
+    cases.append((zeros, f"{zeros} could not be read (corrupt or incomplete)"))
+
+    dangling = tmp_path / "dangling"
+    dangling.mkdir()
+    (dangling / "latest").write_text("step-9\n")
+    cases.append((dangling, f"names step-9, but {dangling / 'step-9'} does not exist"))
+
+    cases.append((tmp_path / "nowhere", f"no checkpoint at {tmp_path / 'nowhere'}"))
+
+    runs = ranks("load_errors", 2, paths=[str(p) for p, _ in cases])
+    for r in runs:
+        for (path, expected), message in zip(cases, r["messages"]):
+            assert expected in message, (path, message)
+        assert r["loss"] == runs[0]["loss"]  # the ranks are still in step
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):
+    directory = tmp_path / "run"
+    runs = ranks("failed_save", 2, directory=str(directory))
+    for r in runs:
+        assert "rank 1: OSError: disk full (injected)" in r["error"]
+        assert f"{directory / 'latest'} still names step-3" in r["error"]
+        assert r["latest"] == "step-3"
+        # keep=2: step-1 went when step-3 came; the failed save left only its .tmp- directory
+        assert r["listing"] == [".tmp-step-4", "latest", "step-2", "step-3"]
+        assert r["steps"] == 3 and r["weights_restored"] and r["generator_restored"]
+        # saving step 3 again replaces it; a successful save removes what failed saves left
+        assert r["listing_after_resave"] == ["latest", "step-2", "step-3"]
+        assert r["latest_after_resave"] == "step-3"
+
+
+def test_a_stage_without_state_dict_is_a_clear_error(tmp_path):
+    for message in ranks("no_state_dict", 2, directory=str(tmp_path / "run")):
+        assert "stage (object) has no state_dict(), load_state_dict(), named_parameters()" in (
+            message
+        )
+    assert not (tmp_path / "run").exists()
