@@ -3,6 +3,7 @@ offsets and the chunked loss. Run with PYTHONPATH=python."""
 
 import random
 
+import hf_bodies
 import pytest
 import torch
 import torch.nn.functional as F
@@ -72,29 +73,9 @@ def chunk_context(chunk):
 
 @pytest.fixture
 def hf_full_precision(monkeypatch):
-    """transformers computes RMSNorm and the rotary tables in float32 even for a float64 model
-    (a float64 run is then only ~1e-7 exact). Patch both to compute in max(dtype, float32), which
-    is what our model does; for float32 and lower the patched code is the original."""
-    from transformers.models.llama import modeling_llama as ml
-
-    def rms_forward(self, x):
-        dtype = x.dtype
-        h = x.to(torch.promote_types(dtype, torch.float32))
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * h.to(dtype)
-
-    @torch.no_grad()
-    def rotary_forward(self, x, position_ids):
-        cdt = torch.promote_types(x.dtype, torch.float32)
-        dim = self.config.head_dim
-        theta = self.config.rope_parameters["rope_theta"]
-        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, device=x.device).to(cdt) / dim))
-        freqs = position_ids[..., None].to(cdt) * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    monkeypatch.setattr(ml.LlamaRMSNorm, "forward", rms_forward)
-    monkeypatch.setattr(ml.LlamaRotaryEmbedding, "forward", rotary_forward)
+    """transformers' RMSNorm and rotary tables in float64 for a float64 model (hf_bodies)."""
+    for cls, attr, fn in hf_bodies.full_precision_patches():
+        monkeypatch.setattr(cls, attr, fn)
 
 
 def hf_model(ours, config):
