@@ -29,6 +29,7 @@ from infinipipe import _C
 from infinipipe.data import (
     ByteTokenizer,
     TokenBatches,
+    hold_out,
     load_tokenizer,
     python_reference_documents,
     read_documents,
@@ -65,17 +66,11 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def split_documents(documents: list[str]) -> tuple[list[str], list[str]]:
-    """Every 20th document held out for evaluation, the rest for training."""
-    held_out = [d for i, d in enumerate(documents) if i % 20 == 19]
-    return [d for i, d in enumerate(documents) if i % 20 != 19], held_out
-
-
 def main() -> None:
     args = parse_args()
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else ByteTokenizer()
     documents = list(read_documents(args.data)) if args.data else python_reference_documents()
-    train_docs, held_out_docs = split_documents(documents)
+    train_docs, held_out_docs = hold_out(documents, every=20)
     batching = dict(tokens_per_batch=args.tokens_per_step, context=args.context, cut="split")
     batches = TokenBatches(train_docs, tokenizer, seed=args.seed, epochs=1000, **batching)
     held_out = list(TokenBatches(held_out_docs, tokenizer, shuffle=False, **batching))

@@ -1,6 +1,6 @@
 """Data for training: documents in, batches out.
 
-documents.py         read_documents, read_jsonl, read_text, read_dataset, DocumentError
+documents.py         read_documents, hold_out, read_jsonl, read_text, read_dataset, DocumentError
 python_reference.py  python_reference_documents: a real-text corpus every Python has offline
 tokenizer.py         ByteTokenizer, load_tokenizer (a local transformers tokenizer), TokenizerError
 batches.py           TokenBatches: variable-length batches by a token budget, resumable
@@ -8,7 +8,7 @@ synthetic.py         synthetic_batch: learnable synthetic tokens of given length
 """
 
 from .batches import CorpusStats, TokenBatches
-from .documents import DocumentError, read_dataset, read_documents, read_jsonl, read_text
+from .documents import DocumentError, hold_out, read_dataset, read_documents, read_jsonl, read_text
 from .python_reference import python_reference_documents
 from .synthetic import synthetic_batch
 from .tokenizer import ByteTokenizer, PretrainedTokenizer, TokenizerError, load_tokenizer
@@ -20,6 +20,7 @@ __all__ = [
     "PretrainedTokenizer",
     "TokenBatches",
     "TokenizerError",
+    "hold_out",
     "load_tokenizer",
     "python_reference_documents",
     "read_dataset",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import Error
@@ -53,6 +53,16 @@ def read_documents(
     if format == "dataset":
         return read_dataset(path, field=field, split=split)
     raise DocumentError(f"unknown document format {format!r}: expected one of {', '.join(FORMATS)}")
+
+
+def hold_out(documents: Iterable[str], every: int = 20) -> tuple[list[str], list[str]]:
+    """(training, held-out) documents: every `every`-th document held out for evaluation, in a
+    fixed way that does not depend on the order batches are drawn in."""
+    if every < 2:
+        raise ValueError(f"hold_out: every must be at least 2, got {every}")
+    documents = list(documents)
+    held_out = [d for i, d in enumerate(documents) if i % every == every - 1]
+    return [d for i, d in enumerate(documents) if i % every != every - 1], held_out
 
 
 def read_jsonl(path: str | os.PathLike, *, field: str = "text") -> Iterator[str]:

@@ -9,6 +9,7 @@ import pytest
 
 from infinipipe.data import (
     DocumentError,
+    hold_out,
     python_reference_documents,
     read_dataset,
     read_documents,
@@ -151,3 +152,12 @@ def test_the_python_reference_is_a_real_text_corpus_available_offline():
     assert sum(len(d.encode()) for d in documents) > 200_000
     assert any("with" in d and "context manager" in d for d in documents)
     assert python_reference_documents() == documents  # the same order every call
+
+
+def test_hold_out_keeps_every_nth_document_in_order():
+    documents = [f"doc {i}" for i in range(45)]
+    train, held_out = hold_out(iter(documents), every=20)
+    assert held_out == ["doc 19", "doc 39"]
+    assert train == [d for d in documents if d not in held_out]
+    with pytest.raises(ValueError, match="at least 2"):
+        hold_out(documents, every=1)

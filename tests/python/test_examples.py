@@ -1,0 +1,111 @@
+"""The Python examples as a user runs them, under torchrun on 2 ranks (Gloo, CPU):
+
+- examples/train_llama.py trains, evaluates, saves checkpoints and, run again with more steps,
+  resumes from the latest: the resumed steps' losses equal those of a run that never stopped;
+- examples/make_hf_model.py writes a transformers model and tokenizer, and
+  examples/finetune_hf.py fine-tunes it (the held-out loss falls) and saves a directory that
+  transformers' from_pretrained loads with the pipeline's held-out loss.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "python" / "runtime"))
+from launcher import free_port  # noqa: E402
+
+
+def run(args: list[str], ranks: int = 2, timeout_s: float = 300) -> str:
+    """Runs a command (under torchrun when ranks > 0); returns its stdout, fails the test on a
+    non-zero exit."""
+    launcher = [
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={ranks}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+    ]
+    command = [sys.executable, *(launcher if ranks else []), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    assert done.returncode == 0, (
+        f"{command}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    )
+    return done.stdout
+
+
+def records(path: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """(training loss by step, held-out loss by step) of a MetricsLog JSON Lines file."""
+    train, held_out = {}, {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if "eval_loss" in record:
+            held_out[record["step"]] = float(record["eval_loss"])
+        else:
+            train[record["step"]] = float(record["loss"])
+    return train, held_out
+
+
+def train_llama(steps: int, checkpoints: Path, metrics: Path) -> str:
+    return run(
+        [
+            str(REPO / "examples" / "train_llama.py"),
+            *("--steps", str(steps), "--tokens-per-step", "1024", "--context", "512"),
+            *("--eval-every", "2", "--save-every", "2"),
+            *("--checkpoint-dir", str(checkpoints), "--metrics", str(metrics)),
+        ]
+    )
+
+
+def test_train_llama_trains_saves_and_resumes_exactly(tmp_path):
+    whole = tmp_path / "whole.jsonl"
+    train_llama(6, tmp_path / "uninterrupted", whole)
+    first = tmp_path / "first.jsonl"
+    train_llama(4, tmp_path / "resumed", first)
+    assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == [
+        "latest",
+        "step-2",
+        "step-4",
+    ]
+    second = tmp_path / "second.jsonl"
+    out = train_llama(6, tmp_path / "resumed", second)
+
+    losses, held_out = records(whole)
+    assert sorted(losses) == [1, 2, 3, 4, 5, 6] and sorted(held_out) == [2, 4, 6]
+    assert abs(losses[1] - math.log(512)) < 0.5  # a fresh model: about uniform over 512 ids
+    assert losses[6] < losses[1] - 0.5 and held_out[6] < held_out[2]
+    resumed, resumed_held_out = records(second)
+    assert sorted(resumed) == [5, 6]  # it went on from step 4
+    for step in (5, 6):
+        assert resumed[step] == pytest.approx(losses[step], rel=1e-12, abs=0), step
+    assert resumed_held_out[6] == pytest.approx(held_out[6], rel=1e-12, abs=0)
+    assert re.search(r"loss \S+ -> \S+ over 6 steps", out), out
+
+
+def test_finetune_hf_saves_what_from_pretrained_loads(tmp_path):
+    model = tmp_path / "model"
+    made = run([str(REPO / "examples" / "make_hf_model.py"), str(model), "--vocab", "512"], 0)
+    assert "LlamaForCausalLM" in made and (model / "tokenizer.json").is_file()
+    tuned = tmp_path / "tuned"
+    out = run(
+        [
+            str(REPO / "examples" / "finetune_hf.py"),
+            *("--model", str(model), "--out", str(tuned), "--steps", "8"),
+            *("--tokens-per-step", "1024", "--context", "512", "--lr", "1e-2"),
+        ]
+    )
+    found = re.search(r"held-out loss (\S+) -> (\S+) over 8 steps; .* gives (\S+)", out)
+    assert found, out
+    before, after, reloaded = map(float, found.groups())
+    assert after < before - 0.3, out
+    assert abs(reloaded - after) < 1e-4, out  # float32 model, one forward each way
+    assert (tuned / "tokenizer.json").is_file() and (tuned / "config.json").is_file()
