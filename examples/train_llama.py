@@ -8,9 +8,9 @@ downloaded; `--data FILE_OR_DIR` reads your own (JSON Lines with a "text" field,
 a `datasets` dataset saved on disk) and `--tokenizer DIR` a local transformers tokenizer.
 Batches hold up to `--tokens-per-step` tokens of whole documents (longer ones cut into
 `--context` pieces), never padded; every rank draws the same batches. Each step is planned by
-the EPP planner (or a baseline with --method), run one stage per process, its gradients clipped
-globally, and stepped; every `--eval-every` steps the held-out documents (every 20th) are
-evaluated. `--checkpoint-dir` saves the whole training state every `--save-every` steps and
+the EPP planner (or a baseline with --method) on a background thread while the step before it
+trains, run one stage per process, its gradients clipped globally, and stepped; every
+`--eval-every` steps the held-out documents (every 20th) are evaluated. `--checkpoint-dir` saves the whole training state every `--save-every` steps and
 resumes from the latest checkpoint there. Rank 0 shows a progress bar; `--metrics FILE` writes a
 JSON Lines record per step, `--tensorboard DIR` TensorBoard scalars.
 """
@@ -85,29 +85,37 @@ def main() -> None:
     trainer = infinipipe.Trainer(
         config, lambda params: torch.optim.AdamW(params, lr=args.lr), plan=plan, seed=args.seed
     )
+    # Batch i+1 is planned on a background thread while batch i trains.
+    loader = trainer.prefetching(batches)
     if args.checkpoint_dir and (Path(args.checkpoint_dir) / "latest").exists():
-        batches.load_state_dict(trainer.load_checkpoint(args.checkpoint_dir)["data"])
+        loader.load_state_dict(trainer.load_checkpoint(args.checkpoint_dir)["data"])
+    upcoming = iter(loader)
 
     first_loss = result = None
+    planning = [0.0, 0.0]  # seconds planned, seconds of it hidden behind earlier steps
     with infinipipe.MetricsLog(
         jsonl=args.metrics, tensorboard=args.tensorboard, total=args.steps - trainer.steps
     ) as log:
         while trainer.steps < args.steps:
             trainer.zero_grad()
-            result = trainer.forward_backward(next(batches))
+            result = trainer.forward_backward(next(upcoming))
             norm = trainer.clip_grad_norm_(args.clip)
             if math.isfinite(norm):  # else: skip the step, keep the weights
                 trainer.optimizer_step()
             first_loss = result.loss if first_loss is None else first_loss
+            planning[0] += result.planning_s
+            planning[1] += result.planning_hidden_s
             log.step(trainer.steps, result, grad_norm=norm)
             if trainer.steps % args.eval_every == 0 or trainer.steps == args.steps:
                 log.evaluation(trainer.steps, trainer.evaluate(held_out))
             if args.checkpoint_dir and trainer.steps % args.save_every == 0:
-                trainer.save_checkpoint(args.checkpoint_dir, {"data": batches.state_dict()})
+                trainer.save_checkpoint(args.checkpoint_dir, {"data": loader.state_dict()})
     if dist.get_rank() == 0 and result is not None:
         print(
             f"loss {first_loss:.4f} -> {result.loss:.4f} over {args.steps} steps "
-            f"(the first step's loss is about ln({config.vocab}) = {math.log(config.vocab):.2f})"
+            f"(the first step's loss is about ln({config.vocab}) = {math.log(config.vocab):.2f}); "
+            f"planning {planning[0]:.2f} s, {planning[1] / max(planning[0], 1e-12):.0%} of it "
+            "hidden behind earlier steps"
         )
     dist.destroy_process_group()
 

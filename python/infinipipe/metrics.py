@@ -45,6 +45,7 @@ def step_record(step: int, result: Any, **extra: Any) -> dict:
         measured_step_s=result.step_s,
         predicted_step_s=result.predicted_s,
         planning_s=result.planning_s,
+        planning_hidden_s=result.planning_hidden_s,
         method=result.plan.get("method"),
         setting=result.plan.get("setting"),
         peak_memory_bytes=peak_memory_bytes(),

@@ -47,6 +47,7 @@ from .failure_board import FailureBoard
 from .memory_meter import MemoryMeter
 from .models import llama
 from .plan_config import PlanConfig
+from .planning_ahead import PlanAhead, Prefetching
 from .rendezvous import join_default_group
 from .stage_adapter import protocol_module
 
@@ -60,6 +61,7 @@ class StepResult:
     stats: dict = field(default_factory=dict)  # this stage's measured times, bytes, memory
     tokens: int = 0
     planning_s: float = 0.0  # this rank's planning time (zero for a given plan)
+    planning_hidden_s: float = 0.0  # the part of it done ahead, while earlier work ran
     step_s: float = 0.0  # wall time of the whole call on this rank, planning included
 
     @property
@@ -199,6 +201,7 @@ class Trainer:
         self._steps = 0  # optimizer steps taken (a checkpoint's step)
         self._calls = 0  # runs on the pipeline (training and evaluation): the failure board's key
         self._tied_pending = False
+        self._ahead = PlanAhead(self._plan_lengths)
         self.config_fingerprint = digest(
             dataclasses.asdict(self.config),
             self.layers_per_stage,
@@ -370,6 +373,27 @@ class Trainer:
             overlap_waves=p.overlap_waves,
         )
 
+    def prefetch(self, batch: Any) -> None:
+        """Starts planning `batch` on a background thread (planning_ahead.py): the next
+        step on a batch of the same lengths takes that plan, so planning overlaps whatever runs
+        meanwhile (the current step). A batch that cannot be trained on is left for the step to
+        report (on every rank alike)."""
+        try:
+            lengths = [t.numel() for t in self.check_batch(batch)]
+        except Error:
+            return
+        self._ahead.submit(lengths)
+
+    def prefetching(self, batches: Iterable[Any]) -> Prefetching:
+        """`batches`, each handed to prefetch() one batch before the loop gets it:
+
+            for batch in trainer.prefetching(loader):
+                trainer.step(batch)
+
+        Its state_dict() is the loader's as of the batch the loop holds (not the one ahead),
+        so save that in a checkpoint."""
+        return Prefetching(self.prefetch, batches)
+
     def step(self, batch: Any, plan: Any = None, measure_memory: bool = False) -> StepResult:
         """One training step on `batch` (a list of token sequences): zero_grad(),
         forward_backward(), optimizer_step(). The step's gradients stay in .grad."""
@@ -388,7 +412,7 @@ class Trainer:
         and predicted activation memory of this stage to the stats."""
         started = time.perf_counter()
         self._calls += 1
-        plan, sequences, planning_s = self._prepare(batch, plan)
+        plan, sequences, planning = self._prepare(batch, plan)
         with self._failures_named():
             stats, meter = self._run(plan, sequences, measure_memory)
         self._tied_pending = bool(self._tied())
@@ -407,7 +431,8 @@ class Trainer:
             plan=plan.summary(),
             stats=stats,
             tokens=sum(plan.lengths),
-            planning_s=planning_s,
+            planning_s=planning[0],
+            planning_hidden_s=planning[1],
             step_s=time.perf_counter() - started,
         )
 
@@ -498,17 +523,18 @@ class Trainer:
             raise BatchError("evaluate: no batches were given")
         return EvalResult(loss=loss_sum / tokens, tokens=tokens, batches=count)
 
-    def _prepare(self, batch: Any, plan: Any) -> tuple[Any, list[torch.Tensor], float]:
-        """The checked batch and its plan (planned here unless given), agreed by every rank."""
-        planning_s = 0.0
+    def _prepare(
+        self, batch: Any, plan: Any
+    ) -> tuple[Any, list[torch.Tensor], tuple[float, float]]:
+        """The checked batch and its plan (planned ahead, planned here, or given), agreed by
+        every rank; and (planning seconds, the part of them hidden by planning ahead)."""
+        planning = (0.0, 0.0)
         error, sequences, fingerprint = None, None, None
         try:
             sequences = self.check_batch(batch)
             lengths = [t.numel() for t in sequences]
             if plan is None:
-                planning_started = time.perf_counter()
-                plan = self._plan_lengths(lengths)  # validated by the planner
-                planning_s = time.perf_counter() - planning_started
+                plan, planning = self._planned(lengths)  # validated by the planner
             else:
                 if list(plan.lengths) != lengths:
                     raise BatchError(
@@ -537,7 +563,16 @@ class Trainer:
             )
         except _C.runtime.PeerError as e:
             raise self._lost_peer(e) from None
-        return plan, sequences, planning_s
+        return plan, sequences, planning
+
+    def _planned(self, lengths: list[int]) -> tuple[Any, tuple[float, float]]:
+        ahead = self._ahead.take(lengths)
+        if ahead is not None:
+            plan, planning_s, waited_s = ahead
+            return plan, (planning_s, max(0.0, planning_s - waited_s))
+        started = time.perf_counter()
+        plan = self._plan_lengths(lengths)
+        return plan, (time.perf_counter() - started, 0.0)
 
     def _all_reduce_sum(self, value: float, what: str) -> float:
         try:

@@ -84,3 +84,28 @@ def tied_exchange() -> list[float]:
         for index, t in enumerate(mine):
             trainer.executor.add_peer_tensor(t, 2 - stage, index)
     return [t.tolist() for t in mine]
+
+
+def planning_ahead() -> dict:
+    """The same batches stepped with plans made inline, then through trainer.prefetching: the
+    same plans and losses (the weights are frozen), and each prefetched plan made on the
+    planning-ahead thread."""
+    import threading
+
+    trainer = infinipipe.Trainer(model_config("float64"), frozen_optimizer, timeout_s=60)
+    batches = [make_batch(lengths, seed) for lengths, seed in BATCHES * 2]
+    inline = [trainer.step(b) for b in batches]
+    planned_on = []
+    plan_lengths = trainer._ahead._plan_lengths
+
+    def recorded(lengths):
+        planned_on.append(threading.current_thread().name)
+        return plan_lengths(lengths)
+
+    trainer._ahead._plan_lengths = recorded
+    ahead = [trainer.step(b) for b in trainer.prefetching(batches)]
+    return {
+        "inline": [(r.loss, r.plan["hash"], r.planning_hidden_s) for r in inline],
+        "ahead": [(r.loss, r.plan["hash"], r.planning_s, r.planning_hidden_s) for r in ahead],
+        "planned_on": planned_on,
+    }

@@ -98,3 +98,15 @@ def test_a_tied_weight_s_two_stages_end_with_the_same_summed_gradient():
     stage0, stage1, stage2 = check_all_ok(run_ranks("loop_bodies:tied_exchange", 3, timeout_s=120))
     assert stage0 == stage2 == [[20.0] * 3, [22.0] * 3]  # (0 + 20), (1 + 21)
     assert stage1 == [[10.0] * 3, [11.0] * 3]  # untouched
+
+
+def test_planning_ahead_runs_the_same_plans_planned_on_the_background_thread():
+    for r in check_all_ok(run_ranks("loop_bodies:planning_ahead", 2, timeout_s=300)):
+        assert len(r["ahead"]) == len(r["inline"]) == 2 * len(BATCHES)
+        for (loss, plan, hidden), (loss_ahead, plan_ahead, planning, hidden_ahead) in zip(
+            r["inline"], r["ahead"]
+        ):
+            assert loss_ahead == loss and plan_ahead == plan
+            assert hidden == 0.0 and 0.0 <= hidden_ahead <= planning
+        assert len(r["planned_on"]) == len(r["ahead"])
+        assert all(name.startswith("infinipipe-plan-ahead") for name in r["planned_on"])
