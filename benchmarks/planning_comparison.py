@@ -32,6 +32,10 @@ from lib.plan_tool import (
 from lib.results import DOCS
 
 SMOKE = dict(HEADLINE, batch=64, steps=2)
+# The page ends with sections written by hand (the plan tool's own-lengths options and the
+# planner's report, with a run on real lengths that are not in the repository): a run rewrites
+# the page above this line and keeps the rest.
+HAND_WRITTEN = "<!-- Written by hand below this line; planning_comparison.py keeps it. -->"
 TIMING_RUNS = 3
 CHECKPOINT_STEPS = 10
 
@@ -348,6 +352,17 @@ simulation parts, so the comparison is about the plans only.
     return "".join(text), summary
 
 
+def hand_written_tail(path):
+    """The part of the page at `path` from HAND_WRITTEN on ("" when there is none)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(HAND_WRITTEN)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def main():
     parser = plan_tool.parser(__doc__.splitlines()[0], "small case for CI (batch 64, 2 steps)")
     parser.add_argument(
@@ -383,8 +398,9 @@ def main():
     )
     output = args.output or (None if args.smoke else DOCS / "planning.md")
     if output:
+        tail = hand_written_tail(output)
         with open(output, "w") as f:
-            f.write(markdown)
+            f.write(markdown + tail)
     print(json.dumps(summary, indent=1))
 
 

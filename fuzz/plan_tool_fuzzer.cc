@@ -24,8 +24,8 @@ bool small_enough(const tools::PlanToolArgs& a) {
 
 }  // namespace
 
-// Files the tool reads or writes (--lengths, --model, --plan, --trace) live in an empty
-// directory of this process's own, and no argument may name a path elsewhere.
+// Files the tool reads or writes (--lengths, --step-lengths, --model, --plan, --trace) live in an
+// empty directory of this process's own, and no argument may name a path elsewhere.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const std::string dir = infinipipe::fuzz::scratch_path("plan_tool_dir");
   std::system(("mkdir -p " + dir).c_str());

@@ -92,6 +92,17 @@ py::dict summary(const Plan& plan) {
   d["predicted_peak_memory_bytes"] = plan.peak_memory_bytes;
   d["checkpoint_solver"] = plan.checkpoint_solver;
   d["plan_ms"] = plan.plan_ms;
+  // The planner's report (plan/planner_report.h): what the planning call did and the step
+  // time's lower bound.
+  py::dict planner;
+  planner["cpu_ms"] = plan.planner.cpu_ms;
+  planner["candidates"] = plan.planner.candidates;
+  planner["tried"] = plan.planner.tried;
+  planner["pruned"] = plan.planner.pruned;
+  planner["recomputed"] = plan.planner.recomputed;
+  planner["step_time_lower_bound_s"] = plan.planner.step_time_lower_bound_s;
+  planner["predicted_over_bound"] = plan.planner.predicted_over_bound;
+  d["planner"] = planner;
   return d;
 }
 
@@ -221,7 +232,10 @@ void bind_plan(py::module_& root) {
 
   py::class_<Plan>(m, "Plan", "One training step's plan (plan/plan.h).")
       .def("hash", &Plan::hash, "16 hex digits over the executable part (not predictions).")
-      .def("summary", &summary, "A dict: method, setting, hash, chunks, waves, predictions.")
+      .def("summary", &summary,
+           "A dict: method, setting, hash, chunks, waves, predictions, and the planner's report "
+           "(\"planner\": cpu_ms, candidates, tried, pruned, recomputed, step_time_lower_bound_s, "
+           "predicted_over_bound).")
       .def("to_json", [](const Plan& p) { return nlohmann::json(p).dump(); })
       .def_static(
           "from_json", [](const std::string& text) { return parse_json(text, "plan").get<Plan>(); },

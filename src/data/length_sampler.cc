@@ -1,13 +1,12 @@
-// Over 400 lines for a reason: most of it is the built-in distributions' fitted tables (data, not
-// logic), one per distribution.
+// Most of this file is the built-in distributions' fitted tables (data, not logic).
 #include "infinipipe/data/length_sampler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <random>
 
 #include "infinipipe/core/error.h"
+#include "portable_random.h"
 
 namespace infinipipe {
 namespace {
@@ -327,13 +326,8 @@ constexpr QuantilePoint kWikipediaQuantiles[] = {
     {1, 1823777},
 };
 
-// Portable uniform variates: std::uniform_*_distribution differ between standard libraries.
-double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1p-53; }  // [0, 1)
-
-int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // [lo, hi]
-  // Bias below 2^-53 * range: negligible for lengths.
-  return lo + static_cast<int64_t>(uniform01(rng) * double(hi - lo + 1));
-}
+using data_detail::uniform01;
+using data_detail::uniform_int;
 
 double standard_normal(std::mt19937_64& rng) {  // Box-Muller
   const double u1 = 1.0 - uniform01(rng);       // (0, 1]: log stays finite
@@ -393,29 +387,6 @@ std::vector<int64_t> sample_lengths(const std::string& distribution, int batch, 
       len = clamp_length(std::exp(kLognormalMu + kLognormalSigma * standard_normal(rng)), context);
     }
   }
-  return lengths;
-}
-
-std::vector<int64_t> read_lengths(const std::string& path) {
-  std::ifstream in(path);
-  check(in.good(), "cannot open lengths file '" + path + "'");
-  std::vector<int64_t> lengths;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const std::string where = path + ":" + std::to_string(number) + ": ";
-    line = line.substr(0, line.find('#'));
-    const size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    const std::string text = line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
-    const bool digits =
-        std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-    check(digits, where + "expected one positive integer (a sequence length), got '" + text + "'");
-    check(text.size() <= 18, where + "length " + text + " is too large");
-    const int64_t length = std::stoll(text);
-    check(length > 0, where + "sequence length must be positive, got " + text);
-    lengths.push_back(length);
-  }
-  check(!lengths.empty(), path + ": no lengths found (one positive integer per line expected)");
   return lengths;
 }
 

@@ -15,7 +15,8 @@ using namespace planning;
 PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
                              const Setting& setting, const CostModel& cost,
                              const PlannerOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
+  PlanningCall call;
+  call.report.candidates = call.report.tried = 1;  // the one setting
   check_inputs(lengths, cost, options);
   check(method != Method::kEpp, "plan_with_setting is for the baselines; plan EPP with plan_epp");
 
@@ -65,7 +66,7 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   result.feasible = true;
   result.plan = make_plan(method, chosen, lengths, std::move(chunks), std::move(waves),
                           std::move(schedule), std::move(recompute), cost, sim, solver);
-  result.plan.plan_ms = elapsed_ms(started);
+  call.finish(result.plan, cost);
   return result;
 }
 

@@ -20,14 +20,14 @@ using namespace planning;
 namespace {
 
 PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
-                      std::chrono::steady_clock::time_point started) {
+                      const PlanningCall& call) {
   PlanResult result;
   result.feasible = true;
   result.plan =
       make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks), std::move(best.waves),
                 std::move(best.schedule), std::move(best.checkpoint.recompute), cost, best.sim,
                 best.checkpoint.solver);
-  result.plan.plan_ms = elapsed_ms(started);
+  call.finish(result.plan, cost);
   return result;
 }
 
@@ -35,7 +35,8 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
 
 PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
                        const CostModel& cost, const PlannerOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
+  PlanningCall call;
+  call.report.candidates = call.report.tried = 1;  // the one setting
   check_inputs(lengths, cost, options);
   Candidate cand;
   cand.setting = setting;
@@ -49,12 +50,13 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setti
   if (cand.sim.over_budget) {
     std::string reason;
     bool grouped = false;
+    call.report.recomputed = 1;
     if (!plan_with_recompute(cand, kInfinity, true, cost, options, reason, grouped))
       return infeasible(reason);
     choose_checkpointing(cand, {CheckpointMethod::kUntiedGreedy, CheckpointMethod::kStageAware},
                          cost, options);
   }
-  return finish_epp(std::move(cand), lengths, cost, started);
+  return finish_epp(std::move(cand), lengths, cost, call);
 }
 
 // The checkpointing programs of one wave grow with the chunks squared (a single long sequence's
@@ -70,7 +72,7 @@ constexpr size_t kMaxRecomputeChunks = 4096;
 
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
+  PlanningCall call;
   check_inputs(lengths, cost, options);
   for (int64_t cap : options.chunk_token_caps)
     check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
@@ -184,6 +186,10 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
            (candidates[a].key == candidates[b].key && a > b);
   };
   std::priority_queue<int, std::vector<int>, decltype(later)> queue(later);
+  // Every candidate is either simulated (tried) or still waiting, unsimulated, when the search
+  // stops because no waiting key beats the best plan (pruned by its bound).
+  PlannerReport& counts = call.report;
+  counts.candidates = static_cast<int>(candidates.size());
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
   // Recompute and grouping only for candidates of at most kMaxRecomputeChunks chunks, or of the
   // fewest chunks any candidate has when all have more.
@@ -213,6 +219,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     queue.pop();
     if (have_best && cand.key >= best.sim.step_time_s) break;
     if (!cand.simulated) {
+      ++counts.tried;
       one_wave_without_recompute(cand, cost, options);
       if (!cand.sim.over_budget) {
         keep(cand);
@@ -230,6 +237,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     if (recompute_cannot_fit(cand, cost, options, reason)) continue;
     const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
+    ++counts.recomputed;
     const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity,
                                           may_group, cost, options, reason, grouped);
     groupings[family] += grouped;
@@ -256,15 +264,18 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
         tapered.setting.drain_split = split;
         tapered.chunks = setting_chunks(Method::kEpp, lengths, tapered.setting, cost);
         if (same_chunks(tapered.chunks, best_own.chunks)) continue;
+        ++counts.candidates;
         pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
         if (tapered.bound >= best.sim.step_time_s) continue;
+        ++counts.tried;
         one_wave_without_recompute(tapered, cost, options);
         if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s)
           best = std::move(tapered);
       }
   }
+  counts.pruned = counts.candidates - counts.tried;
   choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
-  return finish_epp(std::move(best), lengths, cost, started);
+  return finish_epp(std::move(best), lengths, cost, call);
 }
 
 }  // namespace infinipipe

@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
-#include "infinipipe/core/json_integers.h"
 #include "infinipipe/schedule/validator.h"
+#include "plan_json_fields.h"
 
 namespace infinipipe {
+
+using planning::read_field;
+using planning::read_optional;
 
 namespace {
 
@@ -24,26 +27,6 @@ constexpr MethodName kMethodNames[] = {
     {Method::kSeq1F1B, "seq1f1b"},
     {Method::kChunkFlow, "chunkflow"},
 };
-
-// Reads plan[field] into `out`, turning nlohmann's type errors into an Error that names the
-// field, because a plan file is user input.
-template <typename T>
-void read_field(const nlohmann::json& j, const char* field, T& out) {
-  check(j.is_object(), "plan JSON: expected an object with field \"" + std::string(field) + "\"");
-  auto it = j.find(field);
-  check(it != j.end(), "plan JSON: missing field \"" + std::string(field) + "\"");
-  check_json_integers<T>(*it, "plan JSON: field \"" + std::string(field) + "\"");
-  try {
-    out = it->template get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("plan JSON: field \"" + std::string(field) + "\" has the wrong type: " + e.what());
-  }
-}
-
-template <typename T>
-void read_optional(const nlohmann::json& j, const char* field, T& out) {
-  if (j.is_object() && j.contains(field)) read_field(j, field, out);
-}
 
 nlohmann::json chunks_to_json(const std::vector<Chunk>& chunks) {
   nlohmann::json out = nlohmann::json::array();
@@ -218,6 +201,7 @@ void to_json(nlohmann::json& j, const Plan& plan) {
                     {"peak_memory_bytes", plan.peak_memory_bytes},
                     {"checkpoint_solver", plan.checkpoint_solver},
                     {"plan_ms", plan.plan_ms}};
+  j["planner"] = plan.planner;
 }
 
 void from_json(const nlohmann::json& j, Plan& plan) {
@@ -289,6 +273,7 @@ void from_json(const nlohmann::json& j, Plan& plan) {
     read_optional(p, "checkpoint_solver", plan.checkpoint_solver);
     read_optional(p, "plan_ms", plan.plan_ms);
   }
+  read_optional(j, "planner", plan.planner);
   // A stored hash is a promise about the executable part: refuse a plan edited behind it.
   if (j.contains("hash")) {
     std::string stored;

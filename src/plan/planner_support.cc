@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 
 #include "infinipipe/core/error.h"
 
@@ -10,6 +11,19 @@ namespace infinipipe::planning {
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
       .count();
+}
+
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return 1e3 * static_cast<double>(now.tv_sec) + 1e-6 * static_cast<double>(now.tv_nsec);
+}
+
+void PlanningCall::finish(Plan& plan, const CostModel& cost) const {
+  plan.plan_ms = elapsed_ms(wall_start);
+  plan.planner = report;
+  plan.planner.cpu_ms = thread_cpu_ms() - cpu_start_ms;
+  set_bound(plan.planner, plan.lengths, cost, plan.step_time_s);
 }
 
 void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,

@@ -1,6 +1,6 @@
 #pragma once
-// Small pieces every planning path shares (internal to the plan part): input checks, the plan
-// record of a simulated schedule, and chunk-list helpers.
+// Small pieces every planning path shares (internal to the plan part): input checks, clocks, the
+// plan record of a simulated schedule, and chunk-list helpers.
 #include <chrono>
 #include <limits>
 #include <string>
@@ -14,6 +14,19 @@ namespace infinipipe::planning {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 double elapsed_ms(std::chrono::steady_clock::time_point since);
+// CPU time of the calling thread so far (PlannerReport::cpu_ms says why this clock).
+double thread_cpu_ms();
+
+// One planning call's report: its clocks start when it is made, the planner counts into
+// `report`, and finish() writes it all into the call's plan.
+struct PlanningCall {
+  std::chrono::steady_clock::time_point wall_start = std::chrono::steady_clock::now();
+  double cpu_start_ms = thread_cpu_ms();
+  PlannerReport report;
+  // The plan's planning time (wall clock) and report: the counts, the CPU time until now, and
+  // the step time's lower bound.
+  void finish(Plan& plan, const CostModel& cost) const;
+};
 // Error unless the lengths, the options and the cost model agree.
 void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
                   const PlannerOptions& options);

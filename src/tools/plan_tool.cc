@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
+#include "infinipipe/data/empirical_lengths.h"
+#include "infinipipe/data/length_file.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/plan/static_baseline.h"
@@ -132,16 +135,21 @@ double default_memory_gib(const Args& args) {
   return ip::Hardware::builtin(args.hardware).memory_bytes / kGiB;
 }
 
+// The steps to plan. --step-lengths is one step, as given. --lengths is a distribution like the
+// built-in ones: both give --steps steps of --batch lengths, truncated to --context, step i
+// drawn with seed + i, and the static baselines are then chosen over all of them.
 std::vector<std::vector<int64_t>> load_steps(const Args& args) {
+  if (!args.step_lengths_file.empty())
+    return {ip::read_lengths(args.step_lengths_file, args.lengths_field)};
+  std::optional<ip::EmpiricalLengths> corpus;
+  if (!args.lengths_file.empty())
+    corpus.emplace(ip::read_lengths(args.lengths_file, args.lengths_field));
   std::vector<std::vector<int64_t>> steps;
-  if (!args.lengths_file.empty()) {
-    ip::check(args.steps == 1, "--steps needs --distribution; a --lengths file is one step");
-    steps.push_back(ip::read_lengths(args.lengths_file));
-    return steps;
+  for (int i = 0; i < args.steps; ++i) {
+    const uint64_t seed = args.seed + static_cast<uint64_t>(i);
+    steps.push_back(corpus ? corpus->sample(args.batch, args.context, seed)
+                           : ip::sample_lengths(args.distribution, args.batch, args.context, seed));
   }
-  for (int i = 0; i < args.steps; ++i)
-    steps.push_back(ip::sample_lengths(args.distribution, args.batch, args.context,
-                                       args.seed + static_cast<uint64_t>(i)));
   return steps;
 }
 
@@ -220,6 +228,7 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   j["num_waves"] = plan.waves.size();
   j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
   j["plan_ms"] = plan.plan_ms;
+  j["planner"] = plan.planner;
   j["checkpoint_solver"] = plan.checkpoint_solver;
   j["hash"] = plan.hash();
   return j;
@@ -267,6 +276,11 @@ void print_row(std::ostream& out, const Row& row, double budget) {
       << "      chunks     " << plan.chunks.size() << " (packed " << packed << ", split " << split
       << ", hybrid " << hybrid << "), waves " << plan.waves.size()
       << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n"
+      << "      planner    cpu " << fixed(plan.planner.cpu_ms, 1) << " ms, candidates "
+      << plan.planner.candidates << " (tried " << plan.planner.tried << ", pruned "
+      << plan.planner.pruned << ", recomputed " << plan.planner.recomputed << "), bound "
+      << fixed(plan.planner.step_time_lower_bound_s, 3) << " s (predicted/bound "
+      << fixed(plan.planner.predicted_over_bound, 3) << ")\n"
       << "      recompute s per stage  " << list(plan.stage_recompute_s, 3) << "\n"
       << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1) << "  (budget "
       << fixed(budget / kGiB, 1) << ")\n";
@@ -292,21 +306,35 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       "Plans training steps with elastic pipeline parallelism (EPP) and the baselines, "
       "and prints the predicted step time, bubbles, recompute and memory of each."};
   app.name("infinipipe-plan");
-  auto* lengths_opt = app.add_option("--lengths", args.lengths_file,
-                                     "file with one sequence length per line (one step)");
   auto* dist_opt = app.add_option(
       "--distribution", args.distribution,
       "built-in length distribution to sample steps from (" + join(ip::distribution_names()) + ")");
+  auto* lengths_opt = app.add_option(
+      "--lengths", args.lengths_file,
+      "your lengths as a distribution: a file of sequence lengths (one per line, or JSON Lines) "
+      "to sample --batch lengths per step from, as from --distribution");
+  auto* step_lengths_opt =
+      app.add_option("--step-lengths", args.step_lengths_file,
+                     "a file of sequence lengths (one per line, or JSON Lines) that are one whole "
+                     "step, planned as given");
+  auto* field_opt = app.add_option(
+      "--lengths-field", args.lengths_field,
+      "JSON Lines: the field holding each record's length, a count or a list of token ids "
+      "(default: the first of " +
+          join(ip::default_length_fields()) + " that the first record has)");
   lengths_opt->excludes(dist_opt);
-  app.add_option("--batch", args.batch, "sequences per sampled step")->capture_default_str();
-  app.add_option("--context", args.context, "context length: sampled sequences are truncated to it")
-      ->capture_default_str();
+  step_lengths_opt->excludes(dist_opt)->excludes(lengths_opt);
+  auto* batch_opt =
+      app.add_option("--batch", args.batch, "sequences per sampled step")->capture_default_str();
+  auto* context_opt = app.add_option("--context", args.context,
+                                     "context length: sampled sequences are truncated to it")
+                          ->capture_default_str();
   auto* seed_opt =
       app.add_option("--seed", args.seed, "seed of the first sampled step")->capture_default_str();
-  app.add_option(
-         "--steps", args.steps,
-         "sampled steps (seeds seed..seed+steps-1); static baselines are chosen over all of them")
-      ->capture_default_str();
+  auto* steps_opt = app.add_option("--steps", args.steps,
+                                   "sampled steps (seeds seed..seed+steps-1); static baselines are "
+                                   "chosen over all of them")
+                        ->capture_default_str();
   app.add_option("--model", args.model,
                  "built-in model (" + join(ip::ModelShape::builtin_names()) +
                      ") or a model shape / cost model JSON file")
@@ -357,9 +385,21 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   for (const std::string& typed : seed_opt->results())
     ip::check(typed.find('-') == std::string::npos,
               "--seed " + typed + ": expected an integer from 0 to 18446744073709551615");
-  ip::check(!args.lengths_file.empty() || !args.distribution.empty(),
-            "give the step's lengths: --lengths FILE or --distribution NAME (" +
-                join(ip::distribution_names()) + ")");
+  ip::check(
+      !args.lengths_file.empty() || !args.step_lengths_file.empty() || !args.distribution.empty(),
+      "give the steps' lengths: --distribution NAME (" + join(ip::distribution_names()) +
+          "), --lengths FILE (your lengths, sampled per step) or --step-lengths FILE (one "
+          "whole step)");
+  if (!args.step_lengths_file.empty())
+    for (const CLI::Option* sampling : {batch_opt, context_opt, seed_opt, steps_opt})
+      ip::check(sampling->count() == 0,
+                sampling->get_name() +
+                    " is for sampled steps (--lengths FILE, --distribution NAME); --step-lengths "
+                    "FILE is one whole step, planned as given: drop " +
+                    sampling->get_name());
+  ip::check(field_opt->count() == 0 || args.distribution.empty(),
+            "--lengths-field names the length field of a --lengths or --step-lengths JSON Lines "
+            "file; there is none with --distribution");
   ip::check(args.batch >= 1, "--batch must be at least 1");
   ip::check(args.context >= 1, "--context must be at least 1");
   ip::check(args.steps >= 1, "--steps must be at least 1");
@@ -427,7 +467,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
     for (int i = 0; i < n; ++i) {
       const auto& lengths = steps[i];
       out << "\nstep " << i;
-      if (args.lengths_file.empty())
+      if (args.step_lengths_file.empty())
         out << " (seed " << args.seed + static_cast<uint64_t>(i) << ")";
       out << ": " << lengths.size() << " sequences, "
           << std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) << " tokens, longest "

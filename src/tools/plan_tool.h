@@ -15,7 +15,9 @@ constexpr int kExitError = 2;       // bad command line or input file; nothing w
 constexpr int kExitInfeasible = 3;  // every requested method is infeasible (output still printed)
 
 struct PlanToolArgs {
-  std::string lengths_file;
+  std::string lengths_file;       // --lengths: a corpus to sample each step's lengths from
+  std::string step_lengths_file;  // --step-lengths: the lengths of one whole step
+  std::string lengths_field;      // --lengths-field: a JSON Lines file's length field
   std::string distribution;
   int batch = 512;
   int64_t context = 98304;

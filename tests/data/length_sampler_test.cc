@@ -9,7 +9,6 @@
 
 #include "infinipipe/core/error.h"
 #include "support/error_of.h"
-#include "support/temp_file.h"
 
 namespace infinipipe {
 namespace {
@@ -109,34 +108,6 @@ TEST(SampleLengths, BadArgumentsAreErrors) {
   EXPECT_NE(error_of([] { sample_lengths("uniform", 0, 1024, 0); }).find("batch"),
             std::string::npos);
   EXPECT_NE(error_of([] { sample_lengths("uniform", 8, 0, 0); }).find("context"),
-            std::string::npos);
-}
-
-class LengthsFile : public test_support::TempFileTest {
- protected:
-  LengthsFile() : TempFileTest("length_sampler_test.txt") {}
-  std::string read_error(const std::string& text) {
-    write(text);
-    return error_of([&] { read_lengths(path_); });
-  }
-};
-
-TEST_F(LengthsFile, ReadsIntegersSkippingBlanksAndComments) {
-  write("# lengths of step 3\n128\n\n  4096  \r\n7 # a short one\n   \n1\n");
-  EXPECT_EQ(read_lengths(path_), (std::vector<int64_t>{128, 4096, 7, 1}));
-}
-
-TEST_F(LengthsFile, ErrorsNameFileAndLine) {
-  EXPECT_NE(read_error("12\n# ok\nabc\n").find(path_ + ":3:"), std::string::npos);
-  EXPECT_NE(read_error("12\n0\n").find(path_ + ":2: sequence length must be positive"),
-            std::string::npos);
-  EXPECT_NE(read_error("-5\n").find(path_ + ":1:"), std::string::npos);
-  EXPECT_NE(read_error("12 13\n").find(path_ + ":1:"), std::string::npos);
-  EXPECT_NE(read_error("1.5\n").find(path_ + ":1:"), std::string::npos);
-  EXPECT_NE(read_error("99999999999999999999999\n").find(path_ + ":1:"), std::string::npos);
-  EXPECT_NE(read_error("# nothing\n\n").find(path_ + ": no lengths"), std::string::npos);
-  EXPECT_NE(read_error("").find(path_), std::string::npos);
-  EXPECT_NE(error_of([&] { read_lengths(path_ + ".missing"); }).find(path_ + ".missing"),
             std::string::npos);
 }
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
@@ -184,6 +185,21 @@ TEST(ElapsedMs, MeasuresWallTimeSinceAPoint) {
   const double ms = elapsed_ms(start);
   EXPECT_GE(ms, 5.0);
   EXPECT_LT(ms, 5000.0);
+}
+
+TEST(ThreadCpuMs, NeverGoesBackAndAdvancesWithWork) {
+  const double start = thread_cpu_ms();
+  EXPECT_GE(start, 0);
+  // Work until the clock moves: its resolution is a nanosecond on Linux, so a few iterations do;
+  // the cap only keeps a broken clock from looping for ever.
+  volatile double sink = 0;
+  double now = start;
+  for (long i = 0; i < 2'000'000'000L && now == start; ++i) {
+    sink = sink + std::sqrt(static_cast<double>(i));
+    if (i % 1000 == 0) now = thread_cpu_ms();
+  }
+  EXPECT_GT(now, start);
+  EXPECT_GE(thread_cpu_ms(), now);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
-// Sequence lengths of a training step: sampled from a named distribution (for benchmarks and
-// examples) or read from a file (for replaying a real corpus).
+// Sequence lengths of a training step sampled from a built-in distribution (for benchmarks and
+// examples). A user's own lengths: length_file.h reads them, empirical_lengths.h samples them.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,9 +21,5 @@ std::vector<int64_t> sample_lengths(const std::string& distribution, int batch, 
                                     uint64_t seed);
 
 std::vector<std::string> distribution_names();
-
-// One positive integer per line; blank lines and '#' comments (to the end of the line) are
-// ignored. Throws Error "PATH:LINE: ..." on anything else, and when the file holds no lengths.
-std::vector<int64_t> read_lengths(const std::string& path);
 
 }  // namespace infinipipe

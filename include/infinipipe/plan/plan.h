@@ -10,6 +10,7 @@
 
 #include "infinipipe/core/chunk.h"
 #include "infinipipe/core/recompute.h"
+#include "infinipipe/plan/planner_report.h"
 #include "infinipipe/schedule/action.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/sim/simulator.h"
@@ -72,7 +73,8 @@ struct Plan {
   double bubble_fraction = 0;             // mean over stages
   std::vector<double> peak_memory_bytes;  // per stage
   std::string checkpoint_solver;
-  double plan_ms = 0;
+  double plan_ms = 0;  // wall clock of the planning call
+  PlannerReport planner;
 
   int64_t tokens() const;
   // Error unless what the executor relies on holds: every token in exactly one slice, a valid
@@ -81,8 +83,9 @@ struct Plan {
   // Fills the prediction fields (step time, recompute, busy time, bubbles, peaks) from a
   // simulation of this plan.
   void set_prediction(const SimResult& sim);
-  // 16 hex digits: FNV-1a 64 over the canonical JSON of the executable part. Predictions and
-  // planning time are left out so that ranks with different timings still agree.
+  // 16 hex digits: FNV-1a 64 over the canonical JSON of the executable part. Predictions,
+  // planning time and the planner's report are left out so that ranks with different timings
+  // still agree.
   std::string hash() const;
 };
 

@@ -194,7 +194,7 @@ std::string plan_tool_command(const Instance& in, const std::string& lengths_pat
   for (int l : in.layers_per_stage) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", in.options.checkpoint_time_limit_s);
-  return "build/infinipipe-plan --lengths " + lengths_path + " --model " + in.model +
+  return "build/infinipipe-plan --step-lengths " + lengths_path + " --model " + in.model +
          " --hardware " + in.hardware + " --stages " + std::to_string(in.stages()) +
          " --layers-per-stage " + layers + " --memory-gib " + gib_text(in.memory_gib) +
          " --method epp --max-k " + std::to_string(in.options.max_k) + " --checkpoint-seconds " +

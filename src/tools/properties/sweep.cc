@@ -119,7 +119,7 @@ std::string plan_tool_command(const SweepCase& c, const std::string& lengths_pat
   std::ofstream(lengths_path) << c.length << "\n";
   char gib[32];
   std::snprintf(gib, sizeof gib, "%g", c.memory_gib);
-  return "build/infinipipe-plan --lengths " + lengths_path + " --model " + c.model +
+  return "build/infinipipe-plan --step-lengths " + lengths_path + " --model " + c.model +
          " --hardware " + c.hardware + " --stages " + std::to_string(c.stages) + " --memory-gib " +
          gib + " --method epp";
 }

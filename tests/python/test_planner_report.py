@@ -1,0 +1,39 @@
+"""The planner's report reaches Python: Plan.summary()["planner"] (the trainer's result.plan)
+holds the planning call's CPU time, EPP's candidates, and the step time's lower bound
+(plan/planner_report.h)."""
+
+from __future__ import annotations
+
+import json
+
+from infinipipe import _C
+
+# The tiny LLaMA of the examples on 2 stages, analytic CPU costs.
+SHAPE = dict(
+    name="tiny", layers=4, hidden=64, heads=4, kv_heads=2, ffn=176, vocab=512, bytes_per_element=4
+)
+LENGTHS = [3000, 120, 800, 45, 2000, 9]
+
+
+def test_summary_carries_the_planners_report():
+    cost = _C.plan.CostModel.analytic(json.dumps(SHAPE), "cpu", [2, 2])
+    epp = _C.plan.plan_step(LENGTHS, cost, 4 * 2**30, "epp").summary()
+    report = epp["planner"]
+    assert set(report) == {
+        "cpu_ms",
+        "candidates",
+        "tried",
+        "pruned",
+        "recomputed",
+        "step_time_lower_bound_s",
+        "predicted_over_bound",
+    }
+    assert report["cpu_ms"] > 0
+    assert report["candidates"] == report["tried"] + report["pruned"] > 1
+    assert 0 < report["step_time_lower_bound_s"] <= epp["predicted_step_s"]
+    ratio = epp["predicted_step_s"] / report["step_time_lower_bound_s"]
+    assert abs(report["predicted_over_bound"] - ratio) < 1e-12 * ratio
+    batch = _C.plan.plan_step(LENGTHS, cost, 4 * 2**30, "batch").summary()["planner"]
+    assert (batch["candidates"], batch["tried"], batch["pruned"]) == (1, 1, 0)
+    # The bound belongs to the step, not to the method.
+    assert batch["step_time_lower_bound_s"] == report["step_time_lower_bound_s"]

@@ -1,0 +1,65 @@
+"""The planner's report in the plan tool's output: per method and step, the planning call's CPU
+time, EPP's candidates (tried + pruned), the step time's lower bound (busiest stage's compute
+without recompute) and the prediction over it, in --json ("planner") and in the table.
+
+    python3 tests/tools/plan_tool_report.py build/infinipipe-plan
+
+Only the standard library, so ctest runs it with any python3.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import unittest
+
+TOOL = ""
+STEPS = ["--distribution", "wikipedia", "--batch", "32", "--context", "16384", "--steps", "3"]
+STEPS += ["--model", "tiny", "--stages", "4", "--memory-gib", "1", "--checkpoint-seconds", "0"]
+FIELDS = {"cpu_ms", "candidates", "tried", "pruned", "recomputed"}
+FIELDS |= {"step_time_lower_bound_s", "predicted_over_bound"}
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    r = subprocess.run([TOOL, *STEPS, *args], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"exit {r.returncode}: {r.stderr}")
+    return r
+
+
+class Report(unittest.TestCase):
+    def test_every_feasible_row_reports_the_planning_call(self):
+        got = [json.loads(line) for line in plan("--method", "all", "--json").stdout.splitlines()]
+        feasible = [row for row in got if row["feasible"]]
+        self.assertGreaterEqual(len(feasible), 12)  # EPP and 3 baselines' rows on 3 steps
+        bounds = {}
+        for row in feasible:
+            with self.subTest(method=row["method"], step=row["step"], static=row["static"]):
+                r = row["planner"]
+                self.assertEqual(set(r), FIELDS)
+                self.assertEqual(r["candidates"], r["tried"] + r["pruned"])
+                self.assertLessEqual(r["recomputed"], r["tried"])
+                self.assertGreater(r["step_time_lower_bound_s"], 0)
+                self.assertLessEqual(r["step_time_lower_bound_s"], row["step_time_s"] * (1 + 1e-12))
+                ratio = row["step_time_s"] / r["step_time_lower_bound_s"]
+                self.assertAlmostEqual(r["predicted_over_bound"], ratio, places=12)
+                self.assertGreaterEqual(r["cpu_ms"], 0)
+                if row["method"] == "epp":
+                    self.assertGreater(r["cpu_ms"], 0)
+                    self.assertGreater(r["candidates"], 1)
+                else:
+                    self.assertEqual((r["candidates"], r["tried"], r["pruned"]), (1, 1, 0))
+                # The bound is the step's, whatever the method.
+                bounds.setdefault(row["step"], set()).add(r["step_time_lower_bound_s"])
+        self.assertTrue(all(len(b) == 1 for b in bounds.values()), bounds)
+
+    def test_the_table_prints_it(self):
+        out = plan("--method", "epp").stdout
+        self.assertEqual(out.count("      planner    cpu "), 3)
+        self.assertIn("predicted/bound ", out)
+
+
+if __name__ == "__main__":
+    TOOL = sys.argv.pop(1)
+    unittest.main()
