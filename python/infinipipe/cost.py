@@ -50,6 +50,16 @@ def cost_model_for(
     )
 
 
+def cost_model_name(plan: PlanConfig) -> str:
+    """Which cost model plans the steps, as every report names it: a cost JSON (from the
+    profiler: calibrated on the machine it was measured on) or the analytic model of a built-in
+    hardware, whose coefficients are published peak figures, not this machine's (uncalibrated:
+    on a CPU its step times can be several times off)."""
+    if plan.cost_model is not None:
+        return f"{plan.cost_model} (profiled)"
+    return f"analytic on {plan.hardware!r} (uncalibrated: python -m infinipipe profile)"
+
+
 def check_same_shape(cost: Any, config: llama.LlamaConfig, dtype: torch.dtype, source: str) -> None:
     """Error naming every field in which the cost model's model shape differs from the
     trainer's: a cost model measured for another model or dtype predicts the wrong times and

@@ -48,6 +48,7 @@ def step_record(step: int, result: Any, **extra: Any) -> dict:
         planning_hidden_s=result.planning_hidden_s,
         method=result.plan.get("method"),
         setting=result.plan.get("setting"),
+        cost_model=result.plan.get("cost_model"),
         peak_memory_bytes=peak_memory_bytes(),
     )
     record.update(extra)
@@ -100,6 +101,8 @@ class MetricsLog:
         record = step_record(step, result, **extra)
         self.write(record)
         if self._bar is not None:
+            if self._bar.n == 0 and record["cost_model"]:
+                self._bar.write(f"predicted step times: {record['cost_model']}")
             self._bar.update(1)
             self._bar.set_postfix(
                 loss=f"{record['loss']:.4f}",

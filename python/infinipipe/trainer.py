@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from . import _C
 from .agreement import agree, agree_on_setup, digest
-from .cost import cost_model_for, default_budget, hardware_memory
+from .cost import cost_model_for, cost_model_name, default_budget, hardware_memory
 from .errors import BatchError, Error
 from .failure_board import FailureBoard
 from .memory_meter import MemoryMeter
@@ -241,6 +241,7 @@ class Trainer:
         self.optimizer = factory(self.parameters)
 
         self.cost = cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
+        self.cost_model_name = cost_model_name(self.plan_config)
         stages_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
         self.memory_budget_bytes = self.plan_config.budget_bytes(
             hardware_memory(self.plan_config), stages_on_host
@@ -428,7 +429,7 @@ class Trainer:
             )
         return StepResult(
             loss=stats["loss"],
-            plan=plan.summary(),
+            plan=dict(plan.summary(), cost_model=self.cost_model_name),
             stats=stats,
             tokens=sum(plan.lengths),
             planning_s=planning[0],

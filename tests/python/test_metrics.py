@@ -12,7 +12,7 @@ from infinipipe.trainer import EvalResult, StepResult
 
 
 def result(loss: float = 2.5, step_s: float = 0.5) -> StepResult:
-    plan = {"method": "epp", "setting": "k=2", "predicted_step_s": 0.4}
+    plan = {"method": "epp", "setting": "k=2", "predicted_step_s": 0.4, "cost_model": "analytic"}
     return StepResult(loss=loss, plan=plan, tokens=1000, planning_s=0.01, step_s=step_s)
 
 
@@ -22,6 +22,7 @@ def test_a_step_record_holds_what_the_user_watches():
     assert record["tokens_per_s"] == pytest.approx(2000.0)
     assert (record["measured_step_s"], record["predicted_step_s"]) == (0.5, 0.4)
     assert record["planning_s"] == 0.01 and record["method"] == "epp"
+    assert record["cost_model"] == "analytic" and record["planning_hidden_s"] == 0.0
     assert record["peak_memory_bytes"] > 0
 
 
@@ -46,11 +47,13 @@ def test_only_rank_0_writes_unless_the_path_names_the_rank(tmp_path):
     assert json.loads((tmp_path / "r1.jsonl").read_text())["step"] == 1
 
 
-def test_the_console_bar_shows_loss_and_times(capsys):
+def test_the_console_bar_shows_loss_and_times_and_names_the_cost_model_once(capsys):
     with MetricsLog(console=True, total=2, rank=0) as log:
         log.step(1, result())
-    err = capsys.readouterr().err
-    assert "loss=2.5000" in err and "step_s=0.50/0.40" in err
+        log.step(2, result())
+    captured = capsys.readouterr()
+    assert "loss=2.5000" in captured.err and "step_s=0.50/0.40" in captured.err
+    assert captured.out.count("predicted step times: analytic") == 1
 
 
 def test_tensorboard_is_written_when_installed(tmp_path):
