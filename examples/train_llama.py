@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from pathlib import Path
 
 import torch
@@ -55,6 +56,12 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="memory budget per stage, model state included (default: this host's memory / stages)",
     )
+    p.add_argument(
+        "--cost-model",
+        default="profile",
+        help="'profile' (time this model's layer here on the first run, then cached), "
+        "'analytic' (published figures, uncalibrated) or a cost JSON from the profiler",
+    )
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
     p.add_argument("--eval-every", type=int, default=20)
@@ -81,6 +88,7 @@ def main() -> None:
         memory_budget_gib=args.memory_gib,
         k=args.k,
         chunk_tokens=args.chunk_tokens,
+        cost_model=None if args.cost_model == "analytic" else args.cost_model,
     )
     trainer = infinipipe.Trainer(
         config, lambda params: torch.optim.AdamW(params, lr=args.lr), plan=plan, seed=args.seed
@@ -93,6 +101,7 @@ def main() -> None:
 
     first_loss = result = None
     planning = [0.0, 0.0]  # seconds planned, seconds of it hidden behind earlier steps
+    step_times = []  # (measured, predicted) seconds of each step's forward and backward
     with infinipipe.MetricsLog(
         jsonl=args.metrics, tensorboard=args.tensorboard, total=args.steps - trainer.steps
     ) as log:
@@ -105,6 +114,7 @@ def main() -> None:
             first_loss = result.loss if first_loss is None else first_loss
             planning[0] += result.planning_s
             planning[1] += result.planning_hidden_s
+            step_times.append((result.step_s, result.predicted_s))
             log.step(trainer.steps, result, grad_norm=norm)
             if trainer.steps % args.eval_every == 0 or trainer.steps == args.steps:
                 log.evaluation(trainer.steps, trainer.evaluate(held_out))
@@ -116,6 +126,11 @@ def main() -> None:
             f"(the first step's loss is about ln({config.vocab}) = {math.log(config.vocab):.2f}); "
             f"planning {planning[0]:.2f} s, {planning[1] / max(planning[0], 1e-12):.0%} of it "
             "hidden behind earlier steps"
+        )
+        measured, predicted = (statistics.median(t) for t in zip(*step_times))
+        print(
+            f"step time: measured {measured:.3f} s, predicted {predicted:.3f} s (medians; "
+            f"{predicted / measured - 1:+.0%}), cost model {trainer.cost_model_name}"
         )
     dist.destroy_process_group()
 

@@ -34,8 +34,9 @@ def cost_model_for(
     config: llama.LlamaConfig, layers_per_stage: Sequence[int], dtype: torch.dtype, plan: PlanConfig
 ) -> Any:
     """The cost model the planner uses: the plan config's JSON file, or the analytic model of
-    the config's shape on plan.hardware."""
-    if plan.cost_model is not None:
+    the config's shape on plan.hardware (also for cost_model="profile", whose trainer
+    replaces it with the profiled one once every rank is set up)."""
+    if plan.cost_model is not None and plan.cost_model != "profile":
         cost = _C.plan.CostModel.load(str(plan.cost_model))
         check_same_shape(cost, config, dtype, str(plan.cost_model))
         if list(cost.layers_per_stage) != list(layers_per_stage):
@@ -55,6 +56,8 @@ def cost_model_name(plan: PlanConfig) -> str:
     profiler: calibrated on the machine it was measured on) or the analytic model of a built-in
     hardware, whose coefficients are published peak figures, not this machine's (uncalibrated:
     on a CPU its step times can be several times off)."""
+    if plan.cost_model == "profile":
+        return "profiled on this machine"
     if plan.cost_model is not None:
         return f"{plan.cost_model} (profiled)"
     return f"analytic on {plan.hardware!r} (uncalibrated: python -m infinipipe profile)"

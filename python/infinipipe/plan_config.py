@@ -26,7 +26,9 @@ class PlanConfig:
     uniform_recompute: baselines only, layers recomputed on every stage and chunk (-1: the
         fewest that fit).
     hardware: built-in hardware of the analytic cost model ("cpu", "a800"), or cost_model: a
-        cost JSON file (for example from the profiler) whose layer split must be the trainer's.
+        cost JSON file (for example from the profiler) whose layer split must be the trainer's,
+        or "profile": the trainer profiles its model's layer on this machine at start-up and
+        caches the result (profiled_cost.py).
     """
 
     method: str = "epp"

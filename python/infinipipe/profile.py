@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="other processes doing the same work meanwhile (default 0: the layer alone; "
         "a CPU pipeline of N+1 ranks on this host: N)",
     )
-    p.add_argument("--grid", choices=("quick", "full"), default="full")
+    p.add_argument("--grid", choices=("quick", "training", "full"), default="full")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
     p.add_argument(
         "--statistic",

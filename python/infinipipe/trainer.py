@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, profiled_cost
 from .agreement import agree, agree_on_setup, digest
 from .cost import cost_model_for, cost_model_name, default_budget, hardware_memory
 from .errors import BatchError, Error
@@ -202,6 +202,10 @@ class Trainer:
         self._calls = 0  # runs on the pipeline (training and evaluation): the failure board's key
         self._tied_pending = False
         self._ahead = PlanAhead(self._plan_lengths)
+        if self.plan_config.cost_model == profiled_cost.PROFILE:
+            self._calls += 1  # a collective of its own on the failure board
+            with self._failures_named():
+                self._profile_cost()
         self.config_fingerprint = digest(
             dataclasses.asdict(self.config),
             self.layers_per_stage,
@@ -262,6 +266,23 @@ class Trainer:
             timeout_s=self.timeout_s,
             attention_backend=attention_backend,
         )
+
+    def _profile_cost(self) -> None:
+        """PlanConfig(cost_model="profile"): rank 0's cached or freshly profiled cost model
+        on every rank (profiled_cost.py)."""
+
+        def gather(text: str) -> list[str]:
+            # bytes from the executor; a PeerError is named by _failures_named
+            return [b.decode() for b in self.executor.all_gather_text(text)]
+
+        text, self.cost_model_name = profiled_cost.agreed_cost_json(
+            self.config,
+            self.layers_per_stage,
+            int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
+            self.device,
+            gather,
+        )
+        self.cost = _C.plan.CostModel.from_json(text)
 
     def _default_group(self, use_cuda: bool) -> Any:
         if not dist.is_initialized():

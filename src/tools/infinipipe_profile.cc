@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", args.threads,
                  "intra-op threads (the trainer runs one per stage process)")
       ->capture_default_str();
-  app.add_option("--grid", args.grid, "quick (seconds) or full")->capture_default_str();
+  app.add_option("--grid", args.grid, "quick (seconds), training or full")->capture_default_str();
   app.add_option("--repeats", args.repeats, "timed runs per point (default: the grid's)");
   app.add_option("--statistic", args.statistic, "per point: min, median or trimmed_mean")
       ->capture_default_str();

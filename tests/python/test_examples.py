@@ -24,6 +24,15 @@ sys.path.insert(0, str(REPO / "tests" / "python" / "runtime"))
 from launcher import free_port  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def cost_cache(tmp_path_factory):
+    """The examples profile their cost model once (profiled_cost.py): into a cache of this
+    module's own, not the user's."""
+    os.environ["INFINIPIPE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cost-cache"))
+    yield
+    del os.environ["INFINIPIPE_CACHE_DIR"]
+
+
 def run(args: list[str], ranks: int = 2, timeout_s: float = 300) -> str:
     """Runs a command (under torchrun when ranks > 0); returns its stdout, fails the test on a
     non-zero exit."""
@@ -89,6 +98,7 @@ def test_train_llama_trains_saves_and_resumes_exactly(tmp_path):
         assert resumed[step] == pytest.approx(losses[step], rel=1e-12, abs=0), step
     assert resumed_held_out[6] == pytest.approx(held_out[6], rel=1e-12, abs=0)
     assert re.search(r"loss \S+ -> \S+ over 6 steps", out), out
+    assert re.search(r"step time: measured \S+ s, predicted \S+ s .*profiled on this", out), out
 
 
 def test_finetune_hf_saves_what_from_pretrained_loads(tmp_path):

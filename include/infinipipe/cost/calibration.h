@@ -34,7 +34,8 @@ struct ProfileGrid {
   int repeats = 1;
   std::vector<GridPoint> points() const;  // tokens-major
 };
-// "quick" (seconds; tests) or "full" (the calibration). Error on another name.
+// "quick" (seconds; tests), "training" (a trainer's first run) or "full" (the calibration).
+// Error on another name.
 ProfileGrid profile_grid(const std::string& name);
 
 // How a point's repeated runs become one time.

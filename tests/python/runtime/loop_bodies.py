@@ -109,3 +109,21 @@ def planning_ahead() -> dict:
         "ahead": [(r.loss, r.plan["hash"], r.planning_s, r.planning_hidden_s) for r in ahead],
         "planned_on": planned_on,
     }
+
+
+def profiled_cost() -> dict:
+    """PlanConfig(cost_model="profile") on the tiny float32 model: the cost model every rank
+    plans with, and how the trainer describes it."""
+    trainer = infinipipe.Trainer(
+        model_config("float32"),
+        frozen_optimizer,
+        plan=infinipipe.PlanConfig(cost_model="profile"),
+        timeout_s=120,
+    )
+    result = trainer.step(make_batch([40, 9], 0))
+    return {
+        "cost": trainer.cost.to_json(),
+        "name": trainer.cost_model_name,
+        "reported": result.plan["cost_model"],
+        "predicted_s": result.predicted_s,
+    }

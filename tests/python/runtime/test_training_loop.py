@@ -4,6 +4,7 @@ torch.nn.utils.clip_grad_norm_ on the whole model), and forward-only evaluation 
 forward's loss, no gradient touched, nothing saved for a backward). Real Gloo runs, 2 and 4
 ranks."""
 
+import json
 import math
 
 import pytest
@@ -12,6 +13,8 @@ from bodies import make_batch, model_config
 from launcher import check_all_ok, run_ranks
 from loop_bodies import BATCHES
 
+from infinipipe import _C
+from infinipipe.cost import model_shape_json
 from infinipipe.models import llama
 
 TOL = 1e-9
@@ -110,3 +113,25 @@ def test_planning_ahead_runs_the_same_plans_planned_on_the_background_thread():
             assert hidden == 0.0 and 0.0 <= hidden_ahead <= planning
         assert len(r["planned_on"]) == len(r["ahead"])
         assert all(name.startswith("infinipipe-plan-ahead") for name in r["planned_on"])
+
+
+def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
+    env = {"INFINIPIPE_CACHE_DIR": str(tmp_path)}
+    first = check_all_ok(run_ranks("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env))
+    assert first[0]["cost"] == first[1]["cost"]
+    assert all(r["name"].startswith("profiled now") for r in first)
+    assert all(r["reported"] == r["name"] for r in first)
+    (cached,) = tmp_path.glob("cost-*.json")
+    assert json.loads(cached.read_text()) == json.loads(first[0]["cost"])
+    # it holds the measured coefficients, not the analytic ones
+    analytic = json.loads(
+        _C.plan.CostModel.analytic(
+            model_shape_json(model_config("float32"), torch.float32), "cpu", [4, 4]
+        ).to_json()
+    )
+    assert json.loads(first[0]["cost"])["coefficients"] != analytic["coefficients"]
+
+    again = check_all_ok(run_ranks("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env))
+    assert all(r["name"].startswith("profiled on this machine") for r in again)
+    assert again[0]["cost"] == again[1]["cost"]
+    assert json.loads(again[0]["cost"]) == json.loads(first[0]["cost"])

@@ -1,0 +1,116 @@
+"""The cost model a trainer measures itself: PlanConfig(cost_model="profile").
+
+The analytic cost model's coefficients are published peak figures of a built-in hardware, not
+this machine's, so its step times can be several times off (a CPU step predicted at 0.66 s ran
+2.6 s). With "profile", the trainer times one decoder layer of its model's shape at the
+"training" grid of (tokens, context) points (profile.py; about 7 s for the tiny LLaMA on one
+core) on every rank at once, so each runs beside the others as in training, fits the
+coefficients and plans with rank 0's fit on every rank (the ranks must plan alike). The cost
+JSON is cached by what it depends on: model shape and dtype, layer split, the CPU's model, the
+threads per rank, the ranks on the host, and the torch and InfiniPipe versions; a later run on
+the same machine loads it. The cache lives in $INFINIPIPE_CACHE_DIR, else
+~/.cache/infinipipe.
+
+It profiles the built-in LLaMA layer of the model's shape (a transformers model of the same
+shape runs the same operations) and on the CPU only: on CUDA, profile the model with
+`python -m infinipipe profile` on the GPU machine and pass the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from . import __version__
+from .agreement import digest
+from .cost import model_shape_json
+from .errors import Error
+from .models import llama
+
+PROFILE = "profile"  # the PlanConfig.cost_model value asking for it
+GRID = "training"
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("INFINIPIPE_CACHE_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "infinipipe"
+
+
+def cache_path(
+    config: llama.LlamaConfig, layers_per_stage: Sequence[int], ranks_on_host: int
+) -> Path:
+    """Where the cost JSON of this model, split and machine set-up is cached."""
+    from .profile import cpu_model
+
+    key = digest(
+        model_shape_json(config, config.dtype),
+        list(layers_per_stage),
+        cpu_model(),
+        platform.machine(),
+        torch.get_num_threads(),
+        int(ranks_on_host),
+        torch.__version__,
+        __version__,
+        GRID,
+    )
+    return cache_dir() / f"cost-{key}.json"
+
+
+def profile_cost_json(config: llama.LlamaConfig, layers_per_stage: Sequence[int]) -> str:
+    """Profiles one layer of the config's shape here and returns the cost JSON text."""
+    from .profile import cost_json, profile
+
+    measured = profile(config, grid=GRID, progress=False)
+    cost = cost_json(
+        config, layers_per_stage, measured["calibration"], measured["activation_bytes"]
+    )
+    return json.dumps(cost)
+
+
+def write_cache(path: Path, text: str) -> None:
+    """Atomically (a reader never sees half a file); a cache that cannot be written only costs
+    a profile next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".tmp-{os.getpid()}")
+        temporary.write_text(text)
+        temporary.replace(path)
+    except OSError:
+        pass
+
+
+def agreed_cost_json(
+    config: llama.LlamaConfig,
+    layers_per_stage: Sequence[int],
+    ranks_on_host: int,
+    device: torch.device,
+    gather: Callable[[str], list[str]],
+) -> tuple[str, str]:
+    """(cost JSON text, its description), the same on every rank: rank 0's cache, or rank 0's
+    fit of a profile every rank runs at once. `gather` is the executor's all-gather of text
+    (bounded by the trainer's timeout, a lost rank named)."""
+    if device.type != "cpu":
+        raise Error(
+            f'PlanConfig(cost_model="profile") profiles on the CPU only, and this trainer runs '
+            f"on {device}: profile on the GPU machine (python -m infinipipe profile) and pass "
+            "the cost JSON as cost_model"
+        )
+    path = cache_path(config, layers_per_stage, ranks_on_host)
+    cached = path.read_text() if path.is_file() else None
+    decision = gather("cached" if cached is not None else "profile")[0]
+    if decision == "cached":
+        mine = cached if cached is not None else ""
+    else:
+        mine = profile_cost_json(config, layers_per_stage)
+    text = gather(mine)[0]  # rank 0's
+    if decision == "profile":
+        write_cache(path, text)
+        return text, f"profiled now on this machine ({GRID} grid; cached in {path})"
+    if cached is None:
+        write_cache(path, text)
+    return text, f"profiled on this machine ({GRID} grid; cached in {path})"
