@@ -207,7 +207,8 @@ TEST(Calibration, BadInput) {
               calibrate({samples, {}, {{10, 0}}});
             }).find("head sample 0"),
             std::string::npos);
-  EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick', 'training' or 'full'"), std::string::npos);
+  EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick', 'training' or 'full'"),
+            std::string::npos);
 }
 
 }  // namespace
