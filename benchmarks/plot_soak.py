@@ -1,15 +1,18 @@
 """The soak's verdict numbers and its plot, from the JSON benchmarks/soak.py wrote.
 
     python benchmarks/plot_soak.py benchmarks/results/soak.json --output docs/img/soak.png \
-        [--docs docs/benchmarks.md]
+        [--resumed benchmarks/results/soak_resumed.json] [--docs docs/benchmarks.md]
 
 Prints, per rank, the resident memory's growth after warm-up (median RSS of the last tenth of
 the steps minus that of steps n/10 to n/5: steps 900-999 against 100-199 of 1,000), the same for
 the bytes malloc holds in use, the RSS slope over the steps after warm-up (least squares), and
 the step-time drift (median step time of the last tenth over that of steps n/10 to n/5, also
 per token, since every step has other lengths). Plots RSS per rank, step time with a rolling
-median, and the loss against the step. With --docs, writes the section "Soak" into that page
-(between its markers, before "Reproducing"); nothing is measured here.
+median, and the loss against the step. With --resumed (the JSON of `soak.py --resume` from the
+checkpoint this soak saved), compares that run's losses with this one's on every step it ran
+(equal bitwise or not, the largest difference), plots them too, and keeps the comparison in the
+soak's JSON (so benchmarks/report.py renders it as well). With --docs, writes the section "Soak"
+into that page (between its markers, before "Reproducing"); nothing is measured here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ import json
 import statistics
 from pathlib import Path
 
-from lib.soak_report import BEGIN, END, MIB, section, verdict_lines, windows
+from lib.soak_report import (
+    BEGIN,
+    END,
+    MIB,
+    compare,
+    comparison_lines,
+    section,
+    verdict_lines,
+    windows,
+)
 
 ROLLING = 50  # steps in the plot's rolling median
 
@@ -29,7 +41,7 @@ def _rolling_median(values, width):
     return [statistics.median(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
 
 
-def plot(data: dict, output: Path) -> None:
+def plot(data: dict, output: Path, resumed: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,8 +49,9 @@ def plot(data: dict, output: Path) -> None:
 
     ranks = data["ranks"]
     n = len(ranks[0]["step_seconds"])
-    warm, end = windows(n)
-    steps = list(range(n))
+    first = data.get("first_step", 0)
+    warm, end = (range(first + w.start, first + w.stop) for w in windows(n))
+    steps = list(range(first, first + n))
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     rss_ax, time_ax, loss_ax = axes
     for r in ranks:
@@ -79,6 +92,16 @@ def plot(data: dict, output: Path) -> None:
     loss = ranks[0]["loss"]
     loss_ax.plot(steps, loss, ".", markersize=2, alpha=0.3, color="tab:gray")
     loss_ax.plot(steps, _rolling_median(loss, ROLLING), color="black", label="loss, rolling median")
+    if resumed is not None:
+        start = resumed["first_step"]
+        again = resumed["ranks"][0]["loss"]
+        loss_ax.plot(
+            range(start, start + len(again)),
+            _rolling_median(again, ROLLING),
+            color="tab:orange",
+            linestyle="--",
+            label=f"resumed at step {start}, rolling median",
+        )
     for ax in axes:
         for window in (warm, end):
             ax.axvspan(window.start, window.stop - 1, color="tab:green", alpha=0.08)
@@ -116,30 +139,42 @@ def write_section(page: Path, lines: list[str]) -> None:
     page.write_text(text)
 
 
+def _shown(path: Path) -> str:
+    """`path` relative to the checkout when it is inside it."""
+    path = path.resolve()
+    root = Path(__file__).resolve().parents[1]
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", type=Path, help="the soak's JSON (benchmarks/soak.py --out)")
     p.add_argument("--output", type=Path, default=None, help="the PNG to write")
     p.add_argument("--docs", type=Path, default=None, help="page to write the section into")
     p.add_argument("--note", default=None, help="what was found, kept in the results JSON")
+    p.add_argument(
+        "--resumed", type=Path, default=None, help="the JSON of a run resumed from its checkpoint"
+    )
     args = p.parse_args()
     data = json.loads(args.results.read_text())
-    if args.note is not None:
-        data["note"] = args.note
+    resumed = json.loads(args.resumed.read_text()) if args.resumed else None
+    if args.note is not None or resumed is not None:
+        if args.note is not None:
+            data["note"] = args.note
+        if resumed is not None:
+            data["resumed"] = dict(compare(data, resumed), path=_shown(args.resumed))
         args.results.write_text(json.dumps(data, indent=1))
     if not data.get("complete", True):
         print(f"note: {args.results} is partial ({data['steps_done']} steps)")
     print("\n".join(verdict_lines(data)))
+    if resumed is not None:
+        print("\n".join(comparison_lines(data["resumed"])))
     if args.output:
-        plot(data, args.output)
+        plot(data, args.output, resumed)
         print(f"wrote {args.output}")
     if args.docs:
         image = Path("img") / args.output.name if args.output else Path("img/soak.png")
-        results_path = args.results.resolve()
-        root = Path(__file__).resolve().parents[1]
-        if results_path.is_relative_to(root):
-            results_path = results_path.relative_to(root)
-        write_section(args.docs, section(data, image.as_posix(), str(results_path)))
+        write_section(args.docs, section(data, image.as_posix(), _shown(args.results)))
         print(f"wrote the Soak section of {args.docs}")
     return 0
 

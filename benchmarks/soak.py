@@ -9,6 +9,18 @@ built-in Wikipedia length distribution (truncated to `--context`) with seed `--s
 synthetic tokens drawn with the same seed (lib/training.sampled_batch, as the measured
 benchmarks draw theirs), so a later run resumed at step i sees the same batches from there on.
 
+Resuming (issue 15, item 5): with `--checkpoint-dir DIR --save-at N` the run saves the whole
+training state (Trainer.save_checkpoint: weights, AdamW state, step, RNG states) after N steps
+(steps 0 to N-1) and goes on; `--resume --checkpoint-dir DIR` loads DIR's latest checkpoint,
+takes its step S from it and runs steps S to `--steps` - 1, recording them as usual (the JSON's
+"first_step" is S, its "checkpoint" says what was saved or loaded). The checkpoint's extra holds
+the batch settings, and a resume with other ones is refused. `plot_soak.py --resumed` compares
+the two runs' losses step by step.
+
+    torchrun --nproc_per_node=2 benchmarks/soak.py --checkpoint-dir /tmp/soak_ckpt --save-at 500
+    torchrun --nproc_per_node=2 benchmarks/soak.py --checkpoint-dir /tmp/soak_ckpt --resume \
+        --out benchmarks/results/soak_resumed.json
+
 After every step each rank records: the step's wall time (`Trainer.step` as a user calls it:
 planning, agreement, execution, optimizer) and the CPU time the process spent in it (which other
 work on a shared machine inflates far less than the wall time), the end time, the machine's
@@ -39,6 +51,7 @@ import torch
 import torch.distributed as dist
 from lib import results, training
 from lib.ranks import gathered, leave
+from lib.soak_report import BATCH_SETTINGS
 
 import infinipipe
 from infinipipe import _C
@@ -64,7 +77,19 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=100, help="gather and write every N steps")
     p.add_argument("--gc-every", type=int, default=10, help="count Python's tracked objects")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "soak.json")
-    return p.parse_args()
+    p.add_argument("--checkpoint-dir", type=Path, default=None, help="where to save or resume")
+    p.add_argument(
+        "--save-at", type=int, default=None, help="save the training state after N steps"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue from --checkpoint-dir's latest checkpoint"
+    )
+    args = p.parse_args()
+    if (args.save_at is not None or args.resume) and args.checkpoint_dir is None:
+        p.error("--save-at and --resume need --checkpoint-dir")
+    if args.save_at is not None and not 0 < args.save_at < args.steps:
+        p.error(f"--save-at must be a step between 1 and --steps - 1 ({args.steps - 1})")
+    return args
 
 
 def rss_bytes() -> int:
@@ -149,6 +174,26 @@ def settings(args, config) -> dict:
     )
 
 
+def resume(trainer, args, info: dict) -> dict:
+    """Loads --checkpoint-dir's latest checkpoint into `trainer`; what was loaded. Refuses one
+    saved with other batch settings (its steps would see other batches)."""
+    start = time.perf_counter()
+    extra = trainer.load_checkpoint(args.checkpoint_dir) or {}
+    seconds = time.perf_counter() - start
+    directory = args.checkpoint_dir / (args.checkpoint_dir / "latest").read_text().strip()
+    saved = extra.get("soak", {})
+    different = [
+        f"{k} {saved.get(k)!r} (this run's: {info[k]!r})"
+        for k in BATCH_SETTINGS
+        if saved.get(k) != info[k]
+    ]
+    if different:
+        raise SystemExit(f"{directory} was saved with other batch settings: {', '.join(different)}")
+    if trainer.steps >= args.steps:
+        raise SystemExit(f"{directory} is at step {trainer.steps}; --steps is {args.steps}")
+    return dict(loaded=str(directory), resumed_from_step=trainer.steps, load_seconds=seconds)
+
+
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(1)
@@ -171,7 +216,11 @@ def main() -> int:
         loss=[],
         gc_objects=[],  # [step, count] pairs
     )
-    tokens, chunks = [], []
+    checkpoint = dict(dir=str(args.checkpoint_dir)) if args.checkpoint_dir else None
+    if args.resume:
+        checkpoint.update(resume(trainer, args, info))
+    first = trainer.steps  # 0, or the step resumed from
+    tokens, chunks, plan_hashes = [], [], []
     started = time.perf_counter()
 
     def save(complete: bool) -> None:
@@ -180,15 +229,18 @@ def main() -> int:
             data = dict(
                 settings=info,
                 complete=complete,
+                first_step=first,
                 steps_done=len(record["loss"]),
+                checkpoint=checkpoint,
                 wall_seconds=time.perf_counter() - started,
                 tokens=tokens,
                 chunks=chunks,
+                plan_hashes=plan_hashes,
                 ranks=everyone,
             )
             results.write(args.out, data)
 
-    for step in range(args.steps):
+    for step in range(first, args.steps):
         _, batch = training.sampled_batch(
             args.distribution,
             args.batch,
@@ -209,6 +261,7 @@ def main() -> int:
         record["loss"].append(result.loss)
         tokens.append(result.tokens)
         chunks.append(result.plan["chunks"])
+        plan_hashes.append(result.plan["hash"])
         if args.gc_every > 0 and (step % args.gc_every == 0 or step == args.steps - 1):
             record["gc_objects"].append([step, len(gc.get_objects())])
         if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
@@ -217,6 +270,11 @@ def main() -> int:
                 f"rss {record['rss_bytes'][-1] / 2**20:7.1f} MiB  tokens {result.tokens}",
                 flush=True,
             )
+        if trainer.steps == args.save_at:
+            start = time.perf_counter()
+            extra = dict(soak={k: info[k] for k in BATCH_SETTINGS})
+            checkpoint["saved"] = str(trainer.save_checkpoint(args.checkpoint_dir, extra))
+            checkpoint.update(saved_at_step=trainer.steps, save_seconds=time.perf_counter() - start)
         if args.save_every > 0 and (step + 1) % args.save_every == 0 and step + 1 < args.steps:
             save(complete=False)
     save(complete=True)

@@ -1,14 +1,19 @@
 """The soak's verdict (benchmarks/soak.py's JSON): resident memory's growth after warm-up and
-step-time drift per rank, as numbers and as the "Soak" section of docs/benchmarks.md (written by
+step-time drift per rank, and the losses of a run resumed from the soak's checkpoint against the
+soak's own, as numbers and as the "Soak" section of docs/benchmarks.md (written by
 benchmarks/report.py and by plot_soak.py --docs)."""
 
 from __future__ import annotations
 
 import statistics
+import struct
 
 MIB = 1 << 20
 # The section's markers in docs/benchmarks.md, so plot_soak.py --docs can replace it in place.
 BEGIN, END = "<!-- soak: benchmarks/lib/soak_report.py -->", "<!-- /soak -->"
+# The settings step i's batch and plan depend on (besides i): a run resumed with other ones
+# would see other batches (soak.py keeps them in its checkpoint and refuses a resume without).
+BATCH_SETTINGS = ("distribution", "batch", "context", "seed", "method", "memory_gib")
 
 
 def windows(n: int) -> tuple[range, range]:
@@ -37,6 +42,7 @@ def verdict(data: dict) -> list[dict]:
     """Per rank: the growth and drift numbers the soak is judged by."""
     out = []
     tokens = data["tokens"]
+    first = data.get("first_step", 0)  # the step a resumed run started at
     for r in data["ranks"]:
         n = len(r["step_seconds"])
         warm, end = windows(n)
@@ -44,8 +50,8 @@ def verdict(data: dict) -> list[dict]:
         row = dict(
             rank=r["rank"],
             steps=n,
-            warm=[warm.start, warm.stop - 1],
-            end=[end.start, end.stop - 1],
+            warm=[first + warm.start, first + warm.stop - 1],
+            end=[first + end.start, first + end.stop - 1],
             rss_first_mib=rss[0],
             rss_warm_mib=_median(rss, warm),
             rss_end_mib=_median(rss, end),
@@ -73,7 +79,7 @@ def verdict(data: dict) -> list[dict]:
         load = r.get("loadavg_1min") or []
         if len(load) == n:
             row["load_warm"], row["load_end"] = _median(load, warm), _median(load, end)
-        gc_counts = [c for s, c in r.get("gc_objects", []) if s >= warm.start]
+        gc_counts = [c for s, c in r.get("gc_objects", []) if s >= first + warm.start]
         if gc_counts:
             row["gc_objects_after_warm"] = gc_counts[0]
             row["gc_objects_last"] = gc_counts[-1]
@@ -108,6 +114,128 @@ def verdict_lines(data: dict) -> list[str]:
     return lines
 
 
+def _bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def compare(full: dict, resumed: dict) -> dict:
+    """The resumed run's steps against the same steps of the uninterrupted run that saved the
+    checkpoint: per rank, how many losses are equal (bitwise, as doubles), the first step that
+    differs and the largest absolute difference; how many steps ran the same plan (by hash) on
+    the same number of tokens."""
+    start, offset = resumed["first_step"], full.get("first_step", 0)
+    count = min(len(resumed["tokens"]), len(full["tokens"]) - (start - offset))
+    steps = range(start, start + max(0, count))
+    end = range(steps.stop - max(1, len(steps) // 10), steps.stop)  # the last tenth
+    ranks = []
+    for a, b in zip(full["ranks"], resumed["ranks"]):
+        pairs = [(s, a["loss"][s - offset], b["loss"][s - start]) for s in steps]
+        different = [(s, abs(x - y)) for s, x, y in pairs if _bits(x) != _bits(y)]
+        ranks.append(
+            dict(
+                rank=a["rank"],
+                equal=len(pairs) - len(different),
+                first_different=different[0][0] if different else None,
+                max_abs_difference=max((d for _, d in different), default=0.0),
+                rss_end_mib=_median(b["rss_bytes"], (s - start for s in end)) / MIB,
+                full_rss_end_mib=_median(a["rss_bytes"], (s - offset for s in end)) / MIB,
+            )
+        )
+
+    def same(key: str) -> int | None:
+        if key not in full or key not in resumed:
+            return None
+        return sum(full[key][s - offset] == resumed[key][s - start] for s in steps)
+
+    other = [
+        k
+        for k in (*BATCH_SETTINGS, "world_size")
+        if full["settings"].get(k) != resumed["settings"].get(k)
+    ]
+    return dict(
+        resumed_from_step=start,
+        steps=len(steps),
+        last_step=steps[-1] if steps else None,
+        end=[end.start, end.stop - 1],
+        ranks=ranks,
+        same_plan=same("plan_hashes"),
+        same_tokens=same("tokens"),
+        other_settings=other,
+        checkpoint=resumed.get("checkpoint"),
+        saved=full.get("checkpoint"),
+        command=resumed["settings"]["command"],
+        commit=resumed["settings"]["commit"],
+        started=resumed["settings"]["started"],
+        wall_seconds=resumed["wall_seconds"],
+    )
+
+
+def comparison_lines(c: dict) -> list[str]:
+    """One line per rank, and one for the plans and tokens."""
+    lines = []
+    for r in c["ranks"]:
+        text = (
+            f"rank {r['rank']}: resumed at step {c['resumed_from_step']}, losses equal (bitwise) on "
+            f"{r['equal']} of {c['steps']} steps, max abs difference {r['max_abs_difference']:.3g}"
+        )
+        if r["first_different"] is not None:
+            text += f", first different at step {r['first_different']}"
+        lines.append(text)
+    lines.append(
+        f"same plan (hash) on {c['same_plan']} and same tokens on {c['same_tokens']} of "
+        f"{c['steps']} steps"
+        + (
+            f"; settings that differ: {', '.join(c['other_settings'])}"
+            if c["other_settings"]
+            else ""
+        )
+    )
+    return lines
+
+
+def _resumed_lines(c: dict | None, resumed_path: str | None) -> list[str]:
+    """The section's paragraph on the resumed run."""
+    if c is None:
+        return [
+            "Not measured here: the same losses from a run resumed halfway (`soak.py "
+            "--checkpoint-dir DIR --save-at N`, then `--resume` and `plot_soak.py --resumed`).",
+            "",
+        ]
+    n, start = c["steps"], c["resumed_from_step"]
+    saved, loaded = c.get("saved") or {}, c.get("checkpoint") or {}
+    equal = [r["equal"] for r in c["ranks"]]
+    if all(e == n for e in equal):
+        verdict = (
+            f"equal to the uninterrupted run's, bitwise, on all {n} steps on every rank (max "
+            "abs difference 0)"
+        )
+    else:
+        verdict = "not all equal to the uninterrupted run's: " + "; ".join(
+            f"rank {r['rank']} equal on {r['equal']} of {n} steps, first different at "
+            f"step {r['first_different']}, max abs difference {r['max_abs_difference']:.3g}"
+            for r in c["ranks"]
+        )
+    text = (
+        f"Resumed halfway. The run above saved its whole training state after its first "
+        f"{start} steps (steps 0-{start - 1}) "
+        f"(`Trainer.save_checkpoint`: weights, AdamW state, step and RNG states, "
+        f"{saved.get('save_seconds', float('nan')):.2f} s, into `{saved.get('dir')}`); a new "
+        f"pair of processes loaded it ({loaded.get('load_seconds', float('nan')):.2f} s) and "
+        f"ran steps {start}-{c['last_step']} (`{resumed_path}`, {c['started']}, "
+        f"{c['wall_seconds'] / 60:.0f} min). Its losses are {verdict}. Both runs planned the "
+        f"same plan (by hash) on {c['same_plan']} and counted the same tokens on "
+        f"{c['same_tokens']} of those {n} steps. Resident memory of the resumed ranks over steps "
+        f"{c['end'][0]}-{c['end'][1]} (median): "
+        + ", ".join(f"{r['rss_end_mib']:.1f} MiB" for r in c["ranks"])
+        + " (the uninterrupted run's: "
+        + ", ".join(f"{r['full_rss_end_mib']:.1f} MiB" for r in c["ranks"])
+        + ")."
+    )
+    if c["other_settings"]:
+        text += f" Settings that differ between the runs: {', '.join(c['other_settings'])}."
+    return [text, ""]
+
+
 def section(data: dict, image: str, results_path: str) -> list[str]:
     """The "Soak" section of docs/benchmarks.md, in markdown lines."""
     s = data["settings"]
@@ -131,10 +259,7 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
         f"{s['machine']}, torch {s['torch']}).",
         "",
         "```bash",
-        ".venv/bin/torchrun --nproc_per_node=2 benchmarks/soak.py --steps "
-        f"{s['steps']} --batch {s['batch']} --context {s['context']} --out {results_path}",
-        f".venv/bin/python benchmarks/plot_soak.py {results_path} --output docs/{image} "
-        "--docs docs/benchmarks.md",
+        *_commands(data, image, results_path),
         "```",
         "",
         f"![RSS, step time and loss over the soak]({image})",
@@ -162,7 +287,7 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
         "",
         f"After warm-up is the median of steps {v['warm'][0]}-{v['warm'][1]}, the end the "
         f"median of steps {v['end'][0]}-{v['end'][1]}; the slope is a least-squares fit over "
-        f"steps {v['warm'][0]}-{n - 1}. Drift is the end's median step time over the "
+        f"steps {v['warm'][0]}-{v['end'][1]}. Drift is the end's median step time over the "
         "warm-up's; per token divides each step's time by its tokens first, since every step "
         f"has other lengths. Loss {v['loss_first']:.3f} at step 0, {v['loss_last']:.3f} at "
         f"step {n - 1}."
@@ -177,10 +302,36 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
     ]
     if data.get("note"):
         lines += [data["note"], ""]
-    lines += [
-        "Not measured yet: the same losses from a run resumed halfway. That needs checkpoint "
-        "support (issue 14), which has not landed; the soak already draws step i's batch from "
-        "i alone, so a resumed run can be compared step by step once it has.",
-        "",
+    resumed = data.get("resumed")
+    return lines + _resumed_lines(resumed, resumed and resumed.get("path"))
+
+
+def _commands(data: dict, image: str, results_path: str) -> list[str]:
+    """The soak's command (with its checkpoint, if it saved one), the resumed run's and the
+    report's."""
+    s, saved = data["settings"], data.get("checkpoint") or {}
+    run = (
+        ".venv/bin/torchrun --nproc_per_node=2 benchmarks/soak.py --steps "
+        f"{s['steps']} --batch {s['batch']} --context {s['context']}"
+    )
+    resumed = data.get("resumed")
+    lines = [
+        run
+        + (
+            f" --checkpoint-dir {saved['dir']} --save-at {saved['saved_at_step']}"
+            if "saved_at_step" in saved
+            else ""
+        )
+        + f" --out {results_path}"
     ]
+    if resumed:
+        lines.append(
+            f"{run} --resume --checkpoint-dir {resumed['checkpoint']['dir']} --out "
+            f"{resumed['path']}"
+        )
+    lines.append(
+        f".venv/bin/python benchmarks/plot_soak.py {results_path} --output docs/{image} "
+        + (f"--resumed {resumed['path']} " if resumed else "")
+        + "--docs docs/benchmarks.md"
+    )
     return lines

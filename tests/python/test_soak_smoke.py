@@ -1,6 +1,8 @@
 """The soak (benchmarks/soak.py) for 5 short steps on 2 ranks under torchrun: its JSON holds the
 settings and finite per-step arrays for every rank, and benchmarks/plot_soak.py renders it (the
-verdict numbers, the PNG, the docs section). No thresholds: the full soak's numbers are in
+verdict numbers, the PNG, the docs section). Then a soak that saves its state after 2 steps and
+one resumed from that checkpoint: the resumed run's losses equal the uninterrupted one's, bitwise,
+and plot_soak.py --resumed says so. No thresholds: the full soak's numbers are in
 docs/benchmarks.md, measured, not asserted."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ BENCHMARKS = REPO / "benchmarks"
 STEPS = 5
 
 
-def run(command, timeout):
+def run(command, timeout, fails=False):
+    """The command's stdout (and stderr, when it is to fail), asserting it succeeds or fails."""
     done = subprocess.run(
         command,
         capture_output=True,
@@ -26,8 +29,21 @@ def run(command, timeout):
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
     log = f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
-    assert done.returncode == 0, log
-    return done.stdout
+    assert (done.returncode != 0) == fails, log
+    return done.stdout + (done.stderr if fails else "")
+
+
+def soak(out, *options, batch=4, fails=False):
+    """benchmarks/soak.py on 2 ranks for STEPS steps of `batch` sequences of at most 256 tokens."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += [str(BENCHMARKS / "soak.py"), "--steps", str(STEPS), "--batch", str(batch)]
+    command += ["--context", "256", "--save-every", "2", "--gc-every", "2", "--out", str(out)]
+    return run([*command, *options], timeout=300, fails=fails)
+
+
+def plot_soak(results, png, page, *options):
+    command = [sys.executable, str(BENCHMARKS / "plot_soak.py"), str(results)]
+    return run([*command, "--output", str(png), "--docs", str(page), *options], timeout=120)
 
 
 def finite(values):
@@ -36,29 +52,7 @@ def finite(values):
 
 def test_soak_writes_finite_curves_and_plots_them(tmp_path):
     out = tmp_path / "soak.json"
-    stdout = run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(BENCHMARKS / "soak.py"),
-            "--steps",
-            str(STEPS),
-            "--batch",
-            "4",
-            "--context",
-            "256",
-            "--save-every",
-            "2",
-            "--gc-every",
-            "2",
-            "--out",
-            str(out),
-        ],
-        timeout=300,
-    )
+    stdout = soak(out)
     assert "rank 0: RSS" in stdout and "rank 1: RSS" in stdout, stdout
     data = json.loads(out.read_text())
     assert data["complete"] is True and data["steps_done"] == STEPS
@@ -82,21 +76,44 @@ def test_soak_writes_finite_curves_and_plots_them(tmp_path):
     page.write_text("# Benchmarks\n\ntext\n\n## Reproducing\n\nmore\n")
     png = tmp_path / "soak.png"
     for _ in range(2):  # the second run replaces the section, not adds one
-        stdout = run(
-            [
-                sys.executable,
-                str(BENCHMARKS / "plot_soak.py"),
-                str(out),
-                "--output",
-                str(png),
-                "--docs",
-                str(page),
-            ],
-            timeout=120,
-        )
+        stdout = plot_soak(out, png, page)
     assert "rank 1: RSS" in stdout and "nan" not in stdout, stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = page.read_text()
     assert text.count("## Soak") == 1 and text.count("## Reproducing") == 1
     assert text.index("## Soak") < text.index("## Reproducing")
     assert "![RSS, step time and loss over the soak](img/soak.png)" in text
+    assert "Not measured here: the same losses from a run resumed halfway" in text
+
+
+def test_soak_resumed_halfway_has_the_same_losses(tmp_path):
+    ckpt, full, resumed = tmp_path / "ckpt", tmp_path / "soak.json", tmp_path / "resumed.json"
+    soak(full, "--checkpoint-dir", str(ckpt), "--save-at", "2")
+    soak(resumed, "--checkpoint-dir", str(ckpt), "--resume")
+    a, b = json.loads(full.read_text()), json.loads(resumed.read_text())
+    assert a["first_step"] == 0 and a["checkpoint"]["saved_at_step"] == 2
+    assert (ckpt / "step-2").is_dir()
+    assert b["complete"] is True and b["first_step"] == 2 and b["steps_done"] == STEPS - 2
+    assert b["checkpoint"]["resumed_from_step"] == 2 and b["checkpoint"]["loaded"].endswith("2")
+    assert [s for s, _ in b["ranks"][0]["gc_objects"]] == [2, 4]
+    assert b["plan_hashes"] == a["plan_hashes"][2:] and b["tokens"] == a["tokens"][2:]
+    for x, y in zip(a["ranks"], b["ranks"]):
+        assert y["loss"] == x["loss"][2:]  # JSON keeps a double exactly: bitwise equal
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n")
+    stdout = plot_soak(full, tmp_path / "soak.png", page, "--resumed", str(resumed))
+    steps = STEPS - 2
+    assert f"losses equal (bitwise) on {steps} of {steps} steps" in stdout, stdout
+    compared = json.loads(full.read_text())["resumed"]  # kept for benchmarks/report.py
+    assert compared["steps"] == steps and compared["resumed_from_step"] == 2
+    assert all(r["equal"] == steps and r["max_abs_difference"] == 0 for r in compared["ranks"])
+    text = page.read_text()
+    assert f"bitwise, on all {steps} steps on every rank" in text
+    assert "--resume --checkpoint-dir" in text and "--save-at 2" in text
+
+    # A resume whose batches would differ from the saved run's is refused.
+    stderr = soak(
+        tmp_path / "other.json", "--checkpoint-dir", str(ckpt), "--resume", batch=3, fails=True
+    )
+    assert "was saved with other batch settings: batch 4 (this run's: 3)" in stderr, stderr
