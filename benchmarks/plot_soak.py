@@ -102,9 +102,12 @@ def plot(data: dict, output: Path, resumed: dict | None = None) -> None:
             linestyle="--",
             label=f"resumed at step {start}, rolling median",
         )
+    saved_at = (data.get("checkpoint") or {}).get("saved_at_step")
     for ax in axes:
         for window in (warm, end):
             ax.axvspan(window.start, window.stop - 1, color="tab:green", alpha=0.08)
+        if saved_at is not None:
+            ax.axvline(saved_at - 0.5, color="tab:red", linestyle=":", linewidth=1)
     s = data["settings"]
     rss_ax.set_title(
         f"Soak: {n} steps, {s['world_size']} ranks, tiny LLaMA, {s['method']}, batch {s['batch']} "
@@ -114,7 +117,11 @@ def plot(data: dict, output: Path, resumed: dict | None = None) -> None:
     time_ax.set_ylabel("step time (s)")
     loss_ax.set_ylabel("loss")
     loss_ax.set_yscale("log")
-    loss_ax.set_xlabel("step (shaded: the windows compared)")
+    loss_ax.set_xlabel(
+        "step (shaded: the windows compared"
+        + (f"; dotted: checkpoint saved after step {saved_at - 1}" if saved_at else "")
+        + ")"
+    )
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)

@@ -217,8 +217,8 @@ def _resumed_lines(c: dict | None, resumed_path: str | None) -> list[str]:
         )
     text = (
         f"Resumed halfway. The run above saved its whole training state after its first "
-        f"{start} steps (steps 0-{start - 1}) "
-        f"(`Trainer.save_checkpoint`: weights, AdamW state, step and RNG states, "
+        f"{start} steps (steps 0-{start - 1}; `Trainer.save_checkpoint`: weights, AdamW state, "
+        "step and RNG states, "
         f"{saved.get('save_seconds', float('nan')):.2f} s, into `{saved.get('dir')}`); a new "
         f"pair of processes loaded it ({loaded.get('load_seconds', float('nan')):.2f} s) and "
         f"ran steps {start}-{c['last_step']} (`{resumed_path}`, {c['started']}, "
