@@ -101,8 +101,85 @@ void bind_kernels(py::module_& m) {
       "slices (Slice or (seq, start, end) tuples) lie in the rows back to back and each "
       "attends causally to its own sequence, through kv[i], its SequenceKV, for a slice of a "
       "split one (None for a whole sequence; kv=[]: all whole). Returns [T, heads, head_dim], "
-      "differentiable. scale <= 0 means 1/sqrt(head_dim). backend: 'auto' (flash on CPU), "
-      "'flash' or 'math'.");
+      "differentiable. scale <= 0 means 1/sqrt(head_dim). backend: 'auto' (CPU: ATen's CPU "
+      "flash kernels per slice; CUDA: ATen's varlen flash or memory-efficient kernel, else the "
+      "math path with a warning), 'flash', 'efficient' (CUDA), 'varlen' (the CUDA path's layout; "
+      "on the CPU through the CPU flash kernels) or 'math'.");
+
+  m.def(
+      "attention_kernel",
+      [](const std::string& device, at::ScalarType dtype, int64_t head_dim,
+         const std::string& backend, bool device_supports_flash) {
+        at::Device d(device);
+        kn::DeviceKind kind = d.is_cpu()    ? kn::DeviceKind::Cpu
+                              : d.is_cuda() ? kn::DeviceKind::Cuda
+                                            : kn::DeviceKind::Other;
+        kn::ElementType t = dtype == at::kHalf       ? kn::ElementType::Float16
+                            : dtype == at::kBFloat16 ? kn::ElementType::BFloat16
+                            : dtype == at::kFloat    ? kn::ElementType::Float32
+                            : dtype == at::kDouble   ? kn::ElementType::Float64
+                                                     : kn::ElementType::Other;
+        auto choice =
+            kn::choose_kernel(kn::parse_backend(backend), kind, t, head_dim, device_supports_flash);
+        return py::make_tuple(kn::to_string(choice.kernel), choice.fallback_warning);
+      },
+      py::arg("device"), py::arg("dtype"), py::arg("head_dim"), py::arg("backend") = "auto",
+      py::arg("device_supports_flash") = true,
+      "The kernel chunk_attention picks on a device ('cpu', 'cuda', ...) for inputs of dtype and "
+      "head_dim, needing no such device: (kernel, warning), kernel one of 'cpu_flash', "
+      "'varlen_cpu', 'cuda_flash', 'cuda_efficient', 'math'; warning non-empty when the math "
+      "path is a fallback. device_supports_flash: what ATen says of the CUDA device.");
+
+  m.def(
+      "attention_kernel_for",
+      [](const at::Tensor& q, const std::string& backend) {
+        return kn::to_string(kn::attention_kernel(q, kn::parse_backend(backend)));
+      },
+      py::arg("q"), py::arg("backend") = "auto",
+      "The kernel chunk_attention runs for q [T, heads, head_dim] on its own device.");
+
+  m.def(
+      "varlen_layout",
+      [](const std::vector<infinipipe::Slice>& slices, const std::vector<bool>& buffered) {
+        if (buffered.size() != slices.size())
+          throw py::value_error("varlen_layout: one `buffered` flag per slice");
+        std::vector<kn::SegmentRows> rows;
+        int64_t row = 0;
+        for (size_t i = 0; i < slices.size(); ++i) {
+          rows.push_back({row, slices[i].start, slices[i].length(), buffered[i]});
+          row += slices[i].length();
+        }
+        kn::VarlenLayout l = kn::varlen_layout(rows);
+        py::list entries;
+        for (const auto& e : l.entries) {
+          py::dict d;
+          d["row"] = e.row;
+          d["start"] = e.start;
+          d["length"] = e.length;
+          d["buffered"] = e.buffered;
+          d["key_offset"] = e.key_offset;
+          d["key_length"] = e.key_length;
+          d["own_offset"] = e.own_offset();
+          entries.append(d);
+        }
+        const char* source = l.source == kn::VarlenLayout::Source::ChunkRows   ? "chunk_rows"
+                             : l.source == kn::VarlenLayout::Source::OneBuffer ? "one_buffer"
+                                                                               : "gathered";
+        py::dict out;
+        out["entries"] = entries;
+        out["cu_seq_q"] = l.cu_seq_q;
+        out["cu_seq_k"] = l.cu_seq_k;
+        out["max_q"] = l.max_q;
+        out["max_k"] = l.max_k;
+        out["total_q"] = l.total_q;
+        out["total_k"] = l.total_k;
+        out["source"] = source;
+        return out;
+      },
+      py::arg("slices"), py::arg("buffered"),
+      "The chunk of these slices (rows back to back) as one varlen attention call: cumulative "
+      "query/key offsets, each entry's rows of the gathered K/V, and where those come from "
+      "(docs/runtime.md, 'On GPUs'). buffered[i]: slice i's keys come from its K/V buffer.");
 }
 
 }  // namespace

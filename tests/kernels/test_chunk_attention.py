@@ -1,7 +1,10 @@
 """Chunk attention (src/kernels/chunk_attention.cc) against plain causal attention.
 
-Run with PYTHONPATH=python after building the module (DEVELOPERS.md). Every test runs both
-backends: "flash" (ATen's CPU flash kernels) and "math" (explicit matmul/softmax).
+Run with PYTHONPATH=python after building the module (DEVELOPERS.md). Every test runs three
+backends: "flash" (ATen's CPU flash kernels per slice), "varlen" (the CUDA path's layout: the
+chunk as one variable-length call over K/V gathered from the buffers, each entry through the CPU
+flash kernels, gradients scattered back; docs/runtime.md, "On GPUs") and "math" (explicit
+matmul/softmax). The CUDA kernels themselves: test_chunk_attention_cuda.py.
 """
 
 import random
@@ -14,8 +17,10 @@ from infinipipe import _C  # built by setup.sh (DEVELOPERS.md); a missing build 
 
 SequenceKV, Slice, chunk_attention = _C.SequenceKV, _C.Slice, _C.chunk_attention
 
-BACKENDS = ["flash", "math"]
-TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
+BACKENDS = ["flash", "varlen", "math"]
+# bf16 keeps 8 bits of mantissa, fp16 11: 16-bit inputs are checked within their rounding of the
+# float64 reference computed from the same (rounded) values; the kernels reduce them in float32
+TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 1.5e-2, torch.float16: 2e-3}
 HEADS = [(4, 4), (4, 2), (6, 1)]  # (heads, kv_heads): MHA, GQA, MQA
 
 
@@ -26,14 +31,14 @@ def reference(q, k, v, scale):
     k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
     s = torch.einsum("ihd,jhd->hij", q, k) * scale
     n = q.shape[0]
-    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return torch.einsum("hij,jhd->ihd", s.softmax(-1), v)
 
 
 def rel_err(a, b):
     """max |a - b| / max |b|; a reference that is zero in theory (dk of a one-token sequence)
     is compared absolutely, at 1e-6 times the tolerance."""
-    a, b = a.double(), b.double()
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
 
 
@@ -58,7 +63,9 @@ def run_schedule(seqs, chunks, forward_order, backward_order, grads, scale, back
     (detached) and the buffers."""
     dtype = seqs[0][0].dtype
     bufs = {
-        i: SequenceKV(seqs[i][0].shape[0], seqs[i][1].shape[1], seqs[i][0].shape[2], dtype)
+        i: SequenceKV(
+            seqs[i][0].shape[0], seqs[i][1].shape[1], seqs[i][0].shape[2], dtype, seqs[i][0].device
+        )
         for i in split
     }
     outs = [torch.zeros_like(q).detach() for q, _, _ in seqs]
@@ -88,7 +95,7 @@ def check_against_reference(seqs, outs, grads, scale, tol):
     for (q, k, v), out, g in zip(seqs, outs, grads):
         q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
         ref = reference(q64, k64, v64, scale)
-        ref.backward(g.double())
+        ref.backward(g.double().to(ref.device))
         assert rel_err(out, ref) < tol
         for t, r in ((q, q64), (k, k64), (v, v64)):
             assert t.grad is not None
@@ -174,7 +181,7 @@ def test_packed_sequences_do_not_leak(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 def test_hybrid_chunk(backend, dtype):
     # a long sequence in three slices; its tail shares a chunk with two whole sequences (tail in
     # the middle of the rows), and the first slice's chunk holds a whole sequence too
@@ -184,6 +191,7 @@ def test_hybrid_chunk(backend, dtype):
     grads = [torch.randn(n, 4, 8, dtype=torch.float64, generator=gen).to(dtype) for n in lengths]
     chunks = [[(0, 0, 30), (3, 0, 9)], [(0, 30, 51)], [(1, 0, 12), (0, 51, 70), (2, 0, 20)]]
     outs, bufs = run_schedule(seqs, chunks, [0, 1, 2], [2, 1, 0], grads, 0.3, backend, {0})
+    assert outs[0].dtype == dtype and seqs[0][0].grad.dtype == dtype
     check_against_reference(seqs, outs, grads, 0.3, TOL[dtype])
     assert not bufs[0].dk.any()
 
@@ -329,6 +337,8 @@ def test_errors():
         chunk_attention(q, k, v, [(0, 0, 8)], [SequenceKV(8, 2, 4, torch.float64)])
     with pytest.raises(_C.Error, match="backend"):
         chunk_attention(q, k, v, [(0, 0, 8)], backend="cuda")
+    with pytest.raises(_C.Error, match="CUDA only"):
+        chunk_attention(q, k, v, [(0, 0, 8)], backend="efficient")
 
 
 def test_sequence_kv_binding():
@@ -372,3 +382,100 @@ def test_accumulators_appear_at_the_first_backward_only(backend):
         a, b = cuts[i]
         outs[i].backward(torch.randn(b - a, 4, 8, dtype=torch.float64, generator=gen))
     assert not kv.dk.any() and not kv.dv.any()
+
+
+# --- the varlen layout (attention_layout.h) ---------------------------------------------------
+
+
+def test_varlen_layout_of_a_hybrid_chunk():
+    """A whole sequence, a split sequence's middle slice (context 30), a whole one: its offsets,
+    each entry's rows of the gathered K/V, and the gather's source."""
+    slices = [(3, 0, 9), (0, 30, 51, 70), (4, 0, 5)]
+    layout = _C.kernels.varlen_layout(slices, [False, True, False])
+    assert layout["cu_seq_q"] == [0, 9, 30, 35]
+    assert layout["cu_seq_k"] == [0, 9, 9 + 51, 9 + 51 + 5]
+    assert (layout["max_q"], layout["max_k"]) == (21, 51)
+    assert (layout["total_q"], layout["total_k"]) == (35, 65)
+    assert layout["source"] == "gathered"
+    e = layout["entries"]
+    assert [x["key_offset"] for x in e] == [0, 9, 60]
+    assert [x["key_length"] for x in e] == [9, 51, 5]
+    # own rows: the whole ones' keys are their rows; the slice's follow its 30 context rows
+    assert [x["own_offset"] for x in e] == [0, 39, 60]
+
+
+def test_varlen_layout_sources():
+    whole = _C.kernels.varlen_layout([(0, 0, 4), (1, 0, 6)], [False, False])
+    assert whole["source"] == "chunk_rows" and whole["cu_seq_k"] == whole["cu_seq_q"] == [0, 4, 10]
+    one = _C.kernels.varlen_layout([(0, 12, 20, 40)], [True])
+    assert one["source"] == "one_buffer" and one["cu_seq_k"] == [0, 20] and one["max_k"] == 20
+    first = _C.kernels.varlen_layout([(0, 0, 8, 40), (1, 0, 3)], [True, False])
+    assert first["source"] == "gathered" and first["entries"][0]["own_offset"] == 0
+    with pytest.raises(_C.Error, match="without a K/V buffer"):
+        _C.kernels.varlen_layout([(0, 3, 8)], [False])
+
+
+def test_varlen_layout_gathers_what_the_per_slice_path_reads():
+    """Keys gathered by the layout's rows equal, entry by entry, the keys the CPU path attends
+    to: the buffer's [0, end) for a split slice, the slice's own rows otherwise; and a
+    bottom-right causal mask per entry is the CPU path's mask."""
+    gen = torch.Generator().manual_seed(11)
+    n = 40
+    k_seq = torch.randn(n, 2, 4, dtype=torch.float64, generator=gen)
+    k_whole = torch.randn(7, 2, 4, dtype=torch.float64, generator=gen)
+    slices, buffered = [(1, 0, 7), (0, 25, 40)], [False, True]
+    layout = _C.kernels.varlen_layout(slices, buffered)
+    chunk_k = torch.cat([k_whole, k_seq[25:40]])
+    gathered = torch.cat([chunk_k[0:7], k_seq[0:40]])  # what gather_keys builds
+    for entry, (_seq, a, b) in zip(layout["entries"], slices):
+        keys = gathered[entry["key_offset"] : entry["key_offset"] + entry["key_length"]]
+        want = k_seq[:b] if entry["buffered"] else chunk_k[entry["row"] : entry["row"] + b - a]
+        assert torch.equal(keys, want)
+        own = gathered[entry["own_offset"] : entry["own_offset"] + entry["length"]]
+        assert torch.equal(own, chunk_k[entry["row"] : entry["row"] + entry["length"]])
+        # bottom-right: query i of the entry sees keys [0, key_length - length + i]
+        s, nk = entry["length"], entry["key_length"]
+        bottom_right = torch.ones(s, nk, dtype=torch.bool).tril(nk - s)
+        per_slice = torch.arange(nk)[None, :] <= (a + torch.arange(s))[:, None]
+        assert torch.equal(bottom_right, per_slice)
+
+
+@pytest.mark.parametrize(
+    "device,dtype,head_dim,backend,flash_ok,kernel",
+    [
+        ("cpu", torch.bfloat16, 64, "auto", True, "cpu_flash"),
+        ("cpu", torch.float64, 64, "varlen", True, "varlen_cpu"),
+        ("cpu", torch.float32, 64, "math", True, "math"),
+        ("cuda", torch.bfloat16, 128, "auto", True, "cuda_flash"),
+        ("cuda", torch.float16, 256, "auto", True, "cuda_flash"),
+        ("cuda", torch.bfloat16, 264, "auto", True, "cuda_efficient"),  # head_dim > 256
+        ("cuda", torch.bfloat16, 100, "auto", True, "cuda_efficient"),  # not a multiple of 8
+        ("cuda", torch.bfloat16, 128, "auto", False, "cuda_efficient"),  # device without flash
+        ("cuda", torch.float32, 128, "auto", True, "cuda_efficient"),
+        ("cuda", torch.float32, 128, "varlen", True, "cuda_efficient"),
+        ("cuda", torch.float64, 64, "auto", True, "math"),  # fallback, warned
+        ("cuda", torch.float64, 64, "math", True, "math"),  # asked for: no warning
+        ("cuda", torch.bfloat16, 128, "efficient", True, "cuda_efficient"),
+    ],
+)
+def test_kernel_choice(device, dtype, head_dim, backend, flash_ok, kernel):
+    got, warning = _C.kernels.attention_kernel(device, dtype, head_dim, backend, flash_ok)
+    assert got == kernel
+    fallback = device == "cuda" and kernel == "math" and backend != "math"
+    assert bool(warning) == fallback
+    if fallback:
+        assert "math path" in warning and "float64" in warning
+
+
+def test_kernel_choice_refusals():
+    with pytest.raises(_C.Error, match="float16 or bfloat16, not float32"):
+        _C.kernels.attention_kernel("cuda", torch.float32, 64, "flash")
+    with pytest.raises(_C.Error, match="multiple of 8"):
+        _C.kernels.attention_kernel("cuda", torch.bfloat16, 100, "flash")
+    with pytest.raises(_C.Error, match="float16, bfloat16 or float32, not float64"):
+        _C.kernels.attention_kernel("cuda", torch.float64, 64, "efficient")
+    with pytest.raises(_C.Error, match="CUDA only"):
+        _C.kernels.attention_kernel("cpu", torch.float32, 64, "efficient")
+    # the kernel for a real tensor, on this machine's CPU
+    assert _C.kernels.attention_kernel_for(torch.zeros(2, 2, 8)) == "cpu_flash"
+    assert _C.kernels.attention_kernel_for(torch.zeros(2, 2, 8), "varlen") == "varlen_cpu"

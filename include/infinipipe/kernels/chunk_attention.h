@@ -21,6 +21,12 @@
 // A chunk holds at most one slice of a sequence (one segment per buffer).
 // Re-running a forward (recompute of a checkpointed layer) rewrites the same K/V: harmless. The
 // accumulators are only touched by backward.
+//
+// Kernels (attention_layout.h, choose_kernel): on the CPU, per slice, ATen's CPU flash kernels;
+// on CUDA the whole chunk is one call of ATen's varlen flash kernel (float16/bfloat16, head_dim
+// <= 256 and a multiple of 8) or memory-efficient kernel (also float32), over the K/V buffers'
+// rows gathered per slice; anything else (float64) runs the math path, with a warning logged
+// once. The "varlen" backend runs the CUDA path's layout on the CPU, for the tests.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -31,6 +37,7 @@
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
+#include "infinipipe/kernels/attention_layout.h"
 
 namespace infinipipe::kernels {
 
@@ -57,22 +64,18 @@ struct SequenceKV {
   int64_t nbytes() const;
 };
 
-enum class Backend {
-  Auto,   // Flash on CPU, Math elsewhere
-  Flash,  // ATen's CPU flash-attention kernels (no T x T matrix, no mask tensor); CPU only
-  Math,   // explicit matmul/softmax on any device (materialises probabilities per segment)
-};
-
-// "auto", "flash" or "math"; Error naming the valid names otherwise.
-Backend parse_backend(const std::string& name);
-
 // kv[i]: the buffer of slice i, null for a whole sequence; empty: every slice is whole.
 using SliceBuffers = std::vector<std::shared_ptr<SequenceKV>>;
 
 // Returns the attention output [T, heads, head_dim], differentiable w.r.t. q, k, v. The slices
-// must tile the T rows. scale <= 0 means 1 / sqrt(head_dim).
+// must tile the T rows. scale <= 0 means 1 / sqrt(head_dim). 16-bit inputs are reduced in
+// float32 (softmax statistics and the merge of partial results), outputs are in the inputs' dtype.
 at::Tensor chunk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const std::vector<Slice>& slices, const SliceBuffers& kv = {},
                            double scale = 0.0, Backend backend = Backend::Auto);
+
+// The kernel chunk_attention would run for q on its device (asks ATen, once per device, dtype
+// and head size, whether its flash kernel runs there). Logs nothing.
+Kernel attention_kernel(const at::Tensor& q, Backend backend = Backend::Auto);
 
 }  // namespace infinipipe::kernels
