@@ -122,6 +122,7 @@ def _state_to_save(trainer: Any, extra: Any) -> dict[str, Any]:
     state: dict[str, Any] = {}
     for name, value in _module_state(trainer).items():
         state[f"model/{name}"] = value
+    state.update(_masters(trainer))
     names = _optimizer_names(trainer)
     saved = trainer.optimizer.state_dict()
     for index, values in saved["state"].items():
@@ -383,6 +384,7 @@ def _template(trainer: Any, metadata: Any, meta: dict[str, Any], directory: Path
                     f"{list(md.size)}, the trainer's is {value.dtype} {list(value.shape)}"
                 )
         template[key] = value
+    template.update({k: v for k, v in _masters(trainer).items() if k in stored})
     for name in _optimizer_names(trainer).values():
         prefix = f"optim/state/{name}/"
         for key, md in stored.items():
@@ -413,6 +415,13 @@ def _apply(trainer: Any, loaded: dict[str, Any], meta: dict[str, Any], directory
     module = trainer.module
     weights = {k[len("model/") :]: v for k, v in loaded.items() if k.startswith("model/")}
     module.load_state_dict(weights)  # in place already for modules whose state_dict aliases
+    masters = _masters(trainer)
+    if masters and not all(k in loaded for k in masters):
+        trainer.master.refresh_from_model()  # saved without masters: from the weights
+    with torch.no_grad():
+        for key, m in masters.items():
+            if key in loaded and loaded[key] is not m:
+                m.copy_(loaded[key])
 
     names = _optimizer_names(trainer)
     settings: dict[str, dict] = {}  # parameter name -> its group's settings when saved
@@ -500,12 +509,30 @@ def _module_state(trainer: Any) -> dict[str, Any]:
     return dict(module.state_dict())
 
 
+def _masters(trainer: Any) -> dict[str, torch.Tensor]:
+    """The fp32 master weights of a mixed-precision trainer as `master/<name>` (read in place on
+    load); none without them."""
+    master = getattr(trainer, "master", None)
+    if master is None:
+        return {}
+    found = {}
+    for name, p in trainer.module.named_parameters():
+        m = master.master_of(p)
+        if m is not None:
+            found.setdefault(f"master/{name}", m)
+    return found
+
+
 def _optimizer_names(trainer: Any) -> dict[int, str]:
-    """The name of each optimizer parameter, by its index in optimizer.state_dict()."""
+    """The name of each optimizer parameter (a stage parameter or its master weight), by its
+    index in optimizer.state_dict()."""
     by_id, by_storage = {}, {}
+    master = getattr(trainer, "master", None)
     for name, p in trainer.module.named_parameters():
         by_id.setdefault(id(p), name)
         by_storage.setdefault(_storage_key(p), name)
+        if master is not None and master.master_of(p) is not None:
+            by_id.setdefault(id(master.master_of(p)), name)
     names, index = {}, 0
     for group in trainer.optimizer.param_groups:
         for p in group["params"]:

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C, profiled_cost
+from . import _C, mixed_precision, profiled_cost
 from .agreement import agree, agree_on_setup, digest
 from .cost import cost_model_for, cost_model_name, default_budget, hardware_memory
 from .errors import BatchError, Error
@@ -115,8 +115,10 @@ class Trainer:
     optimizer_factory: `factory(parameters) -> torch.optim.Optimizer` (default AdamW, lr 1e-3).
     layer_split: layers per stage (a list), or a stage count split evenly; default: one stage
         per process, split evenly.
-    plan: a PlanConfig. dtype: the model's (default: the config's). timeout_s: how long any
-        rank waits for a peer before declaring it lost.
+    plan: a PlanConfig. dtype: the model's (default: the config's). master_dtype: the dtype of
+        the master weights the optimizer steps (mixed_precision.py); default float32 for a
+        bfloat16/float16 model, none (the optimizer steps the model's own parameters) otherwise.
+        timeout_s: how long any rank waits for a peer before declaring it lost.
     group: a torch.distributed ProcessGroup; default: the default group, initialised here from
         torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK), Gloo
         on CPU and NCCL when CUDA is available; a single process without that environment
@@ -131,6 +133,7 @@ class Trainer:
         layer_split: int | Sequence[int] | None = None,
         plan: PlanConfig | None = None,
         dtype: torch.dtype | None = None,
+        master_dtype: torch.dtype | None | str = "default",
         model_config: llama.LlamaConfig | None = None,
         timeout_s: float = 300.0,
         seed: int = 0,
@@ -154,6 +157,11 @@ class Trainer:
             raise TypeError(f"Trainer: model must be a LlamaConfig or a factory, got {model!r}")
         self.dtype = dtype if dtype is not None else config.dtype
         self.config = config.replace(dtype=self.dtype)
+        self.master_dtype = (
+            mixed_precision.default_master_dtype(self.dtype)
+            if master_dtype == "default"
+            else master_dtype
+        )
 
         use_cuda = torch.cuda.is_available()
         self.device = (
@@ -212,6 +220,7 @@ class Trainer:
             self.plan_config,
             self.memory_budget_bytes,
             str(self.dtype),
+            str(self.master_dtype),
             self.world_size,
         )
 
@@ -242,7 +251,12 @@ class Trainer:
             )
         self.parameters = list(self.protocol.parameters())
         factory = optimizer_factory or (lambda params: torch.optim.AdamW(params, lr=1e-3))
-        self.optimizer = factory(self.parameters)
+        self.master = (
+            mixed_precision.MasterWeights(self.parameters, self.master_dtype)
+            if self.master_dtype is not None
+            else None
+        )
+        self.optimizer = factory(self.master.params if self.master else self.parameters)
 
         self.cost = cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
         self.cost_model_name = cost_model_name(self.plan_config)
@@ -461,7 +475,10 @@ class Trainer:
     def optimizer_step(self) -> None:
         """Steps the optimizer on the accumulated gradients (which stay until zero_grad())."""
         self._sum_tied_gradients()
-        self.optimizer.step()
+        if self.master is not None:
+            self.master.step(self.optimizer)
+        else:
+            self.optimizer.step()
         self._steps += 1
 
     @property
