@@ -93,9 +93,11 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
     if (values[pick] >= problem.upper[pick]) priority[pick] = 0;
     for (const Entry& e : column(pick)) {
       const double before = remaining[e.row];
-      if (before <= 0) continue;
       const double after = before - e.coef;
+      // Kept for satisfied rows too: the clean-up below reads the slack from it, and must see
+      // what later picks added to a row an earlier pick satisfied.
       remaining[e.row] = after;
+      if (before <= 0) continue;
       if (after <= 0) --violated;
       // While the row still needs more than any single increment gives, no score in it changes.
       if (after >= max_coef[e.row]) continue;

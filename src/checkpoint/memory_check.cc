@@ -25,7 +25,7 @@ MemoryCheck::MemoryCheck(const Schedule& schedule, const std::vector<Chunk>& chu
     : schedule_(schedule), chunks_(chunks), cost_(cost), budget_(budget_bytes) {
   moments_.reserve(schedule.num_stages());
   for (int p = 0; p < schedule.num_stages(); ++p)
-    moments_.push_back(memory_moments(schedule, p, chunks, cost));
+    moments_.push_back(binding_moments(schedule, p, chunks, cost));
   unrecomputed_ = held_bytes(Recompute{});
 }
 

@@ -33,7 +33,7 @@ int first_unsatisfiable_row(const TiedProblem& problem);
 // The greedy answer must be valid input for the other solvers; throws Error when sizes disagree.
 void check_problem_shape(const TiedProblem& problem);
 
-// The tied problem from memory moments already computed ([stage], as memory_moments gives them).
+// The tied problem from memory moments already computed ([stage], as binding_moments gives them).
 TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk>& chunks,
                                const CostModel& cost, double memory_budget_bytes,
                                const std::vector<std::vector<MemoryMoment>>& moments);

@@ -80,7 +80,7 @@ std::vector<std::vector<MemoryMoment>> all_moments(const Schedule& schedule,
                                                    const CostModel& cost) {
   std::vector<std::vector<MemoryMoment>> moments;
   for (int p = 0; p < schedule.num_stages(); ++p)
-    moments.push_back(memory_moments(schedule, p, chunks, cost));
+    moments.push_back(binding_moments(schedule, p, chunks, cost));
   return moments;
 }
 

@@ -74,23 +74,33 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   // over the budget whose set shares nothing with the last one picked.
   cand.recompute_floor.assign(num_stages, 0);
   std::vector<double> activation(n);
-  std::vector<char> flying(n, 0), marked(n, 0);
+  std::vector<char> marked(n, 0);
+  // The chunks in flight, unordered, with each one's place in the list: marking them all costs
+  // the list's length, not n (n^2 over a step of thousands of chunks).
+  std::vector<int> flying, place(n, -1);
   for (int p = 0; p < num_stages; ++p) {
     for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
     const int warmup = std::min(n, (num_stages - 1 - p) + (k_max - 1));
     const double fixed = cost.model_state_bytes(p);
-    std::fill(flying.begin(), flying.end(), 0);
+    flying.clear();
+    std::fill(place.begin(), place.end(), -1);
     std::fill(marked.begin(), marked.end(), 0);
     double in_flight = 0, most = 0, disjoint_excess = 0;
     int marked_left = 0;
     for (int i = 0; i < n; ++i) {
       const int added = order.forward[i];
       in_flight += activation[added];
-      flying[added] = 1;
+      place[added] = static_cast<int>(flying.size());
+      flying.push_back(added);
       if (i > warmup) {
         const int removed = order.backward[i - warmup - 1];
         in_flight -= activation[removed];
-        flying[removed] = 0;
+        if (place[removed] >= 0) {
+          place[flying.back()] = place[removed];
+          flying[place[removed]] = flying.back();
+          flying.pop_back();
+          place[removed] = -1;
+        }
         if (marked[removed]) {
           marked[removed] = 0;
           --marked_left;
@@ -100,11 +110,10 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
       const double over = fixed + in_flight - budget_bytes;
       if (over > 0 && marked_left == 0) {
         disjoint_excess += over;
-        for (int c = 0; c < n; ++c)
-          if (flying[c]) {
-            marked[c] = 1;
-            ++marked_left;
-          }
+        for (int c : flying) {
+          marked[c] = 1;
+          ++marked_left;
+        }
       }
     }
     cand.excess[p] = std::max(0.0, fixed + most - budget_bytes);

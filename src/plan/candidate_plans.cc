@@ -1,6 +1,10 @@
 #include "candidate_plans.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
 
 #include "infinipipe/schedule/scheduler.h"
 #include "planner_support.h"
@@ -55,8 +59,75 @@ bool several_chain_lengths(const std::vector<Chunk>& chunks) {
   return false;
 }
 
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Floors that no waves, order or recompute can lower. When the backward of a split sequence's
+// last slice starts on a stage, every chunk holding one of its slices is in flight there (a
+// sequence's slices go backward in reverse), with every layer's input kept at the least, the
+// K/V buffers of every split sequence in those chunks still open (none of their first slices
+// has gone backward), the dK/dV buffers of those in the last chunk just opened, and that
+// chunk's backward workspace: memory_timeline.h counts the same terms at that moment, plus
+// whatever else is in flight.
+bool chunk_floor_exceeds(const std::vector<Chunk>& chunks, const CostModel& cost, double budget,
+                         std::string& why) {
+  std::map<int, std::vector<int>> chunks_of;  // split sequence -> chunks, in slice order
+  std::map<int, int64_t> length_of;
+  for (int c = 0; c < static_cast<int>(chunks.size()); ++c)
+    for (const Slice& s : chunks[c].slices)
+      if (!s.whole()) {
+        chunks_of[s.seq].push_back(c);
+        length_of[s.seq] = s.seq_length;
+      }
+  auto slice_start = [&](int c, int seq) {
+    for (const Slice& s : chunks[c].slices)
+      if (s.seq == seq) return s.start;
+    return int64_t{0};
+  };
+  // Summed in another order than the walk's: a margin keeps rounding from calling a fit a miss.
+  const double limit = budget * (1 + 1e-6);
+  for (int p = 0; p < cost.num_stages(); ++p) {
+    const int full = cost.layers(p);
+    for (auto& [seq, held] : chunks_of) {
+      std::sort(held.begin(), held.end(),
+                [&](int a, int b) { return slice_start(a, seq) < slice_start(b, seq); });
+      const int last = held.back();
+      std::set<int> open;
+      double bytes = cost.model_state_bytes(p) + cost.backward_workspace_bytes(chunks[last], p);
+      for (int c : held) {
+        bytes += cost.activation_bytes(chunks[c], p, full);
+        for (const Slice& s : chunks[c].slices)
+          if (!s.whole() && open.insert(s.seq).second)
+            bytes += cost.kv_buffer_bytes(length_of[s.seq], p);
+      }
+      for (const Slice& s : chunks[last].slices)
+        if (!s.whole()) bytes += cost.kv_buffer_bytes(length_of[s.seq], p);
+      if (bytes > limit) {
+        char text[320];
+        std::snprintf(text, sizeof text,
+                      "sequence %d (%lld tokens) needs %.2f GiB on stage %d at the backward of "
+                      "its last slice even with every layer recomputed (its %zu chunks in "
+                      "flight and their K/V buffers), over the budget of %.2f GiB",
+                      seq, static_cast<long long>(length_of[seq]), bytes / kGiB, p, held.size(),
+                      budget / kGiB);
+        why = text;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool recompute_cannot_fit(const Candidate& cand, const CostModel& cost,
                           const PlannerOptions& options, std::string& reason) {
+  std::string why;
+  if (chunk_floor_exceeds(cand.chunks, cost, options.memory_budget_bytes, why)) {
+    reason = label(cand.setting) + ": " + why;
+    return true;
+  }
   if (chains(cand.chunks).size() != 1) return false;
   for (int p = 0; p < cost.num_stages(); ++p)
     for (const Chunk& chunk : cand.chunks)

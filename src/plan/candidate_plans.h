@@ -22,7 +22,8 @@ bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostMod
 // length, so with one length it can only make the one wave again.
 bool several_chain_lengths(const std::vector<Chunk>& chunks);
 
-// True when recompute cannot make the candidate fit: its chunks form one chain (so the grouping
+// True when recompute cannot make the candidate fit: some chunk's floor exceeds the budget on
+// some stage, or its chunks form one chain (so the grouping
 // into waves can only make the one wave again) and even recomputing every layer of every chunk
 // leaves some moment of its one wave over budget; `reason` then says where. Recompute holds
 // less the more layers it recomputes (CostModel::activation_bytes is linear in them), so no

@@ -8,6 +8,7 @@
 #include "candidate.h"
 #include "candidate_plans.h"
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/log.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/plan/static_baseline.h"
 #include "planner_support.h"
@@ -29,6 +30,21 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
                 best.checkpoint.solver);
   call.finish(result.plan, cost);
   return result;
+}
+
+// The search's work (PlannerOptions::search_work_limit): simulating a candidate visits each
+// chunk on each stage. Its recompute and waves solve programs with a row per memory moment (up
+// to two per chunk and stage) over the chunks in flight, at most the stages plus the longest
+// chain under 1F1B: so as many chunk-stages again, times that width.
+int64_t simulation_work(const Candidate& cand, const PlannerOptions& options) {
+  return static_cast<int64_t>(cand.chunks.size()) * options.num_stages;
+}
+
+int64_t recompute_work(const Candidate& cand, const PlannerOptions& options) {
+  size_t longest_chain = 1;
+  for (const std::vector<int>& chain : chains(cand.chunks))
+    longest_chain = std::max(longest_chain, chain.size());
+  return simulation_work(cand, options) * static_cast<int64_t>(options.num_stages + longest_chain);
 }
 
 }  // namespace
@@ -212,15 +228,34 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     }
   };
 
+  // INFINIPIPE_LOG_LEVEL=trace: one line per candidate looked at, to see where a search goes.
+  auto trace_step = [&](const char* what, const Candidate& cand) {
+    if (!log::enabled(log::Level::kTrace)) return;
+    char text[1200];
+    std::snprintf(text, sizeof text,
+                  "epp search: %s %s, %zu chunks, key %.3f, step %.3f, best %.3f", what,
+                  label(cand.setting).c_str(), cand.chunks.size(), cand.key, cand.sim.step_time_s,
+                  have_best ? best.sim.step_time_s : -1.0);
+    log::write(log::Level::kTrace, text);
+  };
+  auto over_limit = [&]() {
+    return have_best && options.search_work_limit > 0 && counts.work >= options.search_work_limit;
+  };
   while (!queue.empty()) {
     check_not_cancelled(options);
     Candidate& cand = candidates[queue.top()];
     const int index = queue.top();
     queue.pop();
     if (have_best && cand.key >= best.sim.step_time_s) break;
+    if (over_limit()) {
+      counts.budget_exhausted = true;
+      break;
+    }
     if (!cand.simulated) {
       ++counts.tried;
+      counts.work += simulation_work(cand, options);
       one_wave_without_recompute(cand, cost, options);
+      trace_step("simulated", cand);
       if (!cand.sim.over_budget) {
         keep(cand);
       } else {
@@ -238,9 +273,11 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
     ++counts.recomputed;
+    counts.work += recompute_work(cand, options);
     const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity,
                                           may_group, cost, options, reason, grouped);
     groupings[family] += grouped;
+    trace_step(fits ? "recomputed" : ("recompute failed: " + reason).c_str(), cand);
     if (fits) keep(cand);
   }
   candidates.clear();
@@ -267,7 +304,12 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
         ++counts.candidates;
         pipeline_bound(tapered, cost, options.num_stages, options.memory_budget_bytes);
         if (tapered.bound >= best.sim.step_time_s) continue;
+        if (over_limit()) {
+          counts.budget_exhausted = true;
+          break;
+        }
         ++counts.tried;
+        counts.work += simulation_work(tapered, options);
         one_wave_without_recompute(tapered, cost, options);
         if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s)
           best = std::move(tapered);

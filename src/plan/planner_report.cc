@@ -34,6 +34,8 @@ void to_json(nlohmann::json& j, const PlannerReport& r) {
                      {"tried", r.tried},
                      {"pruned", r.pruned},
                      {"recomputed", r.recomputed},
+                     {"work", r.work},
+                     {"budget_exhausted", r.budget_exhausted},
                      {"step_time_lower_bound_s", r.step_time_lower_bound_s},
                      {"predicted_over_bound", r.predicted_over_bound}};
 }
@@ -45,6 +47,8 @@ void from_json(const nlohmann::json& j, PlannerReport& r) {
   read_optional(j, "tried", r.tried);
   read_optional(j, "pruned", r.pruned);
   read_optional(j, "recomputed", r.recomputed);
+  read_optional(j, "work", r.work);
+  read_optional(j, "budget_exhausted", r.budget_exhausted);
   read_optional(j, "step_time_lower_bound_s", r.step_time_lower_bound_s);
   read_optional(j, "predicted_over_bound", r.predicted_over_bound);
 }

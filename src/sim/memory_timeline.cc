@@ -16,7 +16,7 @@ enum class BufferState : unsigned char { kNone, kKv, kKvAndGrad, kClosed };
 
 struct SplitSequence {
   int seq = 0;
-  int64_t length = 0;
+  double bytes = 0;  // CostModel::kv_buffer_bytes of its length
 };
 
 }  // namespace
@@ -33,12 +33,13 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   for (const Chunk& chunk : chunks)
     for (const Slice& s : chunk.slices) max_seq = std::max(max_seq, s.seq);
   std::vector<char> is_split(max_seq + 1, 0);
-  std::vector<int64_t> seq_length(max_seq + 1, 0);
+  std::vector<double> seq_buffer_bytes(max_seq + 1, 0);  // one K/V buffer (or its gradient)
   for (const Chunk& chunk : chunks)
-    for (const Slice& s : chunk.slices) {
-      if (!s.whole()) is_split[s.seq] = 1;
-      seq_length[s.seq] = s.seq_length;
-    }
+    for (const Slice& s : chunk.slices)
+      if (!s.whole() && !is_split[s.seq]) {
+        is_split[s.seq] = 1;
+        seq_buffer_bytes[s.seq] = cost.kv_buffer_bytes(s.seq_length, stage);
+      }
   std::vector<BufferState> state(max_seq + 1, BufferState::kNone);
 
   // Kept in opening order so the sums below add the same terms in the same order every time.
@@ -49,8 +50,8 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   const double model_state = cost.model_state_bytes(stage);
   auto buffer_bytes = [&]() {
     double bytes = model_state;
-    for (const SplitSequence& s : kv_open) bytes += cost.kv_buffer_bytes(s.length, stage);
-    for (const SplitSequence& s : grad_open) bytes += cost.kv_buffer_bytes(s.length, stage);
+    for (const SplitSequence& s : kv_open) bytes += s.bytes;
+    for (const SplitSequence& s : grad_open) bytes += s.bytes;
     return bytes;
   };
   auto erase_seq = [](std::vector<SplitSequence>& list, int seq) {
@@ -72,7 +73,7 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       for (const Slice& s : chunk.slices)
         if (is_split[s.seq] && state[s.seq] == BufferState::kNone) {
           state[s.seq] = BufferState::kKv;
-          kv_open.push_back({s.seq, seq_length[s.seq]});
+          kv_open.push_back({s.seq, seq_buffer_bytes[s.seq]});
         }
       in_flight.push_back(action.chunk);
       visit(index, buffer_bytes(), in_flight);
@@ -83,12 +84,13 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && state[s.seq] == BufferState::kKv) {
         state[s.seq] = BufferState::kKvAndGrad;
-        grad_open.push_back({s.seq, seq_length[s.seq]});
+        grad_open.push_back({s.seq, seq_buffer_bytes[s.seq]});
       }
     visit(index, buffer_bytes() + cost.backward_workspace_bytes(chunk, stage), in_flight);
 
-    auto held = std::find(in_flight.begin(), in_flight.end(), action.chunk);
-    if (held != in_flight.end()) in_flight.erase(held);
+    // Backwards mostly run the latest forward first: search from the back.
+    auto held = std::find(in_flight.rbegin(), in_flight.rend(), action.chunk);
+    if (held != in_flight.rend()) in_flight.erase(std::next(held).base());
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && s.start == 0 && state[s.seq] != BufferState::kClosed) {
         state[s.seq] = BufferState::kClosed;
@@ -107,6 +109,58 @@ std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
         moments.push_back({action_index, fixed_bytes, in_flight});
       });
   return moments;
+}
+
+std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
+                                          const std::vector<Chunk>& chunks, const CostModel& cost) {
+  // Chunks join the in-flight set only at forwards and leave only right after backwards, so:
+  // a forward's moment holds a subset of the next moment's set (rule 1), and a backward's moment
+  // a subset of every moment since the last forward (rule 2). A moment whose set is a subset of
+  // another's and whose fixed bytes are no larger never holds more bytes, whatever the
+  // recompute: drop it. Ties with a forward's moment keep the later moment, so a dropped moment
+  // always has a kept one above it. The forward's in-flight
+  // list is copied only once the next moment shows it is kept, so a long run of forwards (one
+  // long sequence's slices) costs no copies: that is what keeps a single 2M-token sequence linear.
+  std::vector<MemoryMoment> kept;
+  const std::vector<Action>& actions = schedule.stages[stage];
+  bool pending = false;  // the previous moment was a forward's, not yet kept or dropped
+  MemoryMoment pending_moment;
+  double forward_fixed = 0;                 // fixed bytes of the last forward's moment
+  double most_backward_since_forward = -1;  // largest of the backwards' since then
+  int last_compute = -1;
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i)
+    if (actions[i].is_compute()) last_compute = i;
+  for_each_memory_moment(
+      schedule, stage, chunks, cost,
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+        const bool forward = actions[action_index].type == ActionType::kForward;
+        if (pending && fixed_bytes < pending_moment.fixed_bytes) {
+          // Kept: its set is this one's, without the chunk this forward just added.
+          pending_moment.in_flight.assign(in_flight.begin(), in_flight.end() - (forward ? 1 : 0));
+          kept.push_back(std::move(pending_moment));
+          pending_moment = MemoryMoment{};
+        }
+        pending = false;
+        if (forward && action_index == last_compute) {  // nothing after it to compare with
+          kept.push_back({action_index, fixed_bytes, in_flight});
+          return;
+        }
+        if (forward) {
+          pending = true;
+          pending_moment.action_index = action_index;
+          pending_moment.fixed_bytes = fixed_bytes;
+          forward_fixed = fixed_bytes;
+          most_backward_since_forward = -1;
+          return;
+        }
+        // Ties with an earlier backward drop this one; with the forward they keep it, since
+        // rule 1 has dropped that forward's moment for this run's first backward.
+        const bool dominated =
+            forward_fixed > fixed_bytes || most_backward_since_forward >= fixed_bytes;
+        most_backward_since_forward = std::max(most_backward_since_forward, fixed_bytes);
+        if (!dominated) kept.push_back({action_index, fixed_bytes, in_flight});
+      });
+  return kept;
 }
 
 double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chunk>& chunks,

@@ -218,26 +218,35 @@ void Simulation::deadlock() const {
 void Simulation::measure_memory(int p) {
   // Same terms, same order as moment_bytes, so planner and simulator agree to the last bit.
   std::vector<double> activation(n_, kUnknown);
-  auto& timeline = result_.memory[p];
-  timeline.reserve(schedule_.stages[p].size());
+  auto bytes_at = [&](double fixed_bytes, const std::vector<int>& in_flight) {
+    double bytes = fixed_bytes;
+    for (int c : in_flight) {
+      if (activation[c] == kUnknown)
+        activation[c] = cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
+      bytes += activation[c];
+    }
+    return bytes;
+  };
+  // The peak of all moments is the peak of the binding ones (memory_timeline.h), which are
+  // far fewer when many chunks are in flight at once.
   double peak = 0;
   int peak_index = -1;
-  for_each_memory_moment(
-      schedule_, p, chunks_, cost_,
-      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
-        double bytes = fixed_bytes;
-        for (int c : in_flight) {
-          if (activation[c] == kUnknown)
-            activation[c] =
-                cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
-          bytes += activation[c];
-        }
-        timeline.emplace_back(moment_time_[p][action_index], bytes);
-        if (peak_index < 0 || bytes > peak) {
-          peak = bytes;
-          peak_index = action_index;
-        }
-      });
+  for (const MemoryMoment& moment : binding_moments(schedule_, p, chunks_, cost_)) {
+    const double bytes = bytes_at(moment.fixed_bytes, moment.in_flight);
+    if (peak_index < 0 || bytes > peak) {
+      peak = bytes;
+      peak_index = moment.action_index;
+    }
+  }
+  if (options_.record_events) {
+    auto& timeline = result_.memory[p];
+    timeline.reserve(schedule_.stages[p].size());
+    for_each_memory_moment(
+        schedule_, p, chunks_, cost_,
+        [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+          timeline.emplace_back(moment_time_[p][action_index], bytes_at(fixed_bytes, in_flight));
+        });
+  }
   // A stage with nothing to run still holds its model state.
   if (peak_index < 0) peak = cost_.model_state_bytes(p);
   result_.peak_memory_bytes[p] = peak;

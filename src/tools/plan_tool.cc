@@ -301,6 +301,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
         const std::function<bool(const Args&)>& admit) {
   Args args;
   args.max_k = ip::PlannerOptions{}.max_k;
+  args.search_work = ip::PlannerOptions{}.search_work_limit;
   args.checkpoint_seconds = ip::PlannerOptions{}.checkpoint_time_limit_s;
   CLI::App app{
       "Plans training steps with elastic pipeline parallelism (EPP) and the baselines, "
@@ -353,6 +354,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")
       ->capture_default_str();
   app.add_option("--max-k", args.max_k, "EPP: largest slice count K tried")->capture_default_str();
+  app.add_option(
+         "--search-work", args.search_work,
+         "EPP: the search's work limit in chunk-stages (PlannerOptions::search_work_limit); "
+         "0 searches without limit")
+      ->capture_default_str();
   auto* checkpoint_opt =
       app.add_option("--checkpoint-seconds", args.checkpoint_seconds,
                      "EPP: CBC time limit for the winner's checkpointing; 0 skips CBC (the greedy "
@@ -405,6 +411,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   ip::check(args.steps >= 1, "--steps must be at least 1");
   ip::check(args.stages >= 1, "--stages must be at least 1");
   ip::check(args.max_k >= 1, "--max-k must be at least 1");
+  ip::check(args.search_work >= 0, "--search-work must be 0 (no limit) or positive");
   if (admit && !admit(args)) return ip::tools::kExitPlanned;
 
   std::vector<ip::Method> methods;
@@ -419,6 +426,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   options.num_stages = args.stages;
   options.memory_budget_bytes = memory_gib * kGiB;
   options.max_k = args.max_k;
+  options.search_work_limit = args.search_work;
   options.overlap_waves = !args.waves_back_to_back;
   options.checkpoint_time_limit_s = args.checkpoint_seconds;
   const auto steps = load_steps(args);

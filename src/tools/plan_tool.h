@@ -30,7 +30,8 @@ struct PlanToolArgs {
   double memory_gib = 0;
   std::vector<int> layers_per_stage;
   std::string method = "all";
-  int max_k = 0;  // set from PlannerOptions
+  int max_k = 0;            // set from PlannerOptions
+  int64_t search_work = 0;  // set from PlannerOptions
   bool waves_back_to_back = false;
   double checkpoint_seconds = 0;  // set from PlannerOptions
   bool json = false;

@@ -1,5 +1,5 @@
 // memory_check.cc: a recompute assignment checked against every memory moment of every stage,
-// with the simulator's moments and sums (memory_moments + moment_bytes), the planner's byte
+// with the simulator's moments and sums (binding_moments + moment_bytes), the planner's byte
 // tolerance, the standard assignments (none, uniform, full) and the message for a failure.
 #include "infinipipe/checkpoint/memory_check.h"
 
@@ -26,7 +26,7 @@ struct Peak {
 Peak peak_moment(const Step& step, const CostModel& cost, const Recompute& recompute) {
   Peak peak;
   for (int p = 0; p < step.schedule.num_stages(); ++p) {
-    const std::vector<MemoryMoment> moments = memory_moments(step.schedule, p, step.chunks, cost);
+    const std::vector<MemoryMoment> moments = binding_moments(step.schedule, p, step.chunks, cost);
     for (int m = 0; m < static_cast<int>(moments.size()); ++m) {
       const double bytes = moment_bytes(moments[m], p, step.chunks, cost, recompute);
       if (peak.stage < 0 || bytes > peak.bytes) peak = {p, m, bytes};
@@ -52,7 +52,7 @@ TEST(MemoryCheck, MomentsAreTheSimulatorsMoments) {
     ASSERT_EQ(check.moments().size(), 3u);
     for (int p = 0; p < 3; ++p) {
       const std::vector<MemoryMoment> expected =
-          memory_moments(step.schedule, p, step.chunks, cost);
+          binding_moments(step.schedule, p, step.chunks, cost);
       ASSERT_EQ(check.moments()[p].size(), expected.size());
       for (size_t m = 0; m < expected.size(); ++m) {
         EXPECT_EQ(check.moments()[p][m].action_index, expected[m].action_index);

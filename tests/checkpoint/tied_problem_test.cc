@@ -61,7 +61,7 @@ TEST(TiedProblem, VariablesFollowTheBackwardDiagonals) {
     // what one more checkpointed layer saves.
     size_t row = 0;
     for (int p = 0; p < d; ++p)
-      for (const MemoryMoment& m : memory_moments(step.schedule, p, step.chunks, cost)) {
+      for (const MemoryMoment& m : binding_moments(step.schedule, p, step.chunks, cost)) {
         const double bytes = moment_bytes(m, p, step.chunks, cost, Recompute{});
         if (bytes <= budget) continue;
         ASSERT_LT(row, problem.rows.size());
@@ -97,7 +97,7 @@ TEST(TiedProblem, RowsAreLinearInRecompute) {
       for (size_t k = 0; k < step.chunks.size(); ++k)
         recompute[p].push_back(values[problem.var_of[p][k]]);
     for (const TiedProblem::Row& row : problem.rows) {
-      const auto moments = memory_moments(step.schedule, row.stage, step.chunks, cost);
+      const auto moments = binding_moments(step.schedule, row.stage, step.chunks, cost);
       const MemoryMoment* moment = nullptr;
       for (const MemoryMoment& m : moments)
         if (m.action_index == row.action_index) moment = &m;

@@ -213,5 +213,39 @@ TEST(RecomputeCannotFit, OnlyWhenPlanWithRecomputeWouldFail) {
   EXPECT_GT(may, 5);
 }
 
+// The floor (a split sequence's slices all in flight at its last slice's backward, every layer
+// recomputed) holds for any waves: many sequences, budgets near the floor.
+TEST(RecomputeCannotFit, TheFloorOfASplitSequenceIsSoundWithManyChains) {
+  std::mt19937_64 rng(93);
+  int floors = 0, may = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Instance inst = random_instance(rng);
+    inst.lengths.push_back(std::uniform_int_distribution<int64_t>(20000, 100000)(rng));
+    const double state = testing::largest_model_state(inst.cost);
+    const double full = testing::all_activations_bytes(inst.lengths, inst.cost);
+    inst.options.memory_budget_bytes =
+        state + std::uniform_real_distribution<double>(0.01, 0.3)(rng) * (full - state);
+    Candidate cand = candidate(inst, some_setting(inst, trial));
+    if (chains(cand.chunks).size() < 2) continue;
+    SCOPED_TRACE(described(inst, cand.setting));
+    planning::one_wave_without_recompute(cand, inst.cost, inst.options);
+    if (!cand.sim.over_budget) continue;
+    std::string why;
+    if (!planning::recompute_cannot_fit(cand, inst.cost, inst.options, why)) {
+      ++may;
+      continue;
+    }
+    if (why.find("at the backward of its last slice") == std::string::npos) continue;
+    ++floors;
+    std::string reason;
+    bool grouped = false;
+    EXPECT_FALSE(planning::plan_with_recompute(cand, planning::kInfinity, true, inst.cost,
+                                               inst.options, reason, grouped))
+        << why;
+  }
+  EXPECT_GT(floors, 5);
+  EXPECT_GT(may, 5);
+}
+
 }  // namespace
 }  // namespace infinipipe

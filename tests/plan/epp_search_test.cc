@@ -228,6 +228,32 @@ TEST(EppSearch, SequenceWhoseKVBuffersCannotFitFailsAtOnceNamingIt) {
   EXPECT_NE(r.reason.find("80.00 GiB"), std::string::npos) << r.reason;
 }
 
+// A work limit stops the search with the best plan so far: feasible exactly when the unlimited
+// search is (it goes on until one plan fits), the same plan every time (work, not time), and
+// the report says when the limit stopped it.
+TEST(EppSearch, WorkLimitKeepsTheBestPlanSoFarAndIsDeterministic) {
+  std::mt19937_64 rng(41);
+  int stopped = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    Instance inst = random_instance(rng);
+    SCOPED_TRACE(inst.description);
+    inst.options.search_work_limit = 0;
+    const PlanResult unlimited = plan_epp(inst.lengths, inst.cost, inst.options);
+    inst.options.search_work_limit = 1;
+    const PlanResult limited = plan_epp(inst.lengths, inst.cost, inst.options);
+    ASSERT_EQ(limited.feasible, unlimited.feasible) << limited.reason;
+    if (!limited.feasible) continue;
+    expect_executable(limited.plan, inst);
+    const PlanResult again = plan_epp(inst.lengths, inst.cost, inst.options);
+    EXPECT_EQ(again.plan.hash(), limited.plan.hash());
+    EXPECT_FALSE(unlimited.plan.planner.budget_exhausted);
+    EXPECT_GT(limited.plan.planner.work, 0);
+    EXPECT_LE(limited.plan.planner.tried, unlimited.plan.planner.tried);
+    stopped += limited.plan.planner.budget_exhausted;
+  }
+  EXPECT_GT(stopped, 3);
+}
+
 TEST(EppSearch, FewerLayersThanStagesIsAnError) {
   EXPECT_THROW(a800_cost("tiny", 9), Error);
   const CostModel cost = a800_cost("tiny", 2);

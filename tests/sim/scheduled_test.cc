@@ -85,35 +85,52 @@ TEST(ScheduledSimulation, OneFOneBHoldsFewerChunksThanGPipe) {
   EXPECT_DOUBLE_EQ(gpipe.peak_memory_bytes[0], cost.model_state_bytes(0) + m * act + ws);
 }
 
-// EPP chunks of random length mixes, split into random waves of whole chains: every built
-// schedule passes the validator and simulates without deadlock; buffers of split sequences
-// appear in the memory timeline exactly while the sequence is open.
+// A random EPP step: chunks of a random length mix, split into random waves of whole chains,
+// scheduled 1F1B (GPipe every fourth trial) on 1..6 stages of the tiny model.
+struct RandomStep {
+  int d = 0;
+  std::vector<int64_t> lengths;
+  std::vector<Chunk> chunks;
+  Schedule schedule;
+};
+
+RandomStep random_step(std::mt19937_64& rng, int trial, const ModelShape& shape) {
+  RandomStep step;
+  step.d = std::uniform_int_distribution<int>(1, std::min(shape.layers, 6))(rng);
+  const CostModel cost = CostModel::analytic(shape, Hardware::builtin("cpu"), step.d);
+  std::lognormal_distribution<double> length(6.0, 1.2);
+  step.lengths.resize(std::uniform_int_distribution<int>(1, 24)(rng));
+  for (int64_t& n : step.lengths)
+    n = std::max<int64_t>(1, std::min<int64_t>(20000, static_cast<int64_t>(length(rng))));
+  const int k = std::uniform_int_distribution<int>(1, 6)(rng);
+  step.chunks = epp_chunks(step.lengths, k, cost);
+  std::vector<std::vector<int>> all_chains = chains(step.chunks);
+  std::shuffle(all_chains.begin(), all_chains.end(), rng);
+  const int num_waves =
+      std::uniform_int_distribution<int>(1, std::min<int>(3, all_chains.size()))(rng);
+  std::vector<Wave> waves(num_waves);
+  for (size_t i = 0; i < all_chains.size(); ++i)
+    for (int c : all_chains[i]) waves[i % num_waves].push_back(c);
+  ScheduleOptions options;
+  options.num_stages = step.d;
+  options.kind = trial % 4 == 0 ? ScheduleKind::kGPipe : ScheduleKind::kOneFOneB;
+  step.schedule = build_schedule(step.chunks, waves, options);
+  return step;
+}
+
+// Every built schedule passes the validator and simulates without deadlock; buffers of split
+// sequences appear in the memory timeline exactly while the sequence is open.
 TEST(ScheduledSimulation, RandomEppStepsSimulateWithoutDeadlock) {
   std::mt19937_64 rng(7);
   const ModelShape shape = ModelShape::builtin("tiny");
   for (int trial = 0; trial < 60; ++trial) {
-    const int d = std::uniform_int_distribution<int>(1, std::min(shape.layers, 6))(rng);
-    CostModel cost = CostModel::analytic(shape, Hardware::builtin("cpu"), d);
-    std::lognormal_distribution<double> length(6.0, 1.2);
-    std::vector<int64_t> lengths(std::uniform_int_distribution<int>(1, 24)(rng));
-    for (int64_t& n : lengths)
-      n = std::max<int64_t>(1, std::min<int64_t>(20000, static_cast<int64_t>(length(rng))));
-    const int k = std::uniform_int_distribution<int>(1, 6)(rng);
-    std::vector<Chunk> chunks = epp_chunks(lengths, k, cost);
-    SCOPED_TRACE("trial " + std::to_string(trial) + " d=" + std::to_string(d) +
-                 " k=" + std::to_string(k));
-
-    std::vector<std::vector<int>> all_chains = chains(chunks);
-    std::shuffle(all_chains.begin(), all_chains.end(), rng);
-    const int num_waves =
-        std::uniform_int_distribution<int>(1, std::min<int>(3, all_chains.size()))(rng);
-    std::vector<Wave> waves(num_waves);
-    for (size_t i = 0; i < all_chains.size(); ++i)
-      for (int c : all_chains[i]) waves[i % num_waves].push_back(c);
-    ScheduleOptions options;
-    options.num_stages = d;
-    options.kind = trial % 4 == 0 ? ScheduleKind::kGPipe : ScheduleKind::kOneFOneB;
-    Schedule s = build_schedule(chunks, waves, options);
+    const RandomStep step = random_step(rng, trial, shape);
+    const int d = step.d;
+    const CostModel cost = CostModel::analytic(shape, Hardware::builtin("cpu"), d);
+    const std::vector<int64_t>& lengths = step.lengths;
+    const std::vector<Chunk>& chunks = step.chunks;
+    const Schedule& s = step.schedule;
+    SCOPED_TRACE("trial " + std::to_string(trial) + " d=" + std::to_string(d));
     ASSERT_NO_THROW(validate_schedule(s, chunks));
 
     SimOptions quiet;
@@ -151,6 +168,78 @@ TEST(ScheduledSimulation, RandomEppStepsSimulateWithoutDeadlock) {
       EXPECT_EQ(next, moments.size());
     }
   }
+}
+
+// binding_moments keeps memory moments unchanged and drops only dominated ones: each dropped
+// moment's in-flight set lies inside a kept one's and its fixed bytes are no larger, so for any
+// recompute the peak over the kept moments is the peak over all, bit for bit.
+TEST(ScheduledSimulation, BindingMomentsKeepThePeakOfEveryRecompute) {
+  std::mt19937_64 rng(11);
+  const ModelShape shape = ModelShape::builtin("tiny");
+  size_t all = 0, kept = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const RandomStep step = random_step(rng, trial, shape);
+    const CostModel cost = CostModel::analytic(shape, Hardware::builtin("cpu"), step.d);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    for (int p = 0; p < step.d; ++p) {
+      const std::vector<MemoryMoment> moments = memory_moments(step.schedule, p, step.chunks, cost);
+      const std::vector<MemoryMoment> binding =
+          binding_moments(step.schedule, p, step.chunks, cost);
+      all += moments.size();
+      kept += binding.size();
+      size_t next = 0;
+      for (const MemoryMoment& m : moments) {
+        if (next < binding.size() && binding[next].action_index == m.action_index) {
+          EXPECT_EQ(binding[next].fixed_bytes, m.fixed_bytes);
+          EXPECT_EQ(binding[next].in_flight, m.in_flight);
+          ++next;
+          continue;
+        }
+        std::vector<int> set = m.in_flight;
+        std::sort(set.begin(), set.end());
+        const bool dominated = std::any_of(binding.begin(), binding.end(), [&](const auto& b) {
+          std::vector<int> over = b.in_flight;
+          std::sort(over.begin(), over.end());
+          return b.fixed_bytes >= m.fixed_bytes &&
+                 std::includes(over.begin(), over.end(), set.begin(), set.end());
+        });
+        EXPECT_TRUE(dominated) << "moment at action " << m.action_index << " dropped";
+      }
+      EXPECT_EQ(next, binding.size()) << "a binding moment that is no memory moment";
+      for (int draw = 0; draw < 3; ++draw) {
+        Recompute recompute(step.d, std::vector<int>(step.chunks.size(), 0));
+        for (int& layers : recompute[p])
+          layers = std::uniform_int_distribution<int>(0, cost.layers(p))(rng);
+        double peak = 0, binding_peak = 0;
+        for (const MemoryMoment& m : moments)
+          peak = std::max(peak, moment_bytes(m, p, step.chunks, cost, recompute));
+        for (const MemoryMoment& m : binding)
+          binding_peak = std::max(binding_peak, moment_bytes(m, p, step.chunks, cost, recompute));
+        EXPECT_EQ(binding_peak, peak);
+      }
+    }
+  }
+  EXPECT_LT(kept, all) << "nothing was ever dropped: the test shows nothing";
+}
+
+// One long sequence's slices are all in flight on the first stage before its first backward,
+// which holds them all and its workspace too: none of the run of forwards binds.
+TEST(ScheduledSimulation, ALongSequencesForwardsBindOnce) {
+  const int stages = 2, k = 64;
+  const CostModel cost =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), stages);
+  std::vector<Chunk> chunks;
+  for (int i = 0; i < k; ++i) chunks.push_back(Chunk{{Slice{0, i * 512, (i + 1) * 512, k * 512}}});
+  ScheduleOptions options;
+  options.num_stages = stages;
+  const Schedule s = build_schedule(chunks, one_wave(k), options);
+  int forwards = 0;
+  const std::vector<MemoryMoment> binding = binding_moments(s, 0, chunks, cost);
+  for (const MemoryMoment& m : binding)
+    forwards += s.stages[0][m.action_index].type == ActionType::kForward;
+  EXPECT_EQ(forwards, 0);
+  EXPECT_GE(binding.size(), 1u);
+  EXPECT_LE(binding.size(), static_cast<size_t>(k));  // of 2k moments
 }
 
 // The paper's Figure (penalty bubbles): a long sequence's slices scheduled after short chunks

@@ -364,7 +364,7 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
     EXPECT_EQ(q.step_time_s, r.step_time_s);
     EXPECT_EQ(q.busy_s, r.busy_s);
     EXPECT_EQ(q.peak_memory_bytes, r.peak_memory_bytes);
-    EXPECT_EQ(q.memory, r.memory);
+    for (const auto& timeline : q.memory) EXPECT_TRUE(timeline.empty());  // traces only
   }
 }
 

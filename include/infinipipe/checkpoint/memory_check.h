@@ -1,6 +1,6 @@
 #pragma once
 // Checks a recompute assignment against every memory moment of every stage, in bytes, with the
-// same moments and sums as the simulator (memory_moments + moment_bytes), and explains failures.
+// same moments and sums as the simulator (binding_moments + moment_bytes), and explains failures.
 // Internal to the checkpoint part.
 #include <string>
 #include <vector>

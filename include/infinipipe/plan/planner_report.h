@@ -27,6 +27,10 @@ struct PlannerReport {
   int tried = 0;
   int pruned = 0;
   int recomputed = 0;
+  // The search's work (PlannerOptions::search_work_limit counts it) and whether the limit
+  // stopped the search with the best plan found so far.
+  int64_t work = 0;
+  bool budget_exhausted = false;
   // step_time_lower_bound(lengths, cost), and the plan's predicted step time over it (1 would be
   // a plan without bubbles, sends or recompute on its busiest stage; 0 when the bound is 0).
   double step_time_lower_bound_s = 0;

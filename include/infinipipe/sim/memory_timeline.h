@@ -29,6 +29,14 @@ struct MemoryMoment {
 std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
                                          const std::vector<Chunk>& chunks, const CostModel& cost);
 
+// The moments that can bind: memory_moments without those another moment dominates (its
+// in-flight set contains theirs and its fixed bytes are no smaller), so for every recompute the
+// largest moment_bytes of these equals that of all moments, bit for bit. The checkpoint planner's
+// rows and the simulator's peak use these; a long run of forwards (one long sequence's slices,
+// all in flight together) then keeps one moment instead of thousands of growing lists.
+std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
+                                          const std::vector<Chunk>& chunks, const CostModel& cost);
+
 double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chunk>& chunks,
                     const CostModel& cost, const Recompute& recompute);
 

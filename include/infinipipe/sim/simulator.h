@@ -34,7 +34,8 @@ struct SimResult {
   std::vector<double> bubble_fraction;    // per stage, 1 - busy / step time
   std::vector<double> recompute_s;        // per stage
   std::vector<double> peak_memory_bytes;  // per stage
-  // Per stage: (time, bytes) at every memory moment, in time order.
+  // Per stage: (time, bytes) at every memory moment, in time order; kept only with
+  // SimOptions::record_events (peak_memory_bytes is always there).
   std::vector<std::vector<std::pair<double, double>>> memory;
   std::vector<SimEvent> events;
   bool over_budget = false;
