@@ -88,10 +88,13 @@ if [ "$NVCC_VERSION" != "$TORCH_CUDA" ]; then
 fi
 
 # --- configure and build ----------------------------------------------------------------------
+waited=false
 while pgrep -x ninja >/dev/null; do  # one build at a time on a small machine
   echo "check_cuda_build: waiting for another ninja to finish ($(pgrep -ax ninja | head -1))"
+  waited=true
   sleep 30
 done
+if $waited; then phase_done "waiting for another build"; else phase_start=$(date +%s); fi
 PKG="$BUILD/python-package"
 mkdir -p "$PKG"
 # the package's Python files beside the module this build writes (never the checkout's module)
@@ -144,9 +147,10 @@ phase_done "import and tests/kernels on CPU"
 REPORT="$BUILD/cuda_build_report.txt"
 {
   echo "InfiniPipe CUDA build check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$REPO" rev-parse --short HEAD)"
-  "$VENV/bin/python" -c 'import torch, sys
+  "$VENV/bin/python" -c 'import sys, torch
+nccl = ".".join(map(str, torch.cuda.nccl.version()))
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
-      f"NCCL {\".\".join(map(str, torch.cuda.nccl.version()))}), Python {sys.version.split()[0]}")'
+      f"NCCL {nccl}), Python {sys.version.split()[0]}")'
   echo "nvcc $NVCC_VERSION ($NVCC)"
   echo "$(c++ --version | head -1)"
   echo "$(cmake --version | head -1), ninja $(ninja --version)"
