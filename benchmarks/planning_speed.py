@@ -41,11 +41,11 @@ LLAMA = ["--model", "llama-13b", "--hardware", "a800", "--context", "98304", "--
 def heavy_lengths(path: Path) -> float:
     """Writes a length population where a third of the tokens are in sequences over 32K: short
     documents (log-normal, median 1,000 tokens) and long ones (uniform over 32K-96K), the long
-    ones 1 in 60 (seeded). Returns the share of tokens in sequences over 32K."""
+    ones 1 in 80 (seeded). Returns the share of tokens in sequences over 32K."""
     rng = random.Random(12)
     lengths = []
     for _ in range(60000):
-        if rng.random() < 1 / 60:
+        if rng.random() < 1 / 80:
             lengths.append(rng.randint(32769, 98304))
         else:
             lengths.append(max(16, min(32768, int(rng.lognormvariate(6.9, 1.0)))))

@@ -32,26 +32,12 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
   return result;
 }
 
-// The search's work (PlannerOptions::search_work_limit): simulating a candidate visits each
-// chunk on each stage. Its recompute and waves solve programs with a row per memory moment (up
-// to two per chunk and stage) over the chunks in flight, at most the stages plus the longest
-// chain under 1F1B: so as many chunk-stages again, times that width.
-int64_t simulation_work(const Candidate& cand, const PlannerOptions& options) {
-  return static_cast<int64_t>(cand.chunks.size()) * options.num_stages;
-}
-
-int64_t recompute_work(const Candidate& cand, const PlannerOptions& options) {
-  size_t longest_chain = 1;
-  for (const std::vector<int>& chain : chains(cand.chunks))
-    longest_chain = std::max(longest_chain, chain.size());
-  return simulation_work(cand, options) * static_cast<int64_t>(options.num_stages + longest_chain);
-}
-
 }  // namespace
 
 PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
                        const CostModel& cost, const PlannerOptions& options) {
   PlanningCall call;
+  search_work() = 0;
   call.report.candidates = call.report.tried = 1;  // the one setting
   check_inputs(lengths, cost, options);
   Candidate cand;
@@ -72,6 +58,7 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setti
     choose_checkpointing(cand, {CheckpointMethod::kUntiedGreedy, CheckpointMethod::kStageAware},
                          cost, options);
   }
+  call.report.work = search_work();
   return finish_epp(std::move(cand), lengths, cost, call);
 }
 
@@ -89,6 +76,7 @@ constexpr size_t kMaxRecomputeChunks = 4096;
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options) {
   PlanningCall call;
+  search_work() = 0;
   check_inputs(lengths, cost, options);
   for (int64_t cap : options.chunk_token_caps)
     check(cap >= 0, "chunk token caps must be 0 (none) or positive, got " + std::to_string(cap));
@@ -238,9 +226,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                   have_best ? best.sim.step_time_s : -1.0);
     log::write(log::Level::kTrace, text);
   };
-  auto over_limit = [&]() {
-    return have_best && options.search_work_limit > 0 && counts.work >= options.search_work_limit;
-  };
+  auto over_limit = [&]() { return have_best && search_work_exhausted(options); };
   while (!queue.empty()) {
     check_not_cancelled(options);
     Candidate& cand = candidates[queue.top()];
@@ -253,7 +239,6 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     }
     if (!cand.simulated) {
       ++counts.tried;
-      counts.work += simulation_work(cand, options);
       one_wave_without_recompute(cand, cost, options);
       trace_step("simulated", cand);
       if (!cand.sim.over_budget) {
@@ -273,7 +258,6 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     const bool may_group = !have_best || groupings[family] < options.max_wave_groupings;
     bool grouped = false;
     ++counts.recomputed;
-    counts.work += recompute_work(cand, options);
     const bool fits = plan_with_recompute(cand, have_best ? best.sim.step_time_s : kInfinity,
                                           may_group, cost, options, reason, grouped);
     groupings[family] += grouped;
@@ -309,13 +293,13 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
           break;
         }
         ++counts.tried;
-        counts.work += simulation_work(tapered, options);
         one_wave_without_recompute(tapered, cost, options);
         if (!tapered.sim.over_budget && tapered.sim.step_time_s < best.sim.step_time_s)
           best = std::move(tapered);
       }
   }
   counts.pruned = counts.candidates - counts.tried;
+  counts.work = search_work();
   choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
   return finish_epp(std::move(best), lengths, cost, call);
 }

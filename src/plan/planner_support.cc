@@ -71,8 +71,18 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
   return plan;
 }
 
+int64_t& search_work() {
+  thread_local int64_t work = 0;
+  return work;
+}
+
+bool search_work_exhausted(const PlannerOptions& options) {
+  return options.search_work_limit > 0 && search_work() >= options.search_work_limit;
+}
+
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
                   const Recompute& recompute, double budget) {
+  search_work() += static_cast<int64_t>(chunks.size()) * schedule.num_stages();
   SimOptions sim_options;
   sim_options.memory_budget_bytes = budget;
   sim_options.record_events = false;

@@ -37,7 +37,12 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
                std::vector<Chunk> chunks, std::vector<Wave> waves, Schedule schedule,
                Recompute recompute, const CostModel& cost, const SimResult& sim,
                std::string solver);
-// The simulator without events, checking `budget`.
+// The search's work on this thread so far, in chunk-stages (PlannerOptions::search_work_limit):
+// every simulation and every checkpoint program adds its chunks x stages. Per thread, since a
+// trainer plans ahead on another one; plan_epp starts it at 0.
+int64_t& search_work();
+bool search_work_exhausted(const PlannerOptions& options);
+// The simulator without events, checking `budget`; counts its work.
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
                   const Recompute& recompute, double budget);
 // Shortest slice of a mesh; short slices under-use the device, so the search stops before them.

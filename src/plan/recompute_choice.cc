@@ -21,6 +21,7 @@ bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chun
     check_not_cancelled(options);
     CheckpointResult solved =
         plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
+    search_work() += static_cast<int64_t>(chunks.size()) * schedule.num_stages();
     if (!solved.feasible) {
       if (reason.empty()) reason = solved.reason;
       continue;

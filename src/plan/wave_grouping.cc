@@ -84,8 +84,12 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
       }
     }
     check_not_cancelled(options);
+    // Out of work with a plan to fall back on: this wave is not weighed (the DP then only
+    // combines waves already weighed, or finds nothing and the candidate is dropped).
+    if (time_to_beat < kInfinity && search_work_exhausted(options)) return kInfinity;
     const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
     const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
+    search_work() += static_cast<int64_t>(alone.size()) * one.num_stages();
     double value = kInfinity;
     if (ck.feasible) {
       value = predict(one, alone, cost, ck.recompute, options.memory_budget_bytes).step_time_s;

@@ -18,7 +18,7 @@ TOOL = ""
 STEPS = ["--distribution", "wikipedia", "--batch", "32", "--context", "16384", "--steps", "3"]
 STEPS += ["--model", "tiny", "--stages", "4", "--memory-gib", "1", "--checkpoint-seconds", "0"]
 FIELDS = {"cpu_ms", "candidates", "tried", "pruned", "recomputed"}
-FIELDS |= {"step_time_lower_bound_s", "predicted_over_bound"}
+FIELDS |= {"step_time_lower_bound_s", "predicted_over_bound", "work", "budget_exhausted"}
 
 
 def plan(*args: str) -> subprocess.CompletedProcess:
@@ -48,11 +48,27 @@ class Report(unittest.TestCase):
                 if row["method"] == "epp":
                     self.assertGreater(r["cpu_ms"], 0)
                     self.assertGreater(r["candidates"], 1)
+                    self.assertGreater(r["work"], 0)
+                    self.assertFalse(r["budget_exhausted"])  # far below the default limit
                 else:
                     self.assertEqual((r["candidates"], r["tried"], r["pruned"]), (1, 1, 0))
                 # The bound is the step's, whatever the method.
                 bounds.setdefault(row["step"], set()).add(r["step_time_lower_bound_s"])
         self.assertTrue(all(len(b) == 1 for b in bounds.values()), bounds)
+
+    def test_a_work_limit_keeps_the_best_plan_so_far_and_says_so(self):
+        def rows(*args):
+            out = plan("--method", "epp", "--json", *args).stdout
+            return [json.loads(line) for line in out.splitlines()]
+
+        unlimited, limited = rows("--search-work", "0"), rows("--search-work", "1")
+        self.assertTrue(all(row["feasible"] for row in limited))
+        self.assertTrue(any(row["planner"]["budget_exhausted"] for row in limited))
+        for a, b in zip(unlimited, limited, strict=True):
+            self.assertLessEqual(b["planner"]["tried"], a["planner"]["tried"])
+        bad = subprocess.run([TOOL, *STEPS, "--search-work", "-1"], capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--search-work", bad.stderr)
 
     def test_the_table_prints_it(self):
         out = plan("--method", "epp").stdout

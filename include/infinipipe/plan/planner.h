@@ -49,11 +49,11 @@ struct PlannerOptions {
   bool overlap_waves = true;
   int max_recompute_candidates = 6;
   int max_wave_groupings = 2;
-  // EPP: the search's work limit, counted in chunk-stages (simulating a candidate's chunks on
-  // every stage costs chunks x stages; giving it recompute and waves, kRecomputeWork times as
-  // much), not in seconds, so every rank stops at the same candidate. Once reached, the search
-  // keeps the best plan found so far (it goes on until one is found). 0: no limit.
-  int64_t search_work_limit = 16000000;
+  // EPP: the search's work limit, counted in chunk-stages, not seconds, so every rank stops at
+  // the same candidate: every simulation and every checkpoint program (of a candidate, or of a
+  // wave the grouping weighs) adds its chunks x stages. Once reached with a plan found, the
+  // search keeps the best plan so far (the report says so); before that it goes on. 0: no limit.
+  int64_t search_work_limit = 2000000;
   // EPP: drain tapers tried on the winner (EppChunkingOptions::drain_chunks x drain_split),
   // kept when the simulator finds them faster.
   std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
