@@ -53,7 +53,7 @@ struct PlannerOptions {
   // the same candidate: every simulation and every checkpoint program (of a candidate, or of a
   // wave the grouping weighs) adds its chunks x stages. Once reached with a plan found, the
   // search keeps the best plan so far (the report says so); before that it goes on. 0: no limit.
-  int64_t search_work_limit = 2000000;
+  int64_t search_work_limit = 8000000;
   // EPP: drain tapers tried on the winner (EppChunkingOptions::drain_chunks x drain_split),
   // kept when the simulator finds them faster.
   std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
