@@ -27,8 +27,11 @@ def test_summary_carries_the_planners_report():
         "recomputed",
         "step_time_lower_bound_s",
         "predicted_over_bound",
+        "work",
+        "budget_exhausted",
     }
     assert report["cpu_ms"] > 0
+    assert report["work"] > 0 and report["budget_exhausted"] is False
     assert report["candidates"] == report["tried"] + report["pruned"] > 1
     assert 0 < report["step_time_lower_bound_s"] <= epp["predicted_step_s"]
     ratio = epp["predicted_step_s"] / report["step_time_lower_bound_s"]
