@@ -89,7 +89,8 @@ bool chunk_floor_exceeds(const std::vector<Chunk>& chunks, const CostModel& cost
   const double limit = budget * (1 + 1e-6);
   for (int p = 0; p < cost.num_stages(); ++p) {
     const int full = cost.layers(p);
-    for (auto& [seq, held] : chunks_of) {
+    for (auto& [split_seq, held] : chunks_of) {
+      const int seq = split_seq;  // a structured binding cannot be captured before C++20
       std::sort(held.begin(), held.end(),
                 [&](int a, int b) { return slice_start(a, seq) < slice_start(b, seq); });
       const int last = held.back();
