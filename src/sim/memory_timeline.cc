@@ -111,20 +111,18 @@ std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
   return moments;
 }
 
-std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
-                                          const std::vector<Chunk>& chunks, const CostModel& cost) {
+void for_each_binding_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
+                             const CostModel& cost, const BindingVisitor& visit) {
   // Chunks join the in-flight set only at forwards and leave only right after backwards, so:
   // a forward's moment holds a subset of the next moment's set (rule 1), and a backward's moment
   // a subset of every moment since the last forward (rule 2). A moment whose set is a subset of
   // another's and whose fixed bytes are no larger never holds more bytes, whatever the
   // recompute: drop it. Ties with a forward's moment keep the later moment, so a dropped moment
-  // always has a kept one above it. The forward's in-flight
-  // list is copied only once the next moment shows it is kept, so a long run of forwards (one
-  // long sequence's slices) costs no copies: that is what keeps a single 2M-token sequence linear.
-  std::vector<MemoryMoment> kept;
+  // always has a kept one above it. A forward's moment is decided at the next moment, whose list
+  // then shows its set (without the chunk a next forward added), so nothing is copied.
   const std::vector<Action>& actions = schedule.stages[stage];
   bool pending = false;  // the previous moment was a forward's, not yet kept or dropped
-  MemoryMoment pending_moment;
+  int pending_index = -1;
   double forward_fixed = 0;                 // fixed bytes of the last forward's moment
   double most_backward_since_forward = -1;  // largest of the backwards' since then
   int last_compute = -1;
@@ -134,23 +132,19 @@ std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
       schedule, stage, chunks, cost,
       [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
         const bool forward = actions[action_index].type == ActionType::kForward;
-        if (pending && fixed_bytes < pending_moment.fixed_bytes) {
-          // Kept: its set is this one's, without the chunk this forward just added.
-          pending_moment.in_flight.assign(in_flight.begin(), in_flight.end() - (forward ? 1 : 0));
-          kept.push_back(std::move(pending_moment));
-          pending_moment = MemoryMoment{};
-        }
+        if (pending && fixed_bytes < forward_fixed)
+          visit(pending_index, forward_fixed, in_flight.data(),
+                in_flight.data() + in_flight.size() - (forward ? 1 : 0));
         pending = false;
-        if (forward && action_index == last_compute) {  // nothing after it to compare with
-          kept.push_back({action_index, fixed_bytes, in_flight});
-          return;
-        }
         if (forward) {
-          pending = true;
-          pending_moment.action_index = action_index;
-          pending_moment.fixed_bytes = fixed_bytes;
           forward_fixed = fixed_bytes;
           most_backward_since_forward = -1;
+          if (action_index == last_compute) {  // nothing after it to compare with
+            visit(action_index, fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size());
+            return;
+          }
+          pending = true;
+          pending_index = action_index;
           return;
         }
         // Ties with an earlier backward drop this one; with the forward they keep it, since
@@ -158,7 +152,18 @@ std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
         const bool dominated =
             forward_fixed > fixed_bytes || most_backward_since_forward >= fixed_bytes;
         most_backward_since_forward = std::max(most_backward_since_forward, fixed_bytes);
-        if (!dominated) kept.push_back({action_index, fixed_bytes, in_flight});
+        if (!dominated)
+          visit(action_index, fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size());
+      });
+}
+
+std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
+                                          const std::vector<Chunk>& chunks, const CostModel& cost) {
+  std::vector<MemoryMoment> kept;
+  for_each_binding_moment(
+      schedule, stage, chunks, cost,
+      [&](int action_index, double fixed_bytes, const int* first, const int* last) {
+        kept.push_back({action_index, fixed_bytes, std::vector<int>(first, last)});
       });
   return kept;
 }

@@ -16,4 +16,10 @@ using MomentVisitor =
 void for_each_memory_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
                             const CostModel& cost, const MomentVisitor& visit);
 
+// binding_moments without copying: the chunks in flight are [first, last), valid during the call.
+using BindingVisitor =
+    std::function<void(int action_index, double fixed_bytes, const int* first, const int* last)>;
+void for_each_binding_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
+                             const CostModel& cost, const BindingVisitor& visit);
+
 }  // namespace infinipipe

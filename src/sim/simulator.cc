@@ -218,9 +218,10 @@ void Simulation::deadlock() const {
 void Simulation::measure_memory(int p) {
   // Same terms, same order as moment_bytes, so planner and simulator agree to the last bit.
   std::vector<double> activation(n_, kUnknown);
-  auto bytes_at = [&](double fixed_bytes, const std::vector<int>& in_flight) {
+  auto bytes_at = [&](double fixed_bytes, const int* first, const int* last) {
     double bytes = fixed_bytes;
-    for (int c : in_flight) {
+    for (const int* chunk = first; chunk != last; ++chunk) {
+      const int c = *chunk;
       if (activation[c] == kUnknown)
         activation[c] = cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
       bytes += activation[c];
@@ -231,20 +232,24 @@ void Simulation::measure_memory(int p) {
   // far fewer when many chunks are in flight at once.
   double peak = 0;
   int peak_index = -1;
-  for (const MemoryMoment& moment : binding_moments(schedule_, p, chunks_, cost_)) {
-    const double bytes = bytes_at(moment.fixed_bytes, moment.in_flight);
-    if (peak_index < 0 || bytes > peak) {
-      peak = bytes;
-      peak_index = moment.action_index;
-    }
-  }
+  for_each_binding_moment(
+      schedule_, p, chunks_, cost_,
+      [&](int action_index, double fixed_bytes, const int* first, const int* last) {
+        const double bytes = bytes_at(fixed_bytes, first, last);
+        if (peak_index < 0 || bytes > peak) {
+          peak = bytes;
+          peak_index = action_index;
+        }
+      });
   if (options_.record_events) {
     auto& timeline = result_.memory[p];
     timeline.reserve(schedule_.stages[p].size());
     for_each_memory_moment(
         schedule_, p, chunks_, cost_,
         [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
-          timeline.emplace_back(moment_time_[p][action_index], bytes_at(fixed_bytes, in_flight));
+          timeline.emplace_back(
+              moment_time_[p][action_index],
+              bytes_at(fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size()));
         });
   }
   // A stage with nothing to run still holds its model state.
