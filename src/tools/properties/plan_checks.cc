@@ -138,14 +138,19 @@ std::vector<double> count_peaks(const Plan& plan, const CostModel& cost) {
     std::set<int> in_flight;
     std::map<int, int64_t> buffers;  // split sequence -> its length
     double peak = cost.model_state_bytes(p);
+    // Each chunk's bytes looked up once: one long sequence's thousands of slices are all in
+    // flight together, and the sum below runs at every forward.
+    std::vector<double> held(plan.chunks.size());
+    for (size_t c = 0; c < plan.chunks.size(); ++c)
+      held[c] = cost.activation_bytes(plan.chunks[c], p,
+                                      recompute_layers(plan.recompute, p, static_cast<int>(c)));
     for (const Action& a : plan.schedule.stages[p]) {
       if (a.type == ActionType::kForward) {
         in_flight.insert(a.chunk);
         for (const Slice& s : plan.chunks[a.chunk].slices)
           if (!s.whole()) buffers[s.seq] = s.seq_length;
         double bytes = cost.model_state_bytes(p);
-        for (int c : in_flight)
-          bytes += cost.activation_bytes(plan.chunks[c], p, recompute_layers(plan.recompute, p, c));
+        for (int c : in_flight) bytes += held[c];
         for (const auto& [seq, length] : buffers) bytes += cost.kv_buffer_bytes(length, p);
         peak = std::max(peak, bytes);
       } else if (a.type == ActionType::kBackward) {
