@@ -129,11 +129,47 @@ def run(tool: str, case: dict) -> dict:
     return dict(peak_rss_mib=peak_kib / 1024, steps=steps)
 
 
+def report(path: str) -> None:
+    """The results as the markdown table docs/planning.md shows."""
+    data = results.load(path)
+    print(f"Run of {data['date']}.\n")
+    print(
+        "| case | steps | CPU per step, max (mean) ms | before: max (mean) ms | peak RSS MiB "
+        "(before) | work limit reached | predicted step / before, max (mean) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for c in data["cases"]:
+        new, old = c["new"]["steps"], c.get("baseline", {}).get("steps", [])
+
+        def cpu(steps):
+            ms = [s["cpu_ms"] for s in steps if s["cpu_ms"] is not None]
+            return f"{max(ms):,.0f} ({sum(ms) / len(ms):,.0f})" if ms else "-"
+
+        ratios = [
+            n["step_time_s"] / b["step_time_s"]
+            for n, b in zip(new, old, strict=False)
+            if n["step_time_s"] and b["step_time_s"]
+        ]
+        ratio = f"{max(ratios):.4f} ({sum(ratios) / len(ratios):.4f})" if ratios else "-"
+        exhausted = sum(bool(s["budget_exhausted"]) for s in new)
+        rss = f"{c['new']['peak_rss_mib']:,.0f}"
+        if old:
+            rss += f" ({c['baseline']['peak_rss_mib']:,.0f})"
+        print(
+            f"| {c['name']} | {len(new)} | {cpu(new)} | {cpu(old)} | {rss} | "
+            f"{exhausted} of {len(new)} | {ratio} |"
+        )
+
+
 def main() -> None:
     p = parser(__doc__.split("\n\n")[0], "one step of the batch-512 cases only (CI)")
     p.add_argument("--baseline", help="another build's plan tool to compare with, step by step")
     p.add_argument("--out", default=str(results.RESULTS / "planning_speed.json"))
+    p.add_argument("--report", action="store_true", help="print --out as markdown, run nothing")
     args = p.parse_args()
+    if args.report:
+        report(args.out)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for case in cases(Path(tmp), args.smoke):
