@@ -102,6 +102,8 @@ py::dict summary(const Plan& plan) {
   planner["recomputed"] = plan.planner.recomputed;
   planner["step_time_lower_bound_s"] = plan.planner.step_time_lower_bound_s;
   planner["predicted_over_bound"] = plan.planner.predicted_over_bound;
+  planner["work"] = plan.planner.work;
+  planner["budget_exhausted"] = plan.planner.budget_exhausted;
   d["planner"] = planner;
   return d;
 }
@@ -235,7 +237,7 @@ void bind_plan(py::module_& root) {
       .def("summary", &summary,
            "A dict: method, setting, hash, chunks, waves, predictions, and the planner's report "
            "(\"planner\": cpu_ms, candidates, tried, pruned, recomputed, step_time_lower_bound_s, "
-           "predicted_over_bound).")
+           "predicted_over_bound, work, budget_exhausted).")
       .def("to_json", [](const Plan& p) { return nlohmann::json(p).dump(); })
       .def_static(
           "from_json", [](const std::string& text) { return parse_json(text, "plan").get<Plan>(); },
