@@ -18,8 +18,13 @@ double recompute_seconds(const std::vector<Chunk>& chunks, const CostModel& cost
   double total = 0;
   for (size_t k = 0; k < chunks.size(); ++k) {
     int layers = 0;
-    for (size_t p = 0; p < recompute.size(); ++p) layers += recompute[p][k];
-    if (layers > 0) total += layers * cost.layer_forward_time(chunks[k]);
+    double alltoall = 0;  // recomputed layers repeat their forward all-to-alls (0 with d_s = 1)
+    for (size_t p = 0; p < recompute.size(); ++p) {
+      layers += recompute[p][k];
+      if (recompute[p][k] > 0)
+        alltoall += recompute[p][k] * cost.layer_alltoall_time(chunks[k], static_cast<int>(p));
+    }
+    if (layers > 0) total += layers * cost.layer_forward_time(chunks[k]) + alltoall;
   }
   return total;
 }

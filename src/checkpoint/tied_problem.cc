@@ -144,8 +144,10 @@ TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk
   std::vector<double> work(num_vars, 0);
   problem.var_of.assign(d, std::vector<int>(n));
   for (int k = 0; k < n; ++k) {
-    const double layer_time = cost.layer_forward_time(chunks[k]);
+    const double layer_compute = cost.layer_forward_time(chunks[k]);
     for (int p = 0; p < d; ++p) {
+      // A recomputed layer's forward with its all-to-alls (layer_compute exactly with d_s = 1).
+      const double layer_time = layer_compute + cost.layer_alltoall_time(chunks[k], p);
       const int j = position[k] + d - 1 - p;
       problem.var_of[p][k] = j;
       upper[j] = upper[j] < 0 ? cost.layers(p) : std::min(upper[j], cost.layers(p));
@@ -174,7 +176,7 @@ TiedProblem build_untied_problem(const Schedule& schedule, const std::vector<Chu
     for (int k = 0; k < n; ++k) {
       const int j = p * n + k;
       problem.var_of[p][k] = j;
-      problem.cost[j] = cost.layer_forward_time(chunks[k]);
+      problem.cost[j] = cost.layer_forward_time(chunks[k]) + cost.layer_alltoall_time(chunks[k], p);
       problem.upper[j] = cost.layers(p);
     }
   add_rows(moments, chunks, cost, memory_budget_bytes, problem);

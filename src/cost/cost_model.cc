@@ -97,6 +97,8 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
   c.p2p_bytes_per_token = bytes * h;
   c.p2p_bandwidth = hw.link_bandwidth;
   c.p2p_latency_s = hw.link_latency_s;
+  c.inter_node_bandwidth = hw.inter_node_bandwidth;
+  c.inter_node_latency_s = hw.inter_node_latency_s;
   return c;
 }
 
@@ -127,6 +129,8 @@ void CostCoefficients::validate() const {
   at_least_zero(p2p_bytes_per_token, "p2p_bytes_per_token");
   positive(p2p_bandwidth, "p2p_bandwidth");
   at_least_zero(p2p_latency_s, "p2p_latency_s");
+  at_least_zero(inter_node_bandwidth, "inter_node_bandwidth");
+  at_least_zero(inter_node_latency_s, "inter_node_latency_s");
   check(checkpoint_bytes <= activation_bytes,
         "cost coefficients: checkpoint_bytes (" + std::to_string(checkpoint_bytes) +
             ") exceeds activation_bytes (" + std::to_string(activation_bytes) +
@@ -154,7 +158,9 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
                      {"model_state_bytes_per_param", c.model_state_bytes_per_param},
                      {"p2p_bytes_per_token", c.p2p_bytes_per_token},
                      {"p2p_bandwidth", c.p2p_bandwidth},
-                     {"p2p_latency_s", c.p2p_latency_s}};
+                     {"p2p_latency_s", c.p2p_latency_s},
+                     {"inter_node_bandwidth", c.inter_node_bandwidth},
+                     {"inter_node_latency_s", c.inter_node_latency_s}};
 }
 
 void from_json(const nlohmann::json& j, CostCoefficients& c) {
@@ -176,6 +182,8 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get("p2p_bytes_per_token", c.p2p_bytes_per_token);
   f.get("p2p_bandwidth", c.p2p_bandwidth);
   f.get("p2p_latency_s", c.p2p_latency_s);
+  f.get_optional("inter_node_bandwidth", c.inter_node_bandwidth);  // absent: one link
+  f.get_optional("inter_node_latency_s", c.inter_node_latency_s);
   f.finish();
   c.validate();
 }
@@ -183,10 +191,11 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
 // --- CostModel ---------------------------------------------------------------------------
 
 CostModel::CostModel(ModelShape shape, std::vector<int> layers_per_stage,
-                     CostCoefficients coefficients)
+                     CostCoefficients coefficients, ParallelLayout layout)
     : shape_(std::move(shape)),
       layers_per_stage_(std::move(layers_per_stage)),
-      coefficients_(coefficients) {
+      coefficients_(coefficients),
+      layout_(layout) {
   shape_.validate();
   coefficients_.validate();
   check(!layers_per_stage_.empty(),
@@ -201,11 +210,14 @@ CostModel::CostModel(ModelShape shape, std::vector<int> layers_per_stage,
   check(total == shape_.layers, "cost model: layers_per_stage adds up to " + std::to_string(total) +
                                     " but model '" + shape_.name + "' has " +
                                     std::to_string(shape_.layers) + " layers");
+  layout_.check_fits(shape_);
+  set_links();
 }
 
-CostModel CostModel::analytic(const ModelShape& shape, const Hardware& hw, int stages) {
+CostModel CostModel::analytic(const ModelShape& shape, const Hardware& hw, int stages,
+                              const ParallelLayout& layout) {
   return CostModel(shape, even_layer_split(shape.layers, stages),
-                   CostCoefficients::analytic(shape, hw));
+                   CostCoefficients::analytic(shape, hw), layout);
 }
 
 namespace {
@@ -224,29 +236,40 @@ double CostModel::slice_layer_time(int64_t context, int64_t length) const {
 }
 
 double CostModel::layer_forward_time(const Chunk& chunk) const {
+  // Each SP rank does 1/d_s of every slice's work (its tokens through the GEMMs, its heads
+  // through attention); b, launches, every rank pays in full. x / 1.0 is exact: d_s = 1 is the
+  // layout-free model to the bit.
+  const double d_s = layout_.sequence;
   double t = coefficients_.b;
-  for (const Slice& s : chunk.slices) t += slice_layer_time(s.context(), s.length());
+  for (const Slice& s : chunk.slices) t += slice_layer_time(s.context(), s.length()) / d_s;
   return t;
 }
 
 double CostModel::layer_backward_time(const Chunk& chunk) const {
   const CostCoefficients& k = coefficients_;
   if (!k.has_layer_backward()) return k.backward_ratio * layer_forward_time(chunk);
+  const double d_s = layout_.sequence;
   double t = k.backward_b;
   for (const Slice& s : chunk.slices) {
     const double c = double(s.context()), n = double(s.length());
-    t += k.backward_a1 * n * (2 * c + n) + k.backward_a2 * n;
+    t += (k.backward_a1 * n * (2 * c + n) + k.backward_a2 * n) / d_s;
   }
   return t;
 }
 
-double CostModel::forward_time(const Chunk& chunk, int stage) const {
+double CostModel::compute_forward_time(const Chunk& chunk, int stage) const {
   check_stage(*this, stage);
+  const double d_s = layout_.sequence;
   double t = layers(stage) * layer_forward_time(chunk);
   const double tokens = double(chunk.tokens());
-  if (stage == 0) t += tokens * coefficients_.embedding_s_per_token;
-  if (stage == num_stages() - 1) t += tokens * coefficients_.head_s_per_token;
+  if (stage == 0) t += tokens * coefficients_.embedding_s_per_token / d_s;
+  if (stage == num_stages() - 1) t += tokens * coefficients_.head_s_per_token / d_s;
   return t;
+}
+
+double CostModel::forward_time(const Chunk& chunk, int stage) const {
+  // Adding 0.0 (d_s = 1: no all-to-all) is exact.
+  return compute_forward_time(chunk, stage) + layers(stage) * layer_alltoall_time(chunk, stage);
 }
 
 double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
@@ -256,26 +279,16 @@ double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_
                 " checkpointed layers on stage " + std::to_string(stage) + ", which has " +
                 std::to_string(layers(stage)));
   const double layer_forward = layer_forward_time(chunk);
-  const double recompute = checkpointed_layers * layer_forward;
+  const double recompute = recompute_time(chunk, stage, checkpointed_layers);
+  // The backward's own all-to-alls: as many as the forward's (gradients of the output in, of
+  // q, k, v back). Written as a last term so that d_s = 1 adds an exact 0.0.
+  const double alltoall = layers(stage) * layer_alltoall_time(chunk, stage);
   const double g = coefficients_.backward_ratio;
-  if (!coefficients_.has_layer_backward()) return g * forward_time(chunk, stage) + recompute;
+  const double forward = compute_forward_time(chunk, stage);
+  if (!coefficients_.has_layer_backward()) return g * forward + recompute + alltoall;
   // The embedding's and the head's backward stay g times their forward.
-  const double extras = forward_time(chunk, stage) - layers(stage) * layer_forward;
-  return layers(stage) * layer_backward_time(chunk) + g * extras + recompute;
-}
-
-double CostModel::p2p_time(const Chunk& chunk) const {
-  return double(chunk.tokens()) * coefficients_.p2p_bytes_per_token / coefficients_.p2p_bandwidth +
-         coefficients_.p2p_latency_s;
-}
-
-double CostModel::model_state_bytes(int stage) const {
-  check_stage(*this, stage);
-  double params = double(layers(stage)) * double(shape_.params_per_layer());
-  if (stage == 0) params += double(shape_.embedding_params());
-  // Untied LM head as in LLaMA, and the final RMSNorm gain.
-  if (stage == num_stages() - 1) params += double(shape_.embedding_params()) + shape_.hidden;
-  return params * coefficients_.model_state_bytes_per_param;
+  const double extras = forward - layers(stage) * layer_forward;
+  return layers(stage) * layer_backward_time(chunk) + g * extras + recompute + alltoall;
 }
 
 namespace {
@@ -306,26 +319,32 @@ double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpoint
   if (stage == 0) bytes += tokens * kTokenIdBytes;
   if (stage == num_stages() - 1)
     bytes += tokens * coefficients_.logits_bytes + kLossTotalWeightBytes;
-  return bytes;
+  // An SP rank holds 1/d_s of the chunk's tokens outside attention and 1/d_s of its heads inside
+  // (q, k, v, the output and the log-sum-exp over all tokens), so 1/d_s of every term (the
+  // loss's 8-byte total weight too, a rounding error). Dividing by 1.0 is exact.
+  return bytes / layout_.sequence;
 }
 
 double CostModel::checkpoint_saving_bytes(const Chunk& chunk, int stage) const {
   check_stage(*this, stage);
-  return full_layer_bytes(coefficients_, chunk) -
-         double(chunk.tokens()) * coefficients_.checkpoint_bytes;
+  return (full_layer_bytes(coefficients_, chunk) -
+          double(chunk.tokens()) * coefficients_.checkpoint_bytes) /
+         layout_.sequence;
 }
 
 double CostModel::backward_workspace_bytes(const Chunk& chunk, int stage) const {
   check_stage(*this, stage);
   const double tokens = double(chunk.tokens());
   // One layer's activations plus the gradient flowing into it (one hidden vector per token).
-  return tokens * coefficients_.activation_bytes +
-         tokens * double(shape_.bytes_per_element) * shape_.hidden;
+  return (tokens * coefficients_.activation_bytes +
+          tokens * double(shape_.bytes_per_element) * shape_.hidden) /
+         layout_.sequence;
 }
 
 double CostModel::kv_buffer_bytes(int64_t seq_length, int stage) const {
   check_stage(*this, stage);
-  return double(layers(stage)) * double(seq_length) * coefficients_.kv_bytes;
+  // An SP rank keeps the K/V of its kv_heads / d_s heads over the whole sequence.
+  return double(layers(stage)) * double(seq_length) * coefficients_.kv_bytes / layout_.sequence;
 }
 
 // --- JSON --------------------------------------------------------------------------------
@@ -334,6 +353,8 @@ void to_json(nlohmann::json& j, const CostModel& m) {
   j = nlohmann::json{{"model", m.shape()},
                      {"layers_per_stage", m.layers_per_stage()},
                      {"coefficients", m.coefficients()}};
+  // Only when set, so a cost model without a layout writes the file it always wrote.
+  if (m.layout() != ParallelLayout{}) j["layout"] = m.layout();
 }
 
 void from_json(const nlohmann::json& j, CostModel& m) {
@@ -341,11 +362,13 @@ void from_json(const nlohmann::json& j, CostModel& m) {
   ModelShape shape;
   std::vector<int> layers_per_stage;
   CostCoefficients coefficients;
+  ParallelLayout layout;
   f.get("model", shape);
   f.get("layers_per_stage", layers_per_stage);
   f.get("coefficients", coefficients);
+  f.get_optional("layout", layout);  // absent in files written before it existed
   f.finish();
-  m = CostModel(shape, layers_per_stage, coefficients);
+  m = CostModel(shape, layers_per_stage, coefficients, layout);
 }
 
 CostModel load_cost_model(const std::string& path) {

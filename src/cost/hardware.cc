@@ -31,6 +31,8 @@ void Hardware::validate() const {
   positive(memory_bytes, "memory_bytes");
   positive(link_bandwidth, "link_bandwidth");
   non_negative(link_latency_s, "link_latency_s");
+  positive(inter_node_bandwidth, "inter_node_bandwidth");
+  non_negative(inter_node_latency_s, "inter_node_latency_s");
 }
 
 namespace {
@@ -63,6 +65,15 @@ Hardware a800() {
   // (~3 us each, the forum figure above); rounded up to 10 us for the Simple protocol used by
   // large activations.
   hw.link_latency_s = 1e-5;
+  // Between nodes: one HDR InfiniBand NIC per GPU, 200 Gb/s per port (NVIDIA ConnectX-6 VPI
+  // datasheet; the DGX A100 and its A800 variant carry 8 single-port HDR NICs for compute, one
+  // per GPU, NVIDIA DGX A100 datasheet), i.e. 25 GB/s per direction.
+  hw.inter_node_bandwidth = 200e9 / 8;
+  // Estimate, not a measurement: an inter-node NCCL transfer goes through the network proxy
+  // thread and the NIC, a few microseconds more than NVLink's per-hop ~1-2 us (Hu et al. 2025,
+  // "Demystifying NCCL", arXiv 2507.04786, compare its intra- and inter-node latencies); taken
+  // as twice the in-node estimate above.
+  hw.inter_node_latency_s = 2e-5;
   return hw;
 }
 
@@ -89,6 +100,9 @@ Hardware cpu() {
   // between 4 and 16 MiB messages, latency from 4 and 64 KiB messages.
   hw.link_bandwidth = 3.699e9;
   hw.link_latency_s = 4.84e-5;
+  // One machine: "between nodes" is the same loopback link.
+  hw.inter_node_bandwidth = hw.link_bandwidth;
+  hw.inter_node_latency_s = hw.link_latency_s;
   return hw;
 }
 
@@ -113,7 +127,9 @@ void to_json(nlohmann::json& j, const Hardware& hw) {
                      {"layer_overhead_s", hw.layer_overhead_s},
                      {"memory_bytes", hw.memory_bytes},
                      {"link_bandwidth", hw.link_bandwidth},
-                     {"link_latency_s", hw.link_latency_s}};
+                     {"link_latency_s", hw.link_latency_s},
+                     {"inter_node_bandwidth", hw.inter_node_bandwidth},
+                     {"inter_node_latency_s", hw.inter_node_latency_s}};
 }
 
 void from_json(const nlohmann::json& j, Hardware& hw) {
@@ -126,6 +142,11 @@ void from_json(const nlohmann::json& j, Hardware& hw) {
   f.get("memory_bytes", hw.memory_bytes);
   f.get("link_bandwidth", hw.link_bandwidth);
   f.get("link_latency_s", hw.link_latency_s);
+  // Absent in files written before there were two links: one node, one link.
+  hw.inter_node_bandwidth = hw.link_bandwidth;
+  hw.inter_node_latency_s = hw.link_latency_s;
+  f.get_optional("inter_node_bandwidth", hw.inter_node_bandwidth);
+  f.get_optional("inter_node_latency_s", hw.inter_node_latency_s);
   f.finish();
   hw.validate();
 }

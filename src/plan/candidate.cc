@@ -49,8 +49,8 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
           cand.saving_rate[p], cost.checkpoint_saving_bytes(c, p) / cost.layer_forward_time(c));
     }
     if (p + 1 < num_stages) {
-      cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first);
-      cand.drain[p + 1] = cand.drain[p] + cost.backward_time(last, p, 0) + cost.p2p_time(last);
+      cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first, p);
+      cand.drain[p + 1] = cand.drain[p] + cost.backward_time(last, p, 0) + cost.p2p_time(last, p);
     }
   }
   cand.bound = bound_with(cand, std::vector<double>(num_stages, 0));

@@ -199,6 +199,8 @@ void to_json(nlohmann::json& j, const Plan& plan) {
                     {"busy_s", plan.busy_s},
                     {"bubble_fraction", plan.bubble_fraction},
                     {"peak_memory_bytes", plan.peak_memory_bytes},
+                    {"stage_alltoall_s", plan.stage_alltoall_s},
+                    {"stage_p2p_s", plan.stage_p2p_s},
                     {"checkpoint_solver", plan.checkpoint_solver},
                     {"plan_ms", plan.plan_ms}};
   j["planner"] = plan.planner;
@@ -270,6 +272,8 @@ void from_json(const nlohmann::json& j, Plan& plan) {
     read_optional(p, "busy_s", plan.busy_s);
     read_optional(p, "bubble_fraction", plan.bubble_fraction);
     read_optional(p, "peak_memory_bytes", plan.peak_memory_bytes);
+    read_optional(p, "stage_alltoall_s", plan.stage_alltoall_s);  // absent in older plans
+    read_optional(p, "stage_p2p_s", plan.stage_p2p_s);
     read_optional(p, "checkpoint_solver", plan.checkpoint_solver);
     read_optional(p, "plan_ms", plan.plan_ms);
   }
@@ -315,6 +319,8 @@ void Plan::set_prediction(const SimResult& sim) {
   busy_s = sim.busy_s;
   bubble_fraction = sim.mean_bubble_fraction();
   peak_memory_bytes = sim.peak_memory_bytes;
+  stage_alltoall_s = sim.alltoall_s;
+  stage_p2p_s = sim.p2p_s;
 }
 
 void Plan::validate() const {

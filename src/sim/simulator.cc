@@ -139,10 +139,11 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       if (backwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
       int layers = recompute_layers(recompute_, p, c);
       double duration = cost_.backward_time(chunks_[c], p, layers);
-      double recompute = layers > 0 ? layers * cost_.layer_forward_time(chunks_[c]) : 0.0;
+      double recompute = layers > 0 ? cost_.recompute_time(chunks_[c], p, layers) : 0.0;
       clock = start + duration;
       result_.busy_s[p] += duration;
       result_.recompute_s[p] += recompute;
+      result_.alltoall_s[p] += cost_.alltoall_time(chunks_[c], p, layers);
       backwarded_[cell(p, c)] = 1;
       moment_time_[p][pc_[p]] = start;
       if (recompute > 0) record(p, a, "recompute", start, start + recompute, "recompute ");
@@ -172,7 +173,9 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       clock = std::max(clock, channel.posted_at[channel.matched]);
       ++channel.matched;
       double start = std::max(clock, channel.free_at);
-      double arrival = start + cost_.p2p_time(chunks_[c]);
+      const double transfer = cost_.p2p_time(chunks_[c], std::min(p, peer));
+      double arrival = start + transfer;
+      result_.p2p_s[p] += transfer;
       channel.free_at = arrival;
       (forward ? arrive_forward_ : arrive_backward_)[cell(peer, c)] = arrival;
       record(p, a, "send", start, arrival);
@@ -290,6 +293,8 @@ SimResult Simulation::run() {
   moment_time_.resize(d_);
   result_.busy_s.assign(d_, 0.0);
   result_.recompute_s.assign(d_, 0.0);
+  result_.alltoall_s.assign(d_, 0.0);
+  result_.p2p_s.assign(d_, 0.0);
   result_.peak_memory_bytes.assign(d_, 0.0);
   result_.memory.assign(d_, {});
   size_t total_actions = 0;

@@ -185,7 +185,7 @@ TEST(CostModel, FirstAndLastStageExtras) {
   EXPECT_NEAR(m.activation_bytes(chunk, 3, 2) - m.activation_bytes(chunk, 1, 2),
               tokens * m.coefficients().logits_bytes + 8, 1e-3);
   EXPECT_NEAR(m.backward_time(chunk, 2, 0), 2 * m.forward_time(chunk, 2), 1e-12);
-  EXPECT_NEAR(m.p2p_time(chunk) - m.p2p_time(Chunk{}), tokens * 2 * 4096 / 200e9, 1e-12);
+  EXPECT_NEAR(m.p2p_time(chunk, 0) - m.p2p_time(Chunk{}, 0), tokens * 2 * 4096 / 200e9, 1e-12);
   EXPECT_THROW(m.forward_time(chunk, 4), Error);
   EXPECT_THROW(m.backward_time(chunk, 0, 9), Error);
   EXPECT_THROW(m.activation_bytes(chunk, 0, -1), Error);

@@ -55,5 +55,20 @@ TEST(Hardware, JsonWithMissingFieldNamesIt) {
   }
 }
 
+TEST(Hardware, InterNodeLinkIsOptionalInJson) {
+  const Hardware a800 = Hardware::builtin("a800");
+  EXPECT_EQ(a800.inter_node_bandwidth, 25e9);  // one HDR NIC per GPU
+  EXPECT_EQ(nlohmann::json(a800).get<Hardware>().inter_node_latency_s, 2e-5);
+  // A file written before there were two links describes one node: one link for both.
+  nlohmann::json j = a800;
+  j.erase("inter_node_bandwidth");
+  j.erase("inter_node_latency_s");
+  const Hardware old = j.get<Hardware>();
+  EXPECT_EQ(old.inter_node_bandwidth, a800.link_bandwidth);
+  EXPECT_EQ(old.inter_node_latency_s, a800.link_latency_s);
+  j["inter_node_bandwidth"] = 0;
+  EXPECT_THROW(j.get<Hardware>(), Error);
+}
+
 }  // namespace
 }  // namespace infinipipe

@@ -104,10 +104,10 @@ TEST(PipelineBound, BusyFillAndDrainFromTheCostModel) {
       if (p + 1 < d) {
         const Chunk& f = cand.chunks[first];
         const Chunk& b = cand.chunks[last];
-        EXPECT_NEAR(cand.fill[p + 1] - cand.fill[p], cost.forward_time(f, p) + cost.p2p_time(f),
+        EXPECT_NEAR(cand.fill[p + 1] - cand.fill[p], cost.forward_time(f, p) + cost.p2p_time(f, p),
                     1e-9 * cand.fill[p + 1]);
         EXPECT_NEAR(cand.drain[p + 1] - cand.drain[p],
-                    cost.backward_time(b, p, 0) + cost.p2p_time(b), 1e-9 * cand.drain[p + 1]);
+                    cost.backward_time(b, p, 0) + cost.p2p_time(b, p), 1e-9 * cand.drain[p + 1]);
       }
       bound = std::max(bound, cand.fill[p] + cand.busy[p] + cand.drain[p]);
     }

@@ -329,7 +329,7 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
           EXPECT_GE(e->start_s, previous_end - 1e-12);
           if (p > 0)
             EXPECT_GE(e->start_s,
-                      by_name.at({p - 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
+                      by_name.at({p - 1, a.text()})->end_s + cost.p2p_time(chunk, p - 1) - 1e-12);
         } else {
           int k = recompute[p][a.chunk];
           busy += cost.backward_time(chunk, p, k);
@@ -338,7 +338,8 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
           EXPECT_GE(start, previous_end - 1e-12);
           EXPECT_GE(start, by_name.at({p, "F" + std::to_string(a.chunk)})->end_s - 1e-12);
           if (p < d - 1)
-            EXPECT_GE(start, by_name.at({p + 1, a.text()})->end_s + cost.p2p_time(chunk) - 1e-12);
+            EXPECT_GE(start,
+                      by_name.at({p + 1, a.text()})->end_s + cost.p2p_time(chunk, p) - 1e-12);
         }
         previous_end = e->end_s;
       }

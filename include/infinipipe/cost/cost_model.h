@@ -9,6 +9,15 @@
 // or, when the layer's backward was measured apart (the profiler fits it like the forward),
 //   T_bwd = l * (sum_i [a1' * ((c_i + s_i)^2 - c_i^2) + a2' * s_i] + b') + g * extras
 //           + ckpt_layers * (per-layer forward time)
+// With a parallel layout of d_s sequence-parallel ranks per stage (parallel_layout.h) every
+// time and byte is one rank's: the slice terms and the extras are divided by d_s (each rank has
+// 1/d_s of the tokens, and of the heads in attention; b, a launch overhead, is not), and every
+// layer adds its Ulysses all-to-alls, 4 in the forward (q, k, v in, the output back) and 4 in
+// the backward. An all-to-all among d_s ranks, each holding X bytes, sends the (d_s - 1)/d_s of
+// X that belongs to the others: X (d_s - 1)/d_s / B + latency over the SP group's link (B per
+// direction and rank), so per layer and direction (cost_model_parallel.cc)
+//   T_a2a = (d_s - 1)/d_s * (tokens/d_s) * (2h + 2 kv_dim) * bytes / B + 4 * latency
+// Recomputing a layer repeats its forward all-to-alls.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +27,7 @@
 #include "infinipipe/core/chunk.h"
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
+#include "infinipipe/cost/parallel_layout.h"
 
 namespace infinipipe {
 
@@ -44,10 +54,14 @@ struct CostCoefficients {
       0;  // keys and values of one layer: a split sequence's K/V buffer (and dK/dV) per token
   double logits_bytes = 0;  // per token, last stage: final norm and loss, kept for the backward
   double model_state_bytes_per_param = 16;  // weights, gradients, optimizer state
-  // Point to point.
+  // Point to point, and the link inside a node (also the SP group's all-to-all there).
   double p2p_bytes_per_token = 0;  // one activation (or its gradient) per token
   double p2p_bandwidth = 0;        // bytes/s
   double p2p_latency_s = 0;
+  // The link between nodes, per rank: sends between stages on different nodes, and an SP group
+  // that spans nodes. Zero (files written before it existed) means the in-node link above.
+  double inter_node_bandwidth = 0;
+  double inter_node_latency_s = 0;
 
   // Analytic coefficients: FLOPs over achieved FLOP/s, bytes from the shape.
   static CostCoefficients analytic(const ModelShape& shape, const Hardware& hw);
@@ -66,30 +80,48 @@ class CostModel {
  public:
   CostModel() = default;
   // Validates all three; the stages' layers must add up to shape.layers, each at least 1.
-  CostModel(ModelShape shape, std::vector<int> layers_per_stage, CostCoefficients coefficients);
+  // The layout must fit the shape (ParallelLayout::check_fits: d_s divides heads and KV heads).
+  CostModel(ModelShape shape, std::vector<int> layers_per_stage, CostCoefficients coefficients,
+            ParallelLayout layout = {});
   // Analytic coefficients, layers split evenly.
-  static CostModel analytic(const ModelShape& shape, const Hardware& hw, int stages);
+  static CostModel analytic(const ModelShape& shape, const Hardware& hw, int stages,
+                            const ParallelLayout& layout = {});
 
   const ModelShape& shape() const { return shape_; }
   const CostCoefficients& coefficients() const { return coefficients_; }
   const std::vector<int>& layers_per_stage() const { return layers_per_stage_; }
   int num_stages() const { return static_cast<int>(layers_per_stage_.size()); }
   int layers(int stage) const { return layers_per_stage_.at(stage); }
+  const ParallelLayout& layout() const { return layout_; }
 
-  // --- time (seconds) ---
-  // One layer, one slice, without the per-chunk overhead: a1 * ((c+s)^2 - c^2) + a2 * s.
+  // --- time (seconds), of one rank ---
+  // One layer, one slice, without the per-chunk overhead: a1 * ((c+s)^2 - c^2) + a2 * s, the
+  // work of the whole slice (all SP ranks together): the chunking balances with it.
   double slice_layer_time(int64_t context, int64_t length) const;
-  // One layer, one chunk: sum of its slices plus b.
+  // One layer's compute on one chunk: sum of its slices (over d_s) plus b. No all-to-all.
   double layer_forward_time(const Chunk& chunk) const;
+  // One layer's forward all-to-alls on the stage (its backward has as many); 0 with d_s = 1.
+  double layer_alltoall_time(const Chunk& chunk, int stage) const;
+  // Compute and all-to-alls of the chunk's forward on the stage.
   double forward_time(const Chunk& chunk, int stage) const;
-  // One layer's backward, without recompute.
+  // One layer's backward compute, without recompute or all-to-alls.
   double layer_backward_time(const Chunk& chunk) const;
-  // Backward of the chunk on the stage, recomputing `checkpointed_layers` of its layers.
+  // Backward of the chunk on the stage, recomputing `checkpointed_layers` of its layers (their
+  // forward compute and all-to-alls), with its own all-to-alls.
   double backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
-  // Sending the chunk's activation (or gradient) to the neighbouring stage.
-  double p2p_time(const Chunk& chunk) const;
+  // Recomputing `checkpointed_layers` of the chunk's layers on the stage (part of backward_time).
+  double recompute_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
+  // All-to-all seconds of the chunk on the stage over its forward and backward, recompute
+  // included (parts of forward_time and backward_time).
+  double alltoall_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
+  // Sending the chunk's activation (or gradient) across the boundary between `boundary` and
+  // `boundary + 1`: each SP rank sends its tokens to the same SP rank of the other stage, over
+  // the inter-node link when the layout puts the two stages on different nodes.
+  double p2p_time(const Chunk& chunk, int boundary) const;
 
-  // --- memory (bytes) ---
+  // --- memory (bytes), of one rank ---
+  // Weights, gradients and optimizer state of the stage's parameters under the layout's ZeRO
+  // level (model_state_bytes_per_rank), plus with ZeRO-3 the parameters it gathers.
   double model_state_bytes(int stage) const;
   // Kept from the chunk's forward to its backward with `checkpointed_layers` recomputed: full
   // layers' saved tensors (slices of split sequences included: the chunk attention saves their
@@ -108,12 +140,23 @@ class CostModel {
   double kv_buffer_bytes(int64_t seq_length, int stage) const;
 
  private:
+  struct Link {
+    double bandwidth = 0;
+    double latency_s = 0;
+  };
+  double compute_forward_time(const Chunk& chunk, int stage) const;
+  void set_links();  // alltoall_link_ and p2p_link_ from the layout (cost_model_parallel.cc)
+
   ModelShape shape_;
   std::vector<int> layers_per_stage_;
   CostCoefficients coefficients_;
+  ParallelLayout layout_;
+  std::vector<Link> alltoall_link_;  // per stage: its SP group's link
+  std::vector<Link> p2p_link_;       // per boundary p -> p + 1 (the last entry unused)
 };
 
-// {"model": {...}, "layers_per_stage": [...], "coefficients": {...}}
+// {"model": {...}, "layers_per_stage": [...], "coefficients": {...}, "layout": {...}}; the
+// layout is written only when it is not the default and read as the default when absent.
 void to_json(nlohmann::json& j, const CostModel& model);
 void from_json(const nlohmann::json& j, CostModel& model);
 CostModel load_cost_model(const std::string& path);  // Error names the file on bad JSON

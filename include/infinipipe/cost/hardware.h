@@ -1,5 +1,5 @@
 #pragma once
-// One device and its link to the next pipeline stage. Every number of a built-in description
+// One device, its links inside a node and between nodes. Every number of a built-in description
 // carries its source beside it in hardware.cc.
 #include <string>
 #include <vector>
@@ -15,8 +15,12 @@ struct Hardware {
   double attention_efficiency = 0;  // achieved fraction of peak in causal attention
   double layer_overhead_s = 0;      // fixed time per layer per chunk (kernel launches, sync)
   double memory_bytes = 0;          // device memory
-  double link_bandwidth = 0;        // bytes/s, one direction, stage to stage
-  double link_latency_s = 0;        // per point-to-point transfer
+  double link_bandwidth = 0;        // bytes/s, one direction, between GPUs of a node
+  double link_latency_s = 0;        // per point-to-point transfer (or collective) in a node
+  // Between nodes, per GPU (its own NIC), one direction. JSON files without them describe one
+  // node: they read as the in-node link.
+  double inter_node_bandwidth = 0;
+  double inter_node_latency_s = 0;
 
   void validate() const;
 

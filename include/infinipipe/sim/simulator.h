@@ -30,9 +30,13 @@ struct SimEvent {
 
 struct SimResult {
   double step_time_s = 0;
-  std::vector<double> busy_s;             // per stage, compute including recompute
-  std::vector<double> bubble_fraction;    // per stage, 1 - busy / step time
-  std::vector<double> recompute_s;        // per stage
+  std::vector<double> busy_s;           // per stage, compute including recompute
+  std::vector<double> bubble_fraction;  // per stage, 1 - busy / step time
+  std::vector<double> recompute_s;      // per stage
+  // Per stage, of one rank: Ulysses all-to-alls (forward, backward and recompute; part of busy_s,
+  // 0 without sequence parallelism) and the sends it made (not part of busy_s).
+  std::vector<double> alltoall_s;
+  std::vector<double> p2p_s;
   std::vector<double> peak_memory_bytes;  // per stage
   // Per stage: (time, bytes) at every memory moment, in time order; kept only with
   // SimOptions::record_events (peak_memory_bytes is always there).

@@ -1,0 +1,100 @@
+// The parts of the cost model that the parallel layout shapes (docs/planning.md, "Parallel
+// layout"): which link each all-to-all and each send between stages uses, the Ulysses
+// all-to-all time, and the model state per rank under ZeRO. The rest of CostModel, where the
+// layout only divides by d_s, is in cost_model.cc.
+#include <algorithm>
+
+#include "infinipipe/core/error.h"
+#include "infinipipe/cost/cost_model.h"
+
+namespace infinipipe {
+
+namespace {
+// Ulysses all-to-alls per layer and direction: q, k and v from token- to head-sharded, the
+// attention output back (Jacobs et al. 2023, "DeepSpeed Ulysses", arXiv 2309.14509, Sec. 3.1);
+// the backward runs the same four on the gradients.
+constexpr int kAlltoallsPerLayer = 4;
+// ZeRO-3 holds gathered parameters while a unit computes and the next one's prefetch lands: two
+// units' weights (PyTorch FSDP documentation, BackwardPrefetch: prefetching "increases peak
+// memory" by one more unit's parameters), and one unit's unsharded gradient before its
+// reduce-scatter.
+constexpr double kGatheredUnits = 2;
+
+// Called in the planner's inner loops: the message is built only on failure.
+void check_index(bool ok, const char* what, int index, int stages) {
+  if (ok) return;
+  throw Error(std::string("cost model: ") + what + " " + std::to_string(index) +
+              " out of range for " + std::to_string(stages) + " stages");
+}
+}  // namespace
+
+void CostModel::set_links() {
+  const CostCoefficients& k = coefficients_;
+  const Link in_node{k.p2p_bandwidth, k.p2p_latency_s};
+  // A cost model file without the inter-node link describes one link for everything.
+  const Link between_nodes =
+      k.inter_node_bandwidth > 0 ? Link{k.inter_node_bandwidth, k.inter_node_latency_s} : in_node;
+  const int d_p = num_stages();
+  alltoall_link_.assign(d_p, in_node);
+  p2p_link_.assign(d_p, in_node);
+  for (int p = 0; p < d_p; ++p) {
+    if (layout_.sequence_group_crosses_nodes(p, d_p)) alltoall_link_[p] = between_nodes;
+    if (p + 1 < d_p && layout_.boundary_crosses_nodes(p, d_p)) p2p_link_[p] = between_nodes;
+  }
+}
+
+double CostModel::layer_alltoall_time(const Chunk& chunk, int stage) const {
+  const int d_s = layout_.sequence;
+  if (d_s == 1) return 0;
+  check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
+  const Link& link = alltoall_link_[stage];
+  // Each rank holds tokens/d_s rows of q (h wide), k and v (kv_dim wide) and the output (h);
+  // an all-to-all keeps 1/d_s of them and sends the rest, over the group's slowest link (a
+  // group across nodes is bound by the NIC, the in-node part is not credited).
+  const double kv_dim = double(shape_.kv_heads) * shape_.head_dim();
+  const double bytes_per_token = (2.0 * shape_.hidden + 2.0 * kv_dim) * shape_.bytes_per_element;
+  const double rows = double(chunk.tokens()) / d_s;
+  const double sent = rows * bytes_per_token * (d_s - 1) / d_s;
+  return sent / link.bandwidth + kAlltoallsPerLayer * link.latency_s;
+}
+
+double CostModel::recompute_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
+  // Two products, not one of a sum: with d_s = 1 the second is an exact 0.0 and the first is
+  // the layout-free model's recompute to the bit.
+  return checkpointed_layers * layer_forward_time(chunk) +
+         checkpointed_layers * layer_alltoall_time(chunk, stage);
+}
+
+double CostModel::alltoall_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
+  return (2.0 * layers(stage) + checkpointed_layers) * layer_alltoall_time(chunk, stage);
+}
+
+double CostModel::p2p_time(const Chunk& chunk, int boundary) const {
+  check_index(boundary >= 0 && boundary + 1 < num_stages(), "stage boundary", boundary,
+              num_stages());
+  const Link& link = p2p_link_[boundary];
+  // Every SP rank sends its own tokens/d_s rows to its peer, all at once over their own links.
+  const double rows = double(chunk.tokens()) / layout_.sequence;
+  return rows * coefficients_.p2p_bytes_per_token / link.bandwidth + link.latency_s;
+}
+
+double CostModel::model_state_bytes(int stage) const {
+  check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
+  double params = double(layers(stage)) * double(shape_.params_per_layer());
+  if (stage == 0) params += double(shape_.embedding_params());
+  // Untied LM head as in LLaMA, and the final RMSNorm gain.
+  if (stage == num_stages() - 1) params += double(shape_.embedding_params()) + shape_.hidden;
+  double bytes = model_state_bytes_per_rank(params, coefficients_.model_state_bytes_per_param,
+                                            shape_.bytes_per_element, layout_);
+  if (layout_.zero == 3 && layout_.gradient_group() > 1) {
+    // The largest unit gathered whole: a layer, or the embedding / LM head on the end stages.
+    double unit = double(shape_.params_per_layer());
+    if (stage == 0 || stage == num_stages() - 1)
+      unit = std::max(unit, double(shape_.embedding_params()));
+    const double w = shape_.bytes_per_element;
+    bytes += unit * (kGatheredUnits * w + w);
+  }
+  return bytes;
+}
+
+}  // namespace infinipipe

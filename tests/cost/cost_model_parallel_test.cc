@@ -1,0 +1,158 @@
+// cost_model_parallel.cc: what the parallel layout does to the cost model: the Ulysses
+// all-to-all, the links, ZeRO's model state; and (cost_model.cc) the division of compute and
+// memory over d_s.
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "infinipipe/core/error.h"
+#include "infinipipe/cost/cost_model.h"
+#include "support/error_of.h"
+
+namespace infinipipe {
+namespace {
+
+using test_support::expect_error;
+
+ParallelLayout layout(int sequence, int data = 1, int zero = 1) {
+  ParallelLayout l;
+  l.sequence = sequence;
+  l.data = data;
+  l.zero = zero;
+  return l;
+}
+
+CostModel model(const std::string& name, int stages, const ParallelLayout& l = {}) {
+  return CostModel::analytic(ModelShape::builtin(name), Hardware::builtin("a800"), stages, l);
+}
+
+Chunk whole(int64_t tokens) { return Chunk{{Slice{0, 0, tokens, tokens}}}; }
+
+TEST(CostModelParallel, AlltoallTimeIsTheUlyssesFormula) {
+  // LLaMA-13B, d_s = 8 in one node: 8192 tokens, 1024 rows per rank of q, k, v and the output
+  // (4 x 5120 x 2 bytes), 7/8 of them sent over NVLink (200 GB/s), 4 latencies of 10 us.
+  const CostModel sp8 = model("llama-13b", 4, layout(8));
+  EXPECT_NEAR(sp8.layer_alltoall_time(whole(8192), 0), 1024.0 * 40960 * 7 / 8 / 200e9 + 4 * 1e-5,
+              1e-15);
+  // LLaMA-7B, d_s = 16 spans two nodes: InfiniBand HDR (25 GB/s) and 20 us per all-to-all.
+  const CostModel sp16 = model("llama-7b", 2, layout(16));
+  EXPECT_NEAR(sp16.layer_alltoall_time(whole(8192), 1), 512.0 * 32768 * 15 / 16 / 25e9 + 4 * 2e-5,
+              1e-15);
+  // Without SP there is none.
+  EXPECT_EQ(model("llama-13b", 4).layer_alltoall_time(whole(8192), 0), 0);
+}
+
+TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {
+  const CostModel one = model("llama-13b", 4), sp = model("llama-13b", 4, layout(8));
+  const Chunk chunk{{Slice{0, 4096, 8192, 20000}, Slice{1, 0, 3000, 3000}}};
+  const double b = one.coefficients().b;
+  // The launch overhead b stays per rank; the slices' work divides by 8.
+  EXPECT_NEAR(sp.layer_forward_time(chunk), b + (one.layer_forward_time(chunk) - b) / 8, 1e-15);
+  for (int p = 0; p < 4; ++p) {
+    const int l = sp.layers(p);
+    const double a2a = sp.layer_alltoall_time(chunk, p);
+    EXPECT_GT(a2a, 0);
+    const double compute = l * sp.layer_forward_time(chunk);
+    double extras = 0;  // the LM head's GEMM on the last stage, divided as well
+    if (p == 3) extras = chunk.tokens() * sp.coefficients().head_s_per_token / 8;
+    EXPECT_NEAR(sp.forward_time(chunk, p), compute + extras + l * a2a, 1e-12);
+    // Backward: g times the compute, its own all-to-alls, and a recomputed layer's forward with
+    // its all-to-alls.
+    const double g = sp.coefficients().backward_ratio;
+    EXPECT_NEAR(sp.backward_time(chunk, p, 0), g * (compute + extras) + l * a2a, 1e-12);
+    EXPECT_NEAR(sp.recompute_time(chunk, p, 3), 3 * (sp.layer_forward_time(chunk) + a2a), 1e-15);
+    EXPECT_NEAR(sp.backward_time(chunk, p, 3),
+                sp.backward_time(chunk, p, 0) + sp.recompute_time(chunk, p, 3), 1e-12);
+    EXPECT_NEAR(sp.alltoall_time(chunk, p, 3), (2 * l + 3) * a2a, 1e-15);
+  }
+}
+
+TEST(CostModelParallel, ActivationsAndBuffersPerRankAreOneOverDs) {
+  const CostModel one = model("llama-13b", 4), sp = model("llama-13b", 4, layout(8));
+  const Chunk chunk{{Slice{0, 4096, 8192, 20000}, Slice{1, 0, 3000, 3000}}};
+  for (int p = 0; p < 4; ++p) {
+    for (int ckpt : {0, 4, 10})
+      EXPECT_DOUBLE_EQ(sp.activation_bytes(chunk, p, ckpt),
+                       one.activation_bytes(chunk, p, ckpt) / 8);
+    EXPECT_DOUBLE_EQ(sp.checkpoint_saving_bytes(chunk, p),
+                     one.checkpoint_saving_bytes(chunk, p) / 8);
+    EXPECT_DOUBLE_EQ(sp.backward_workspace_bytes(chunk, p),
+                     one.backward_workspace_bytes(chunk, p) / 8);
+    EXPECT_DOUBLE_EQ(sp.kv_buffer_bytes(20000, p), one.kv_buffer_bytes(20000, p) / 8);
+  }
+}
+
+TEST(CostModelParallel, ModelStatePerRankShrinksWithEachZeroLevel) {
+  // LLaMA-13B on 4 stages, d_s = 8, d_r = 2: gradient groups of 16 ranks.
+  const CostModel none = model("llama-13b", 4);
+  for (int p = 0; p < 4; ++p) {
+    const double psi = none.model_state_bytes(p) / 16;  // parameters of the stage
+    const double z0 = model("llama-13b", 4, layout(8, 2, 0)).model_state_bytes(p);
+    const double z1 = model("llama-13b", 4, layout(8, 2, 1)).model_state_bytes(p);
+    const double z2 = model("llama-13b", 4, layout(8, 2, 2)).model_state_bytes(p);
+    const double z3 = model("llama-13b", 4, layout(8, 2, 3)).model_state_bytes(p);
+    EXPECT_DOUBLE_EQ(z0, 16 * psi);
+    EXPECT_DOUBLE_EQ(z1, 4 * psi + 12 * psi / 16);
+    EXPECT_DOUBLE_EQ(z2, 2 * psi + 14 * psi / 16);
+    // ZeRO-3: everything sharded, plus two gathered units' weights and one unit's gradient.
+    const ModelShape shape = ModelShape::builtin("llama-13b");
+    double unit = double(shape.params_per_layer());
+    if (p == 0 || p == 3) unit = std::max(unit, double(shape.embedding_params()));
+    EXPECT_DOUBLE_EQ(z3, psi + unit * 3 * 2);
+    EXPECT_GT(z0, z1);
+    EXPECT_GT(z1, z2);
+    EXPECT_GT(z2, z3);
+  }
+  // ZeRO over a group of one rank is no sharding: the layout-free count.
+  EXPECT_EQ(model("llama-13b", 4, layout(1, 1, 3)).model_state_bytes(1), none.model_state_bytes(1));
+}
+
+TEST(CostModelParallel, SendsBetweenNodesUseTheInterNodeLink) {
+  const Chunk chunk = whole(8192);
+  // d_s = 8: a stage is a node; each rank sends its 1024 rows over its own HDR NIC.
+  const CostModel sp = model("llama-13b", 4, layout(8));
+  EXPECT_NEAR(sp.p2p_time(chunk, 0), 1024.0 * 5120 * 2 / 25e9 + 2e-5, 1e-15);
+  // Without SP, 16 stages on two nodes: only the boundary 7 -> 8 leaves the node.
+  const CostModel wide = model("llama-7b", 16);
+  EXPECT_NEAR(wide.p2p_time(chunk, 6), 8192.0 * 4096 * 2 / 200e9 + 1e-5, 1e-15);
+  EXPECT_NEAR(wide.p2p_time(chunk, 7), 8192.0 * 4096 * 2 / 25e9 + 2e-5, 1e-15);
+  expect_error([&] { sp.p2p_time(chunk, 3); }, {"stage boundary 3"});
+  // Coefficients without the inter-node link (older files) use the one link they have.
+  nlohmann::json j = sp;
+  j["coefficients"].erase("inter_node_bandwidth");
+  j["coefficients"].erase("inter_node_latency_s");
+  const CostModel old = j.get<CostModel>();
+  EXPECT_NEAR(old.p2p_time(chunk, 0), 1024.0 * 5120 * 2 / 200e9 + 1e-5, 1e-15);
+}
+
+TEST(CostModelParallel, DsMustDivideTheHeads) {
+  expect_error([] { model("llama-30b", 4, layout(8)); }, {"d_s = 8", "52 heads"});
+  expect_error([] { model("tiny", 2, layout(4)); }, {"d_s = 4", "2 KV heads"});
+}
+
+TEST(CostModelParallel, JsonWithAndWithoutTheLayout) {
+  // Without a layout the file is what it always was: no "layout" field, read back as default.
+  const CostModel plain = model("llama-7b", 4);
+  const nlohmann::json j = plain;
+  EXPECT_FALSE(j.contains("layout"));
+  EXPECT_EQ(j.get<CostModel>().layout(), ParallelLayout{});
+  EXPECT_EQ(nlohmann::json(j.get<CostModel>()), j);
+  // With one, it round-trips and keeps every cost.
+  const CostModel sp = model("llama-7b", 4, layout(8, 2, 2));
+  const nlohmann::json k = sp;
+  ASSERT_TRUE(k.contains("layout"));
+  const CostModel back = k.get<CostModel>();
+  EXPECT_EQ(back.layout(), sp.layout());
+  EXPECT_EQ(nlohmann::json(back), k);
+  const Chunk chunk = whole(5000);
+  EXPECT_EQ(back.forward_time(chunk, 1), sp.forward_time(chunk, 1));
+  EXPECT_EQ(back.model_state_bytes(0), sp.model_state_bytes(0));
+  // A layout that does not fit the model is refused on load.
+  nlohmann::json bad = sp;
+  bad["layout"]["sequence"] = 3;
+  expect_error([&] { bad.get<CostModel>(); }, {"d_s = 3", "32 heads"});
+}
+
+}  // namespace
+}  // namespace infinipipe
