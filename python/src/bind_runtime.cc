@@ -123,16 +123,19 @@ py::dict stats_dict(const StepStats& s) {
   d["peak_checkpoint_bytes"] = s.peak_checkpoint_bytes;
   d["peak_held_bytes"] = s.peak_held_bytes;
   d["recomputed_layers"] = s.recomputed_layers;
+  d["all_to_all_s"] = s.all_to_all_s;
+  d["all_to_all_bytes"] = s.all_to_all_bytes;
   return d;
 }
 
 // Executor::run or Executor::evaluate, with the GIL released while the stage's plan runs.
-template <StepStats (Executor::*Run)(const Plan&, const std::vector<at::Tensor>&)>
-py::dict run_without_gil(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences) {
+template <StepStats (Executor::*Run)(const Plan&, const std::vector<at::Tensor>&, int64_t)>
+py::dict run_without_gil(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences,
+                         int64_t loss_tokens) {
   StepStats stats;
   {
     py::gil_scoped_release release;
-    stats = (ex.*Run)(plan, sequences);
+    stats = (ex.*Run)(plan, sequences, loss_tokens);
   }
   return stats_dict(stats);
 }
@@ -145,6 +148,19 @@ c10::intrusive_ptr<c10d::ProcessGroup> process_group_from(const py::object& grou
         "executor: expected a torch.distributed ProcessGroup (for example "
         "torch.distributed.group.WORLD after init_process_group), got " +
         std::string(py::str(py::type::of(group))));
+  }
+}
+
+// The global rank of each rank of a torch.distributed group, in its rank order
+// (torch.distributed.get_process_group_ranks); empty when torch cannot tell (the executor then
+// gathers them over the group).
+std::vector<int> global_ranks_of(const py::object& group) {
+  try {
+    return py::module_::import("torch.distributed")
+        .attr("get_process_group_ranks")(group)
+        .cast<std::vector<int>>();
+  } catch (const py::error_already_set&) {
+    return {};
   }
 }
 
@@ -234,6 +250,10 @@ void bind_runtime(py::module_& root) {
       .def_property_readonly("num_layers", &ChunkContext::num_layers)
       .def_property_readonly("positions", &ChunkContext::positions)
       .def_property_readonly("slices", &ChunkContext::slices)
+      .def_property_readonly("sequence_rank", &ChunkContext::sequence_rank,
+                             "This rank among the stage's sequence-parallel ranks (0 without).")
+      .def_property_readonly("sequence_size", &ChunkContext::sequence_size,
+                             "The stage's sequence-parallel degree d_s (1 without).")
       .def(
           "attention",
           [](const ChunkContext& c, int layer, const at::Tensor& q, const at::Tensor& k,
@@ -248,6 +268,31 @@ void bind_runtime(py::module_& root) {
                std::to_string(c.num_tokens()) + " tokens, " + std::to_string(c.slices().size()) +
                " slices>";
       });
+
+  m.def(
+      "shard_rows",
+      [](const std::vector<Slice>& slices, int ranks, int rank) {
+        const runtime::ShardRows r = runtime::shard_rows(slices, ranks, rank);
+        return py::dict(py::arg("tokens") = r.tokens, py::arg("padded") = r.padded,
+                        py::arg("local") = r.local, py::arg("first") = r.first,
+                        py::arg("real") = r.real, py::arg("pieces") = r.pieces);
+      },
+      py::arg("slices"), py::arg("ranks"), py::arg("rank"),
+      "Sequence-parallel rank `rank` of `ranks`'s rows of a chunk of these slices "
+      "(runtime/sequence_rows.h): tokens T, padded T_pad, local T_pad / ranks, first (its first "
+      "padded row), real (its real rows; the rest is padding), pieces (the slices' parts in its "
+      "rows).");
+  m.def(
+      "shard_inputs",
+      [](const std::vector<Slice>& slices, int ranks, int rank,
+         const std::vector<at::Tensor>& sequences) {
+        const runtime::ShardRows r = runtime::shard_rows(slices, ranks, rank);
+        return std::make_tuple(runtime::shard_tokens(r, sequences),
+                               runtime::shard_targets(r, sequences));
+      },
+      py::arg("slices"), py::arg("ranks"), py::arg("rank"), py::arg("sequences"),
+      "(tokens, targets) of that rank's rows, as the executor embeds and scores them: padding "
+      "rows hold token 0 and target IGNORE_INDEX.");
 
   m.attr("IGNORE_INDEX") = runtime::kIgnoreIndex;
   m.def("next_token_targets", &runtime::next_token_targets, py::arg("slices"), py::arg("sequences"),
@@ -278,7 +323,7 @@ void bind_runtime(py::module_& root) {
       .def(py::init([](py::object module, py::object group, int stage, int num_stages,
                        at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
                        int64_t head_dim, double timeout_s, std::vector<int> stage_ranks,
-                       const std::string& attention_backend) {
+                       const std::string& attention_backend, py::object sequence_group) {
              ExecutorOptions o;
              o.stage = stage;
              o.num_stages = num_stages;
@@ -291,6 +336,10 @@ void bind_runtime(py::module_& root) {
              o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
              o.stage_ranks = std::move(stage_ranks);
              o.attention_backend = kernels::parse_backend(attention_backend);
+             if (!sequence_group.is_none()) {
+               o.sequence_group = process_group_from(sequence_group);
+               o.sequence_ranks = global_ranks_of(sequence_group);
+             }
              // A C++ stage module (a subclass of StageModule) runs as it is, without the GIL;
              // any other object is driven through the Python protocol.
              std::shared_ptr<StageModule> stage_module =
@@ -303,11 +352,21 @@ void bind_runtime(py::module_& root) {
            py::arg("module"), py::arg("group"), py::arg("stage"), py::arg("num_stages"),
            py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
            py::arg("head_dim"), py::arg("timeout_s") = 300.0,
-           py::arg("stage_ranks") = std::vector<int>{}, py::arg("attention_backend") = "auto")
+           py::arg("stage_ranks") = std::vector<int>{}, py::arg("attention_backend") = "auto",
+           py::arg("sequence_group") = py::none(),
+           "group: the world (every rank); stage_ranks: this rank's pipeline, the rank of each "
+           "stage. sequence_group: the torch.distributed group of this stage's sequence-parallel "
+           "ranks (Ulysses; None or one rank: none), this rank among them; every action then "
+           "runs on this rank's share of each chunk's rows and parameter gradients are that "
+           "share's (sum them over the group).")
       .def("run", run_without_gil<&Executor::run>, py::arg("plan"), py::arg("sequences"),
+           py::arg("loss_tokens") = 0,
            "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "
-           "int64). Returns a dict: loss (all-reduced), times, bytes, peak held memory.")
+           "int64). loss_tokens: the target tokens the loss is averaged over (0: the plan's; "
+           "a data-parallel replica passes the whole batch's). Returns a dict: loss "
+           "(all-reduced), times, bytes, peak held memory.")
       .def("evaluate", run_without_gil<&Executor::evaluate>, py::arg("plan"), py::arg("sequences"),
+           py::arg("loss_tokens") = 0,
            "Runs only the forwards of this stage's actions, without grad (evaluation). Returns "
            "the same dict as run(); parameter gradients are untouched.")
       .def(
@@ -347,6 +406,8 @@ void bind_runtime(py::module_& root) {
       .def("set_after_action", &Executor::set_after_action, py::arg("probe"),
            "probe(action_text) is called after every action (None to remove).")
       .def_property_readonly("stage", [](const Executor& ex) { return ex.options().stage; })
+      .def_property_readonly("sequence_rank", &Executor::sequence_rank)
+      .def_property_readonly("sequence_size", &Executor::sequence_size)
       .def_property_readonly(
           "timeout_s", [](const Executor& ex) { return ex.options().timeout.count() / 1000.0; });
 

@@ -53,6 +53,19 @@ void ExecutorOptions::validate() const {
   check(stage_ranks.empty() || static_cast<int>(stage_ranks.size()) == num_stages,
         "executor: stage_ranks must list one rank per stage (" + std::to_string(num_stages) +
             "), got " + std::to_string(stage_ranks.size()));
+  if (sequence_group) {
+    // Before any communication: a degree that does not divide the K/V heads cannot shard them.
+    const int d_s = sequence_group->getSize();
+    check(kv_heads % d_s == 0,
+          "executor: the sequence-parallel degree " + std::to_string(d_s) +
+              " must divide kv_heads (" + std::to_string(kv_heads) +
+              "): each rank of a stage attends with kv_heads / d_s key/value heads; use a "
+              "degree that divides " +
+              std::to_string(kv_heads));
+    check(sequence_ranks.empty() || static_cast<int>(sequence_ranks.size()) == d_s,
+          "executor: sequence_ranks must list the global rank of each of the sequence group's " +
+              std::to_string(d_s) + " ranks, got " + std::to_string(sequence_ranks.size()));
+  }
 }
 
 // What a stage keeps of a chunk between its forward and its backward.
@@ -75,13 +88,15 @@ struct Executor::ChunkState {
 // One run(): the plan, the inputs and the bookkeeping of the step.
 class Executor::Step {
  public:
-  Step(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences, bool forward_only)
+  Step(Executor& ex, const Plan& plan, const std::vector<at::Tensor>& sequences, bool forward_only,
+       int64_t loss_tokens)
       : ex_(ex),
         opt_(ex.options_),
         plan_(plan),
         sequences_(sequences),
         last_stage_(opt_.stage == opt_.num_stages - 1),
-        forward_only_(forward_only) {}
+        forward_only_(forward_only),
+        loss_tokens_(loss_tokens) {}
 
   void check_inputs();
   StepStats run();
@@ -92,9 +107,10 @@ class Executor::Step {
   void send(const Action& action);
   void recv(const Action& action);
   std::shared_ptr<ChunkContext> make_context(int chunk);
-  at::Tensor chunk_tokens(int chunk) const;
-  at::Tensor chunk_targets(int chunk) const;
-  int64_t chunk_rows(int chunk) const { return plan_.chunks[chunk].tokens(); }
+  // This rank's rows of the chunk: all of them, or its share under sequence parallelism.
+  int64_t chunk_rows(int chunk) const {
+    return shard_rows(plan_.chunks[chunk].slices, ex_.sequence_size(), ex_.sequence_rank()).local;
+  }
   at::Tensor buffer(int chunk) const;
   void sample_memory();
   void finish();
@@ -106,6 +122,7 @@ class Executor::Step {
   const bool last_stage_;
   const bool forward_only_;  // evaluate(): forwards only, no grad, nothing kept for a backward
   std::vector<bool> split_;  // per sequence: cut into several slices
+  int64_t loss_tokens_;      // the loss denominator (check_inputs: the plan's when 0)
   int64_t target_tokens_ = 0;
   double loss_sum_ = 0;  // last stage: sum of the chunks' losses
   StepStats stats_;
@@ -143,6 +160,11 @@ void Executor::Step::check_inputs() {
   check(target_tokens_ > 0, where +
                                 "the batch has no target tokens (every sequence has one "
                                 "token); give sequences of at least two tokens");
+  check(loss_tokens_ == 0 || loss_tokens_ >= target_tokens_,
+        where + "the loss is averaged over " + std::to_string(loss_tokens_) +
+            " target tokens but the plan alone has " + std::to_string(target_tokens_) +
+            "; give the whole batch's count (or 0 for the plan's)");
+  if (loss_tokens_ == 0) loss_tokens_ = target_tokens_;
   const int n = static_cast<int>(plan_.chunks.size());
   check(plan_.recompute.empty() || (static_cast<int>(plan_.recompute.size()) == opt_.num_stages &&
                                     static_cast<int>(plan_.recompute[stage].size()) == n),
@@ -183,8 +205,10 @@ std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
       if (it == ex_.kv_.end()) {
         // The first forward of any of the sequence's slices allocates its buffers.
         kernels::SliceBuffers per_layer;
+        // With sequence parallelism this rank's heads only.
         for (int l = 0; l < layers; ++l)
-          per_layer.push_back(kernels::SequenceKV::create(plan_.lengths[s.seq], opt_.kv_heads,
+          per_layer.push_back(kernels::SequenceKV::create(plan_.lengths[s.seq],
+                                                          opt_.kv_heads / ex_.sequence_size(),
                                                           opt_.head_dim, opt_.dtype, opt_.device));
         it = ex_.kv_.emplace(s.seq, std::move(per_layer)).first;
       }
@@ -197,18 +221,8 @@ std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
   options.device = opt_.device;
   options.attention_scale = opt_.attention_scale;
   options.attention_backend = opt_.attention_backend;
+  options.sequence = ex_.sequence_;
   return std::make_shared<ChunkContext>(slices, std::move(kv), options);
-}
-
-at::Tensor Executor::Step::chunk_tokens(int chunk) const {
-  std::vector<at::Tensor> parts;
-  for (const Slice& s : plan_.chunks[chunk].slices)
-    parts.push_back(sequences_[s.seq].slice(0, s.start, s.end));
-  return at::cat(parts).to(opt_.device);
-}
-
-at::Tensor Executor::Step::chunk_targets(int chunk) const {
-  return next_token_targets(plan_.chunks[chunk].slices, sequences_).to(opt_.device);
 }
 
 void Executor::Step::recv(const Action& action) {
@@ -254,7 +268,7 @@ void Executor::Step::forward(int chunk) {
 
   at::Tensor hidden;
   if (opt_.stage == 0) {
-    const at::Tensor tokens = chunk_tokens(chunk);
+    const at::Tensor tokens = shard_tokens(st.ctx->rows(), sequences_).to(opt_.device);
     Timer t(stats_.forward_s);
     at::AutoGradMode grad(record);
     hidden = module.embed(tokens, *st.ctx);
@@ -291,10 +305,10 @@ void Executor::Step::forward(int chunk) {
     at::Tensor logits = module.head(hidden, *st.ctx);
     check(logits.dim() == 2 && logits.size(0) == chunk_rows(chunk),
           stage_text(opt_.stage) + ": the head must return logits [tokens, vocab]");
-    // Summed over the chunk's targets, divided by the whole step's: the chunks' losses add up
-    // to the step's mean loss.
-    at::Tensor loss =
-        next_token_loss(logits, chunk_targets(chunk), static_cast<double>(target_tokens_));
+    // Summed over the chunk's targets (this rank's rows'), divided by the whole step's: the
+    // chunks' losses add up to the step's mean loss.
+    const at::Tensor targets = shard_targets(st.ctx->rows(), sequences_).to(opt_.device);
+    at::Tensor loss = next_token_loss(logits, targets, static_cast<double>(loss_tokens_));
     loss_sum_ += loss.detach().item<double>();
     st.output = loss;
   } else {
@@ -396,6 +410,8 @@ StepStats Executor::Step::run() {
   stats_.target_tokens = target_tokens_;
   const int64_t sent_before = ex_.pipes_.bytes_sent();
   const int64_t received_before = ex_.pipes_.bytes_received();
+  const double exchange_before = ex_.sequence_ ? ex_.sequence_->all_to_all_s() : 0.0;
+  const int64_t exchanged_before = ex_.sequence_ ? ex_.sequence_->all_to_all_bytes() : 0;
   for (const Action& action : plan_.schedule.stages[opt_.stage]) {
     const bool backward_action = action.type == ActionType::kRecvBackward ||
                                  action.type == ActionType::kSendBackward ||
@@ -427,8 +443,13 @@ StepStats Executor::Step::run() {
   finish();
   stats_.bytes_sent = ex_.pipes_.bytes_sent() - sent_before;
   stats_.bytes_received = ex_.pipes_.bytes_received() - received_before;
+  if (ex_.sequence_) {
+    stats_.all_to_all_s = ex_.sequence_->all_to_all_s() - exchange_before;
+    stats_.all_to_all_bytes = ex_.sequence_->all_to_all_bytes() - exchanged_before;
+  }
 
-  // Only the last stage computed the loss; every rank returns it.
+  // Only the last stage computed the loss (each of its SP ranks its rows' part); every rank
+  // returns the sum.
   const double local = last_stage_ ? loss_sum_ : 0.0;
   stats_.loss = ex_.pipes_.all_reduce_sum(local, opt_.device);
   stats_.total_s = seconds_since(started);
@@ -467,6 +488,14 @@ Executor::Executor(std::shared_ptr<StageModule> module,
         "executor: this process is rank " + std::to_string(group_ptr->getRank()) + " but stage " +
             std::to_string(options_.stage) + " belongs to rank " +
             std::to_string(rank_of_stage(options_.stage)));
+  if (options_.sequence_group && options_.sequence_group->getSize() > 1) {
+    SequenceParallelOptions sp;
+    sp.stage = options_.stage;
+    sp.global_ranks = options_.sequence_ranks;
+    sp.global_rank = group_ptr->getRank();
+    sp.timeout = options_.timeout;
+    sequence_ = std::make_shared<SequenceParallel>(options_.sequence_group, std::move(sp));
+  }
 }
 
 Executor::~Executor() = default;
@@ -475,13 +504,15 @@ int Executor::rank_of_stage(int stage) const {
   return options_.stage_ranks.empty() ? stage : options_.stage_ranks.at(stage);
 }
 
-StepStats Executor::run(const Plan& plan, const std::vector<at::Tensor>& sequences) {
-  return run_step(plan, sequences, false);
+StepStats Executor::run(const Plan& plan, const std::vector<at::Tensor>& sequences,
+                        int64_t loss_tokens) {
+  return run_step(plan, sequences, false, loss_tokens);
 }
 
-StepStats Executor::evaluate(const Plan& plan, const std::vector<at::Tensor>& sequences) {
+StepStats Executor::evaluate(const Plan& plan, const std::vector<at::Tensor>& sequences,
+                             int64_t loss_tokens) {
   at::NoGradGuard no_grad;
-  return run_step(plan, sequences, true);
+  return run_step(plan, sequences, true, loss_tokens);
 }
 
 void Executor::add_peer_tensor(at::Tensor& tensor, int peer_stage, int index) {
@@ -510,8 +541,8 @@ double Executor::all_reduce_sum(double value, const std::string& what) {
 }
 
 StepStats Executor::run_step(const Plan& plan, const std::vector<at::Tensor>& sequences,
-                             bool forward_only) {
-  Step step(*this, plan, sequences, forward_only);
+                             bool forward_only, int64_t loss_tokens) {
+  Step step(*this, plan, sequences, forward_only, loss_tokens);
   step.check_inputs();
   try {
     StepStats stats = step.run();

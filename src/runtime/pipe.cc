@@ -114,25 +114,27 @@ PeerError logged(PeerError error) {
 
 }  // namespace
 
-void Pipes::wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
-                            const std::string& what) {
+void wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                     std::chrono::milliseconds timeout, const std::string& what, int peer,
+                     const std::string& peer_text) {
   const auto started = std::chrono::steady_clock::now();
   std::string detail;
   try {
-    if (op()->wait(timeout_)) return;
+    if (op()->wait(timeout)) return;
     detail = "the collective was aborted";
   } catch (const std::exception& e) {
     detail = e.what();
   }
   const bool timed_out =
-      std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout_;
-  throw logged(
-      PeerError("the " + what + " " +
-                    (timed_out ? "did not complete within " + format_duration(timeout_)
-                               : std::string("failed")) +
-                    ": another rank may have died or failed; check the other ranks' logs (" +
-                    short_detail(detail) + ")",
-                -1, detail, timed_out));
+      std::chrono::steady_clock::now() - started + std::chrono::milliseconds(50) >= timeout;
+  const std::string who = peer_text.empty()
+                              ? "another rank may have died or failed; check the other ranks' logs"
+                              : peer_text + " may have died, hung or failed; check its log";
+  throw logged(PeerError("the " + what + " " +
+                             (timed_out ? "did not complete within " + format_duration(timeout)
+                                        : std::string("failed")) +
+                             ": " + who + " (" + short_detail(detail) + ")",
+                         peer, detail, timed_out));
 }
 
 c10::intrusive_ptr<c10d::Work> Pipes::start(
@@ -152,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> Pipes::start(
 double Pipes::all_reduce_sum(double value, at::Device device, const std::string& what) {
   std::vector<at::Tensor> tensors{
       at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
-  wait_collective([&] { return group_->allreduce(tensors); }, what);
+  wait_collective([&] { return group_->allreduce(tensors); }, timeout_, what);
   return tensors[0].item<double>();
 }
 
@@ -163,7 +165,7 @@ std::vector<std::string> Pipes::all_gather_text(const std::string& mine, at::Dev
   std::vector<at::Tensor> length{at::full({1}, static_cast<int64_t>(mine.size()), longs)};
   std::vector<std::vector<at::Tensor>> lengths{std::vector<at::Tensor>(ranks)};
   for (at::Tensor& t : lengths[0]) t = at::empty({1}, longs);
-  wait_collective([&] { return group_->allgather(lengths, length); },
+  wait_collective([&] { return group_->allgather(lengths, length); }, timeout_,
                   "all-gather of the step's agreement");
   std::vector<int64_t> sizes(ranks);
   int64_t longest = 0;
@@ -178,7 +180,7 @@ std::vector<std::string> Pipes::all_gather_text(const std::string& mine, at::Dev
   std::vector<at::Tensor> input{padded.to(device)};
   std::vector<std::vector<at::Tensor>> outputs{std::vector<at::Tensor>(ranks)};
   for (at::Tensor& t : outputs[0]) t = at::empty({padded.numel()}, bytes);
-  wait_collective([&] { return group_->allgather(outputs, input); },
+  wait_collective([&] { return group_->allgather(outputs, input); }, timeout_,
                   "all-gather of the step's agreement");
   std::vector<std::string> texts(ranks);
   for (int r = 0; r < ranks; ++r) {

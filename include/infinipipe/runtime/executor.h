@@ -15,6 +15,13 @@
 // K/V buffers of a split sequence (one per stage layer) exist from the first forward of any of
 // its slices to the end of the backward of its first slice. The step's loss is all-reduced, so
 // every rank returns it.
+//
+// Sequence parallelism (options.sequence_group of d_s ranks; sequence_parallel.h): this rank is
+// SP rank j of its stage and runs every action on its share of each chunk's rows, padded rows
+// [j * T_pad / d_s, (j + 1) * T_pad / d_s) (sequence_rows.h): pipes carry [T_pad / d_s, hidden],
+// stage 0 embeds its rows (padding: token 0), the last stage's loss covers its rows' targets
+// (padding: none), attention exchanges heads with the group, K/V buffers hold kv_heads / d_s
+// heads. Parameter gradients are this rank's rows' part: the caller sums them over the group.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,6 +36,7 @@
 #include "infinipipe/plan/plan.h"
 #include "infinipipe/runtime/chunk_context.h"
 #include "infinipipe/runtime/pipe.h"
+#include "infinipipe/runtime/sequence_parallel.h"
 #include "infinipipe/runtime/stage_module.h"
 
 namespace infinipipe::runtime {
@@ -45,6 +53,13 @@ struct ExecutorOptions {
   kernels::Backend attention_backend = kernels::Backend::Auto;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait on a peer
   std::vector<int> stage_ranks;  // rank of every stage in the group; empty: stage s is rank s
+  // Ulysses sequence parallelism: the group of this stage's d_s ranks, this rank among them
+  // (null or one rank: none). stage_ranks then lists this rank's pipeline: the ranks of the same
+  // SP rank in every stage. d_s must divide kv_heads (and the heads).
+  c10::intrusive_ptr<c10d::ProcessGroup> sequence_group;
+  // The global rank of each of sequence_group's ranks, for messages; empty: gathered over the
+  // sequence group when the executor is built.
+  std::vector<int> sequence_ranks;
   // Called after every action with its text (for example to sample memory with held_tensors()).
   std::function<void(const std::string& action)> after_action;
 
@@ -66,6 +81,8 @@ struct StepStats {
   int64_t peak_checkpoint_bytes = 0;  // inputs kept by checkpointed layers
   int64_t peak_held_bytes = 0;        // both together, at the moment their sum peaked
   int recomputed_layers = 0;          // layer re-runs in backwards
+  double all_to_all_s = 0;            // sequence parallelism: in attention's all-to-alls
+  int64_t all_to_all_bytes = 0;       // sent by them
 };
 
 class Executor {
@@ -80,12 +97,17 @@ class Executor {
   // (1-D int64, any device), needed by the first stage (inputs) and the last (targets). Checks
   // everything it can before any communication and throws Error on a plan that does not fit the
   // stage, and on a lost peer (naming it). After an error the executor is ready for a new step.
-  StepStats run(const Plan& plan, const std::vector<at::Tensor>& sequences);
+  // loss_tokens: the target tokens the loss is averaged over; 0: the plan's. Data-parallel
+  // replicas each run a plan of their share of the batch and pass the whole batch's count, so
+  // their losses and gradients add up to the batch's mean (docs/design.md, "Parallel layout").
+  StepStats run(const Plan& plan, const std::vector<at::Tensor>& sequences,
+                int64_t loss_tokens = 0);
 
   // Evaluation: only the plan's forward actions (F, RECV_F, SEND_F), without grad and without
   // recompute; nothing is kept for a backward, and a split sequence's K/V buffers live until its
   // last slice's forward. Returns the step's loss as run() does; parameter gradients are untouched.
-  StepStats evaluate(const Plan& plan, const std::vector<at::Tensor>& sequences);
+  StepStats evaluate(const Plan& plan, const std::vector<at::Tensor>& sequences,
+                     int64_t loss_tokens = 0);
 
   // For a weight tied across two stages (input and output embeddings): both stages call this
   // with their own copy's gradient, in the same order; each ends holding the sum. `index` tells
@@ -110,15 +132,19 @@ class Executor {
   }
   StageModule& module() { return *module_; }
   int rank_of_stage(int stage) const;
+  int sequence_rank() const { return sequence_ ? sequence_->rank() : 0; }
+  int sequence_size() const { return sequence_ ? sequence_->size() : 1; }
 
  private:
   struct ChunkState;
   class Step;
-  StepStats run_step(const Plan& plan, const std::vector<at::Tensor>& sequences, bool forward_only);
+  StepStats run_step(const Plan& plan, const std::vector<at::Tensor>& sequences, bool forward_only,
+                     int64_t loss_tokens);
 
   std::shared_ptr<StageModule> module_;
   ExecutorOptions options_;
   Pipes pipes_;
+  std::shared_ptr<SequenceParallel> sequence_;  // null without sequence parallelism
   // Live only during run(); held_tensors() reads them.
   std::map<int, std::unique_ptr<ChunkState>> chunks_;
   std::map<int, std::vector<std::shared_ptr<kernels::SequenceKV>>> kv_;  // by sequence

@@ -49,6 +49,14 @@ class PeerError : public Error {
 
 enum class Direction { kActivation = 0, kGradient = 1, kTiedGradient = 2 };
 
+// Starts a collective with `op` and waits for it at most `timeout`. A timeout or a backend error,
+// thrown when it starts or when it is waited for, becomes a PeerError about `what` naming
+// `peer_text` and carrying `peer` (-1 with an empty text: any rank of the group may be the one
+// missing). Pipes' collectives and the sequence-parallel all-to-all (sequence_parallel.h) use it.
+void wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                     std::chrono::milliseconds timeout, const std::string& what, int peer = -1,
+                     const std::string& peer_text = "");
+
 // Tag of the message carrying chunk `chunk`'s activation (forward) or input gradient (backward),
 // or, for kTiedGradient, the gradient of tied weight number `chunk`.
 int message_tag(int chunk, Direction direction);
@@ -99,10 +107,6 @@ class Pipes {
     int peer = 0;
     int tag = 0;
   };
-  // Starts and waits for a collective, turning a timeout or backend error (at start or while
-  // waiting) into a PeerError naming `what`.
-  void wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
-                       const std::string& what);
   // Waits for `op`, turning a timeout or backend error into a PeerError naming the peer.
   void wait(const Pending& op, const char* what);
   // Starts a transfer with `peer`; a backend that fails at once (a closed connection) becomes a
