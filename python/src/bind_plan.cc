@@ -18,7 +18,9 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/calibration.h"
 #include "infinipipe/cost/cost_model.h"
+#include "infinipipe/plan/data_split.h"
 #include "infinipipe/data/length_sampler.h"
+#include "infinipipe/plan/data_split.h"
 #include "infinipipe/plan/plan.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/schedule/scheduler.h"
@@ -41,6 +43,16 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
 }
 
 // "cpu", "a800" or a hardware description in JSON text.
+ParallelLayout layout_of(int sequence, int data, int zero, int gpus_per_node) {
+  ParallelLayout layout;
+  layout.sequence = sequence;
+  layout.data = data;
+  layout.zero = zero;
+  layout.gpus_per_node = gpus_per_node;
+  layout.validate();
+  return layout;
+}
+
 Hardware hardware_from(const std::string& spec) {
   if (!spec.empty() && spec.front() == '{') {
     Hardware hw = parse_json(spec, "hardware").get<Hardware>();
@@ -211,15 +223,41 @@ void bind_plan(py::module_& root) {
       .def_static(
           "analytic",
           [](const std::string& shape_json, const std::string& hardware,
-             const std::vector<int>& layers_per_stage) {
+             const std::vector<int>& layers_per_stage, int sequence, int data, int zero,
+             int gpus_per_node) {
             ModelShape shape = parse_json(shape_json, "model shape").get<ModelShape>();
             shape.validate();
             const Hardware hw = hardware_from(hardware);
-            return CostModel(shape, layers_per_stage, CostCoefficients::analytic(shape, hw));
+            return CostModel(shape, layers_per_stage, CostCoefficients::analytic(shape, hw),
+                             layout_of(sequence, data, zero, gpus_per_node));
           },
           py::arg("shape_json"), py::arg("hardware"), py::arg("layers_per_stage"),
+          py::arg("sequence") = 1, py::arg("data") = 1, py::arg("zero") = 1,
+          py::arg("gpus_per_node") = 8,
           "Analytic coefficients from a model shape (JSON text with the fields of ModelShape) "
-          "and a hardware ('cpu', 'a800' or JSON text).")
+          "and a hardware ('cpu', 'a800' or JSON text); the parallel layout (cost/"
+          "parallel_layout.h): sequence = d_s Ulysses ranks per stage, data = d_r replicas, "
+          "zero = ZeRO level, gpus_per_node. Times and bytes are then one rank's.")
+      .def(
+          "with_layout",
+          [](const CostModel& c, int sequence, int data, int zero, int gpus_per_node) {
+            return CostModel(c.shape(), c.layers_per_stage(), c.coefficients(),
+                             layout_of(sequence, data, zero, gpus_per_node));
+          },
+          py::arg("sequence") = 1, py::arg("data") = 1, py::arg("zero") = 1,
+          py::arg("gpus_per_node") = 8,
+          "The same cost model (a loaded or profiled one too) with this parallel layout.")
+      .def_property_readonly(
+          "layout",
+          [](const CostModel& c) {
+            py::dict d;
+            d["sequence"] = c.layout().sequence;
+            d["data"] = c.layout().data;
+            d["zero"] = c.layout().zero;
+            d["gpus_per_node"] = c.layout().gpus_per_node;
+            return d;
+          },
+          "The parallel layout as a dict: sequence, data, zero, gpus_per_node.")
       .def_static("load", &load_cost_model, py::arg("path"), "A cost model JSON file.")
       .def_static(
           "from_json",
@@ -230,7 +268,31 @@ void bind_plan(py::module_& root) {
       .def_property_readonly("layers_per_stage", &CostModel::layers_per_stage)
       .def_property_readonly("shape_json",
                              [](const CostModel& c) { return nlohmann::json(c.shape()).dump(); })
-      .def("model_state_bytes", &CostModel::model_state_bytes, py::arg("stage"));
+      .def("model_state_bytes", &CostModel::model_state_bytes, py::arg("stage"))
+      .def(
+          "with_layout",
+          [](const CostModel& c, int sequence, int data, int zero, int gpus_per_node) {
+            ParallelLayout layout;
+            layout.sequence = sequence;
+            layout.data = data;
+            layout.zero = zero;
+            layout.gpus_per_node = gpus_per_node;
+            return CostModel(c.shape(), c.layers_per_stage(), c.coefficients(), layout);
+          },
+          py::arg("sequence") = 1, py::arg("data") = 1, py::arg("zero") = 1,
+          py::arg("gpus_per_node") = 8,
+          "This cost model for one rank of the parallel layout (cost/parallel_layout.h): d_s "
+          "sequence ranks per stage, d_r replicas, the ZeRO level; Error when d_s does not "
+          "divide the heads and KV heads.")
+      .def_property_readonly("layout", [](const CostModel& c) {
+        const ParallelLayout& l = c.layout();
+        return py::dict(py::arg("sequence") = l.sequence, py::arg("data") = l.data,
+                        py::arg("zero") = l.zero, py::arg("gpus_per_node") = l.gpus_per_node);
+      });
+  m.def("split_over_replicas", &split_over_replicas, py::arg("lengths"), py::arg("cost"),
+        py::arg("replicas"),
+        "The batch split over data-parallel replicas by predicted cost (plan/data_split.h): each "
+        "replica's sequence indices, ascending; the same on every rank.");
 
   py::class_<Plan>(m, "Plan", "One training step's plan (plan/plan.h).")
       .def("hash", &Plan::hash, "16 hex digits over the executable part (not predictions).")
@@ -314,6 +376,11 @@ void bind_plan(py::module_& root) {
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
         "(chunk_tokens) use the setting given. Error when nothing fits the budget.",
         py::call_guard<py::gil_scoped_release>());
+  m.def("split_over_replicas", &split_over_replicas, py::arg("lengths"), py::arg("cost"),
+        py::arg("replicas"),
+        "The batch split over data-parallel replicas by predicted cost (plan/data_split.h): "
+        "per replica, the indices of its sequences in ascending order; deterministic. Error "
+        "when the batch has fewer sequences than replicas.");
   m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
         py::arg("cost"), py::arg("recompute") = Recompute{}, py::arg("overlap_waves") = false,
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
