@@ -206,8 +206,14 @@ def write_all(cases, meta, out_dir, tool):
     for p in paths.values():
         os.makedirs(os.path.dirname(p), exist_ok=True)
     meta["timeline"] = timeline(tool, meta["timeline_case"], paths["timeline"])
+    text = markdown(cases, meta)
+    # The section cluster_sp_study.py writes (with sequence parallelism) stays as it was.
+    start, end = "<!-- sp-study: start -->", "<!-- sp-study: end -->"
+    old = open(paths["md"]).read() if os.path.exists(paths["md"]) else ""
+    if start in old and end in old:
+        text = text.rstrip("\n") + "\n\n" + old[old.index(start) : old.index(end) + len(end)] + "\n"
     with open(paths["md"], "w") as f:
-        f.write(markdown(cases, meta))
+        f.write(text)
     results.write(paths["json"], {"meta": meta, "cases": cases})
     plot_speedups(cases, paths["png"])
     return paths

@@ -18,7 +18,6 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/calibration.h"
 #include "infinipipe/cost/cost_model.h"
-#include "infinipipe/plan/data_split.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/plan/data_split.h"
 #include "infinipipe/plan/plan.h"
@@ -238,26 +237,6 @@ void bind_plan(py::module_& root) {
           "and a hardware ('cpu', 'a800' or JSON text); the parallel layout (cost/"
           "parallel_layout.h): sequence = d_s Ulysses ranks per stage, data = d_r replicas, "
           "zero = ZeRO level, gpus_per_node. Times and bytes are then one rank's.")
-      .def(
-          "with_layout",
-          [](const CostModel& c, int sequence, int data, int zero, int gpus_per_node) {
-            return CostModel(c.shape(), c.layers_per_stage(), c.coefficients(),
-                             layout_of(sequence, data, zero, gpus_per_node));
-          },
-          py::arg("sequence") = 1, py::arg("data") = 1, py::arg("zero") = 1,
-          py::arg("gpus_per_node") = 8,
-          "The same cost model (a loaded or profiled one too) with this parallel layout.")
-      .def_property_readonly(
-          "layout",
-          [](const CostModel& c) {
-            py::dict d;
-            d["sequence"] = c.layout().sequence;
-            d["data"] = c.layout().data;
-            d["zero"] = c.layout().zero;
-            d["gpus_per_node"] = c.layout().gpus_per_node;
-            return d;
-          },
-          "The parallel layout as a dict: sequence, data, zero, gpus_per_node.")
       .def_static("load", &load_cost_model, py::arg("path"), "A cost model JSON file.")
       .def_static(
           "from_json",
@@ -376,11 +355,6 @@ void bind_plan(py::module_& root) {
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
         "(chunk_tokens) use the setting given. Error when nothing fits the budget.",
         py::call_guard<py::gil_scoped_release>());
-  m.def("split_over_replicas", &split_over_replicas, py::arg("lengths"), py::arg("cost"),
-        py::arg("replicas"),
-        "The batch split over data-parallel replicas by predicted cost (plan/data_split.h): "
-        "per replica, the indices of its sequences in ascending order; deterministic. Error "
-        "when the batch has fewer sequences than replicas.");
   m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
         py::arg("cost"), py::arg("recompute") = Recompute{}, py::arg("overlap_waves") = false,
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "

@@ -29,6 +29,7 @@
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/plan/static_baseline.h"
 #include "infinipipe/sim/simulator.h"
+#include "plan_replicas.h"
 
 namespace ip = infinipipe;
 
@@ -65,6 +66,7 @@ ip::CostModel build_cost_model(const Args& args) {
   ip::ModelShape shape;
   bool have_coefficients = false;
   ip::CostCoefficients coefficients;
+  ip::ParallelLayout layout;
   if (is_file(args.model)) {
     const nlohmann::json j = read_json_file(args.model);
     try {
@@ -72,6 +74,7 @@ ip::CostModel build_cost_model(const Args& args) {
         ip::CostModel loaded = ip::load_cost_model(args.model);
         shape = loaded.shape();
         coefficients = loaded.coefficients();
+        layout = loaded.layout();
         have_coefficients = true;
       } else {
         shape = j.get<ip::ModelShape>();
@@ -125,7 +128,19 @@ ip::CostModel build_cost_model(const Args& args) {
     for (int l : layers)
       ip::check(l >= 1, "--layers-per-stage: every stage needs at least one layer");
   }
-  return ip::CostModel(shape, layers, coefficients);
+  // The command line's layout replaces a cost model file's when any of its flags is given.
+  if (args.layout_given) {
+    layout.sequence = args.sp;
+    layout.data = args.dp;
+    layout.zero = args.zero;
+    layout.gpus_per_node = args.gpus_per_node;
+  }
+  try {
+    return ip::CostModel(shape, layers, coefficients, layout);
+  } catch (const ip::Error& e) {
+    // Name the flags: "d_s = 8 ... 52 heads" alone does not say where the 8 came from.
+    throw ip::Error(std::string(e.what()) + " (--sp " + std::to_string(layout.sequence) + ")");
+  }
 }
 
 // Only called after build_cost_model has accepted --hardware.
@@ -284,6 +299,9 @@ void print_row(std::ostream& out, const Row& row, double budget) {
       << "      recompute s per stage  " << list(plan.stage_recompute_s, 3) << "\n"
       << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1) << "  (budget "
       << fixed(budget / kGiB, 1) << ")\n";
+  const auto& a2a = plan.stage_alltoall_s;
+  if (std::any_of(a2a.begin(), a2a.end(), [](double s) { return s > 0; }))
+    out << "      all-to-all s per stage " << list(a2a, 3) << "\n";
 }
 
 // A number option's value must be finite and within its range: CLI11 reads "nan", "inf" and
@@ -344,7 +362,23 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
          "--hardware", args.hardware,
          "built-in hardware (" + join(ip::Hardware::builtin_names()) + ") or a hardware JSON file")
       ->capture_default_str();
-  app.add_option("--stages", args.stages, "pipeline stages")->capture_default_str();
+  app.add_option("--stages", args.stages, "pipeline stages (d_p)")->capture_default_str();
+  auto* sp_opt = app.add_option("--sp", args.sp,
+                                "Ulysses sequence-parallel ranks per stage (d_s); must divide the "
+                                "model's heads and KV heads")
+                     ->capture_default_str();
+  auto* dp_opt =
+      app.add_option("--dp", args.dp,
+                     "data-parallel replicas (d_r): each step's batch is split over them by "
+                     "predicted cost, each share planned on its own; the step is the slowest's")
+          ->capture_default_str();
+  auto* zero_opt = app.add_option("--zero", args.zero,
+                                  "ZeRO level (0-3) over each stage's d_s x d_r gradient group")
+                       ->capture_default_str();
+  auto* gpus_opt = app.add_option("--gpus-per-node", args.gpus_per_node,
+                                  "GPUs per node: an SP group or a stage boundary beyond a node "
+                                  "uses the inter-node link")
+                       ->capture_default_str();
   auto* memory_opt = app.add_option(
       "--memory-gib", args.memory_gib,
       "memory budget per stage in GiB, model state included (default: the device memory)");
@@ -385,6 +419,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
     return ip::tools::kExitPlanned;
   }
   args.memory_given = memory_opt->count() > 0;
+  args.layout_given = sp_opt->count() + dp_opt->count() + zero_opt->count() + gpus_opt->count() > 0;
   if (args.memory_given) check_finite(memory_opt, args.memory_gib, false, "GiB");
   check_finite(checkpoint_opt, args.checkpoint_seconds, true, "seconds");
   // CLI11 reads "-1" into an unsigned seed as 2^64 - 1.
@@ -410,6 +445,13 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   ip::check(args.context >= 1, "--context must be at least 1");
   ip::check(args.steps >= 1, "--steps must be at least 1");
   ip::check(args.stages >= 1, "--stages must be at least 1");
+  ip::check(args.sp >= 1, "--sp must be at least 1");
+  ip::check(args.dp >= 1, "--dp must be at least 1");
+  ip::check(args.zero >= 0 && args.zero <= 3, "--zero must be 0, 1, 2 or 3");
+  ip::check(args.gpus_per_node >= 1, "--gpus-per-node must be at least 1");
+  ip::check(args.dp == 1 || args.batch >= args.dp || !args.step_lengths_file.empty(),
+            "--batch " + std::to_string(args.batch) + " has fewer sequences than the " +
+                std::to_string(args.dp) + " replicas of --dp; every replica needs one");
   ip::check(args.max_k >= 1, "--max-k must be at least 1");
   ip::check(args.search_work >= 0, "--search-work must be 0 (no limit) or positive");
   if (admit && !admit(args)) return ip::tools::kExitPlanned;
@@ -431,37 +473,53 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   options.checkpoint_time_limit_s = args.checkpoint_seconds;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());
+  // With --dp each replica's share is planned as a step of its own; a static baseline setting
+  // is chosen over all of them (one setting for every replica and step).
+  const int replicas = cost.layout().data;
+  const ip::tools::ReplicaSteps split = ip::tools::split_steps(steps, cost, replicas);
+  const int planned = static_cast<int>(split.planned.size());
 
-  std::vector<ip::PlanResult> epp(n);
+  std::vector<ip::PlanResult> epp(planned);
   std::vector<ip::BaselineComparison> baselines;
   for (ip::Method m : methods) {
     if (m == ip::Method::kEpp) {
-      for (int i = 0; i < n; ++i) epp[i] = ip::plan_epp(steps[i], cost, options);
+      for (int i = 0; i < planned; ++i) epp[i] = ip::plan_epp(split.planned[i], cost, options);
     } else {
-      baselines.push_back(ip::compare_baseline(m, steps, cost, options));
+      baselines.push_back(ip::compare_baseline(m, split.planned, cost, options));
     }
   }
   const bool with_epp =
       std::find(methods.begin(), methods.end(), ip::Method::kEpp) != methods.end();
 
   // A baseline with no static setting that fits every step reports why on every step.
-  std::vector<ip::PlanResult> no_static(baselines.size());
-  for (size_t b = 0; b < baselines.size(); ++b) no_static[b].reason = baselines[b].static_reason;
+  std::vector<std::vector<ip::PlanResult>> no_static(baselines.size());
+  for (size_t b = 0; b < baselines.size(); ++b) no_static[b].assign(planned, ip::PlanResult{});
+  for (size_t b = 0; b < baselines.size(); ++b)
+    for (ip::PlanResult& r : no_static[b]) r.reason = baselines[b].static_reason;
   std::vector<Row> rows;
+  std::vector<ip::tools::ReplicaResult> by_replica;  // per row
+  auto add_row = [&](int i, ip::Method method, bool is_static,
+                     const std::vector<ip::PlanResult>& results) {
+    by_replica.push_back(ip::tools::slowest_replica(results, i, replicas));
+    rows.push_back({i, method, is_static, by_replica.back().step});
+  };
+  by_replica.reserve(static_cast<size_t>(n) * (1 + 2 * baselines.size()));
   for (int i = 0; i < n; ++i) {
-    if (with_epp) rows.push_back({i, ip::Method::kEpp, false, &epp[i]});
+    if (with_epp) add_row(i, ip::Method::kEpp, false, epp);
     for (size_t b = 0; b < baselines.size(); ++b) {
       const auto& base = baselines[b];
-      rows.push_back(
-          {i, base.method, true, base.static_feasible ? &base.static_plans[i] : &no_static[b]});
+      add_row(i, base.method, true, base.static_feasible ? base.static_plans : no_static[b]);
       // Over one step the static setting is that step's best: print it once.
-      if (n > 1) rows.push_back({i, base.method, false, &base.per_step_best[i]});
+      if (n > 1) add_row(i, base.method, false, base.per_step_best);
     }
   }
 
   if (args.json) {
-    for (const Row& row : rows) {
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const Row& row = rows[k];
       nlohmann::json j = row_json(row, steps[row.step], options.memory_budget_bytes);
+      if (row.result->feasible)
+        ip::tools::add_layout_fields(j, by_replica[k], cost, split, row.step);
       if (row.method == ip::Method::kEpp && row.result->feasible &&
           row.result->plan.recompute_s > 0)
         j["checkpoint_compare"] = checkpoint_comparison(
@@ -471,7 +529,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   } else {
     out << cost.shape().name << ", " << args.stages << " stages (layers";
     for (int l : cost.layers_per_stage()) out << " " << l;
-    out << "), budget " << fixed(memory_gib, 1) << " GiB per stage\n";
+    out << "), budget " << fixed(memory_gib, 1) << " GiB per "
+        << (cost.layout() == ip::ParallelLayout{} ? "stage" : "rank") << "\n";
+    if (cost.layout() != ip::ParallelLayout{})
+      out << "layout " << cost.layout().describe(args.stages) << "\n";
     for (int i = 0; i < n; ++i) {
       const auto& lengths = steps[i];
       out << "\nstep " << i;
@@ -480,30 +541,36 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       out << ": " << lengths.size() << " sequences, "
           << std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) << " tokens, longest "
           << *std::max_element(lengths.begin(), lengths.end()) << "\n";
-      for (const Row& row : rows)
-        if (row.step == i) print_row(out, row, options.memory_budget_bytes);
+      for (size_t k = 0; k < rows.size(); ++k) {
+        if (rows[k].step != i) continue;
+        print_row(out, rows[k], options.memory_budget_bytes);
+        if (replicas > 1 && rows[k].result->feasible) {
+          std::vector<double> times;
+          for (const ip::PlanResult* r : by_replica[k].replicas)
+            times.push_back(r->plan.step_time_s);
+          out << "      replicas   step time s " << list(times, 3)
+              << " (the step is the slowest)\n";
+        }
+      }
     }
     if (n > 1) {
       out << "\nmean step time over " << n << " steps\n";
-      auto mean_of = [&](auto pick) -> std::string {
+      // Over the rows, so that with --dp each step counts its slowest replica.
+      auto mean_of = [&](ip::Method method, bool is_static) -> std::string {
         double total = 0;
-        for (int i = 0; i < n; ++i) {
-          const ip::PlanResult* r = pick(i);
-          if (!r->feasible) return "infeasible";
-          total += r->plan.step_time_s;
+        for (const Row& row : rows) {
+          if (row.method != method || row.is_static != is_static) continue;
+          if (!row.result->feasible) return "infeasible";
+          total += row.result->plan.step_time_s;
         }
         return fixed(total / n, 3) + " s";
       };
-      if (with_epp)
-        out << "  epp                " << mean_of([&](int i) { return &epp[i]; }) << "\n";
-      for (size_t b = 0; b < baselines.size(); ++b) {
-        const auto& base = baselines[b];
+      if (with_epp) out << "  epp                " << mean_of(ip::Method::kEpp, false) << "\n";
+      for (const auto& base : baselines) {
         std::string name = ip::to_string(base.method);
         name.resize(10, ' ');
-        out << "  " << name << " static  " << mean_of([&](int i) {
-          return base.static_feasible ? &base.static_plans[i] : &no_static[b];
-        }) << "   per-step best  "
-            << mean_of([&](int i) { return &base.per_step_best[i]; }) << "\n";
+        out << "  " << name << " static  " << mean_of(base.method, true) << "   per-step best  "
+            << mean_of(base.method, false) << "\n";
       }
     }
   }
@@ -516,9 +583,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
     return ip::tools::kExitInfeasible;
   }
   if (!args.plan_out.empty() || !args.trace_out.empty()) {
-    const ip::PlanResult& first = with_epp                       ? epp[0]
-                                  : baselines[0].static_feasible ? baselines[0].static_plans[0]
-                                                                 : no_static[0];
+    // With --dp: step 0's slowest replica (rows[0]).
+    const ip::PlanResult& first = *rows.front().result;
     ip::check(first.feasible, "no feasible " + std::string(ip::to_string(methods[0])) +
                                   " plan to write: " + first.reason);
     if (!args.plan_out.empty()) ip::save_plan(first.plan, args.plan_out);

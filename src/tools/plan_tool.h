@@ -25,7 +25,12 @@ struct PlanToolArgs {
   int steps = 1;
   std::string model = "llama-13b";
   std::string hardware = "a800";
-  int stages = 8;
+  int stages = 8;             // d_p
+  int sp = 1;                 // --sp: d_s, Ulysses ranks per stage
+  int dp = 1;                 // --dp: d_r, data-parallel replicas
+  int zero = 1;               // --zero: ZeRO level over each stage's gradient group
+  int gpus_per_node = 8;      // --gpus-per-node
+  bool layout_given = false;  // any of the four above on the command line
   bool memory_given = false;  // without --memory-gib, the hardware's device memory
   double memory_gib = 0;
   std::vector<int> layers_per_stage;

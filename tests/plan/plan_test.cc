@@ -77,7 +77,22 @@ TEST(Plan, JsonRoundTripKeepsEverything) {
   EXPECT_DOUBLE_EQ(back.step_time_s, plan.step_time_s);
   EXPECT_EQ(back.peak_memory_bytes, plan.peak_memory_bytes);
   EXPECT_EQ(back.checkpoint_solver, plan.checkpoint_solver);
+  EXPECT_EQ(back.stage_p2p_s, plan.stage_p2p_s);
+  EXPECT_EQ(back.stage_alltoall_s, plan.stage_alltoall_s);
   EXPECT_EQ(back.hash(), plan.hash());
+}
+
+TEST(Plan, PredictionsCarryCommunicationPerStage) {
+  // Two stages, no SP: sends both ways, no all-to-all. Older plan files without the fields read.
+  const Plan plan = small_plan();
+  ASSERT_EQ(plan.stage_p2p_s.size(), 2u);
+  EXPECT_GT(plan.stage_p2p_s[0], 0);
+  EXPECT_GT(plan.stage_p2p_s[1], 0);
+  EXPECT_EQ(plan.stage_alltoall_s, (std::vector<double>{0, 0}));
+  nlohmann::json j = plan;
+  j["predicted"].erase("stage_p2p_s");
+  j["predicted"].erase("stage_alltoall_s");
+  EXPECT_TRUE(j.get<Plan>().stage_p2p_s.empty());
 }
 
 TEST(Setting, JsonRoundTripKeepsEveryKnob) {

@@ -369,5 +369,34 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
   }
 }
 
+TEST(Simulator, SequenceParallelismAddsAlltoallsAndDividesCompute) {
+  // LLaMA-7B on 2 stages, 3 chunks of 4096 tokens in 1F1B; with d_s = 8 per stage each rank
+  // computes an eighth and runs its all-to-alls, counted per stage; sends are counted by sender.
+  ParallelLayout sp;
+  sp.sequence = 8;
+  const ModelShape shape = ModelShape::builtin("llama-7b");
+  const Hardware hw = Hardware::builtin("a800");
+  const CostModel one = CostModel::analytic(shape, hw, 2),
+                  eight = CostModel::analytic(shape, hw, 2, sp);
+  const std::vector<Chunk> chunks = test::equal_chunks(3, 4096);
+  const Schedule s = test::one_f_one_b(2, 3);
+  const Recompute recompute = {{0, 2, 0}, {0, 0, 0}};
+  const SimResult r1 = simulate(s, chunks, one, recompute, {});
+  const SimResult r8 = simulate(s, chunks, eight, recompute, {});
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_EQ(r1.alltoall_s[p], 0);
+    double alltoall = 0;
+    for (int c = 0; c < 3; ++c) alltoall += eight.alltoall_time(chunks[c], p, recompute[p][c]);
+    EXPECT_NEAR(r8.alltoall_s[p], alltoall, 1e-12);
+    EXPECT_GT(r8.alltoall_s[p], 0);
+    // Forward sends from stage 0, backward sends from stage 1, one per chunk each.
+    EXPECT_NEAR(r8.p2p_s[p], 3 * eight.p2p_time(chunks[0], 0), 1e-12);
+    EXPECT_NEAR(r1.p2p_s[p], 3 * one.p2p_time(chunks[0], 0), 1e-12);
+  }
+  EXPECT_NEAR(r8.recompute_s[0], eight.recompute_time(chunks[1], 0, 2), 1e-12);
+  EXPECT_LT(r8.step_time_s, r1.step_time_s / 4);
+  EXPECT_GT(r8.step_time_s, r1.step_time_s / 8);
+}
+
 }  // namespace
 }  // namespace infinipipe
