@@ -1,6 +1,7 @@
 """Train a small LLaMA with elastic pipeline parallelism on CPU, on real text.
 
     torchrun --nproc_per_node=2 examples/train_llama.py            # 2 stages, Gloo, CPU
+    torchrun --nproc_per_node=4 examples/train_llama.py --pipeline 2 --replicas 2
 
 The documents are, by default, the Python language reference's topics that ship with every
 Python (`pydoc_data.topics`: 79 documents, 466 KB), tokenized as UTF-8 bytes, so nothing is
@@ -62,6 +63,10 @@ def parse_args() -> argparse.Namespace:
         help="'profile' (time this model's layer here on the first run, then cached), "
         "'analytic' (published figures, uncalibrated) or a cost JSON from the profiler",
     )
+    p.add_argument("--pipeline", type=int, default=None, help="stages (default: what is left)")
+    p.add_argument("--sequence", type=int, default=1, help="sequence-parallel ranks per stage")
+    p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
+    p.add_argument("--zero", type=int, default=1, choices=(0, 1), help="ZeRO level")
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
     p.add_argument("--eval-every", type=int, default=20)
@@ -90,8 +95,15 @@ def main() -> None:
         chunk_tokens=args.chunk_tokens,
         cost_model=None if args.cost_model == "analytic" else args.cost_model,
     )
+    parallel = infinipipe.Parallel(
+        pipeline=args.pipeline, sequence=args.sequence, data=args.replicas, zero=args.zero
+    )
     trainer = infinipipe.Trainer(
-        config, lambda params: torch.optim.AdamW(params, lr=args.lr), plan=plan, seed=args.seed
+        config,
+        lambda params: torch.optim.AdamW(params, lr=args.lr),
+        plan=plan,
+        seed=args.seed,
+        parallel=parallel,
     )
     # Batch i+1 is planned on a background thread while batch i trains.
     loader = trainer.prefetching(batches)

@@ -11,6 +11,7 @@ _EXPORTS = {
     "Error": "errors",
     "BatchError": "errors",
     "PlanConfig": "plan_config",
+    "Parallel": "layout",
     "Trainer": "trainer",
     "StepResult": "trainer",
     "EvalResult": "trainer",

@@ -27,9 +27,11 @@ def agree(
     config_fingerprint: str,
     batch_fingerprint: str | None,
     plan_hash: str | None,
+    replica_of: Callable[[int], int] = lambda rank: 0,
 ) -> None:
     """One all_gather: every rank learns whether any rank rejected the step and whether
-    all hold the same configuration, batch and plan; on any difference every rank raises."""
+    all hold the same configuration and batch, and the ranks of each data replica
+    (replica_of(rank)) the same plan; on any difference every rank raises."""
     mine = (
         None if error is None else f"{type(error).__name__}: {error}",
         config_fingerprint,
@@ -54,6 +56,10 @@ def agree(
         (3, "plans"),
     ):
         values = [e[index] for e in everyone]
+        if index == 3:  # each replica plans its own share of the batch
+            values = [f"replica {replica_of(r)}: {v}" for r, v in enumerate(values)]
+            if len({v for v in values}) == len({replica_of(r) for r in range(len(values))}):
+                continue
         if len(set(values)) > 1:
             groups: dict[str, list[int]] = {}
             for r, v in enumerate(values):

@@ -38,18 +38,21 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from . import _C, mixed_precision, profiled_cost
 from .agreement import agree, agree_on_setup, digest
 from .cost import cost_model_for, cost_model_name, default_budget, hardware_memory
 from .errors import BatchError, Error
 from .failure_board import FailureBoard
+from .layout import Layout, Parallel, Share, share_indices
 from .memory_meter import MemoryMeter
 from .models import llama
 from .plan_config import PlanConfig
 from .planning_ahead import PlanAhead, Prefetching
 from .rendezvous import join_default_group
 from .stage_adapter import protocol_module
+from .stage_group import CollectiveFailure, guarded, sharded_optimizer, sum_gradients
 
 _log = logging.getLogger("infinipipe")
 
@@ -123,6 +126,10 @@ class Trainer:
         torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK), Gloo
         on CPU and NCCL when CUDA is available; a single process without that environment
         gets a world of one.
+    parallel: the layout (layout.Parallel): data replicas x pipeline stages x sequence ranks;
+        default: every process a pipeline stage. With replicas, every rank passes the whole
+        batch; it is split over the replicas by predicted cost, each replica plans its share,
+        and the gradients are summed over each stage's replicas once per step.
     """
 
     def __init__(
@@ -139,6 +146,7 @@ class Trainer:
         seed: int = 0,
         group: Any = None,
         attention_backend: str = "auto",
+        parallel: Parallel | None = None,
     ) -> None:
         self.plan_config = plan if plan is not None else PlanConfig()
         self.timeout_s = float(timeout_s)
@@ -175,16 +183,21 @@ class Trainer:
         self.rank = dist.get_rank(self.group)
         self.world_size = dist.get_world_size(self.group)
 
-        self.layers_per_stage = _split_of(self.config, layer_split, self.world_size)
+        parallel = parallel if parallel is not None else Parallel()
+        pipeline = parallel.resolve(self.world_size).pipeline
+        self.layers_per_stage = _split_of(self.config, layer_split, pipeline)
         self.num_stages = len(self.layers_per_stage)
-        if self.num_stages != self.world_size:
+        if self.num_stages != pipeline:
+            processes = self.num_stages * parallel.sequence * parallel.data
             raise Error(
                 f"the world has {self.world_size} processes but the pipeline has "
                 f"{self.num_stages} stages (layer split {self.layers_per_stage}); launch one "
-                f"process per stage (torchrun --nproc_per_node={self.num_stages}) or change "
-                f"the layer split"
+                f"process per stage and sequence rank of each replica (torchrun "
+                f"--nproc_per_node={processes}) or change the layer split"
             )
-        self.stage_index = self.rank
+        self.layout = Layout(parallel, self.rank, self.world_size)
+        self.layout.create_groups(self.timeout_s)
+        self.stage_index = self.layout.stage
 
         # Every rank sets up its stage, then all check that every rank did: a rank whose model
         # factory raised, or that never got here, is named on every rank (docs/design.md,
@@ -209,6 +222,7 @@ class Trainer:
         self._steps = 0  # optimizer steps taken (a checkpoint's step)
         self._calls = 0  # runs on the pipeline (training and evaluation): the failure board's key
         self._tied_pending = False
+        self._reduce_pending = False
         self._ahead = PlanAhead(self._plan_lengths)
         if self.plan_config.cost_model == profiled_cost.PROFILE:
             self._calls += 1  # a collective of its own on the failure board
@@ -222,12 +236,14 @@ class Trainer:
             str(self.dtype),
             str(self.master_dtype),
             self.world_size,
+            self.layout.parallel,
         )
 
     # --- setup ---
 
     def describe_rank(self, rank: int) -> str:
-        return f"rank {rank} (stage {rank})"
+        layout = getattr(self, "layout", None)
+        return layout.describe(rank) if layout is not None else f"rank {rank}"
 
     def _set_up_stage(
         self,
@@ -256,7 +272,11 @@ class Trainer:
             if self.master_dtype is not None
             else None
         )
-        self.optimizer = factory(self.master.params if self.master else self.parameters)
+        stepped = self.master.params if self.master else self.parameters
+        if self.layout.gradient_group is not None and self.layout.parallel.zero == 1:
+            self.optimizer = sharded_optimizer(factory, stepped, self.layout.gradient_group)
+        else:
+            self.optimizer = factory(stepped)
 
         self.cost = cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
         self.cost_model_name = cost_model_name(self.plan_config)
@@ -278,7 +298,9 @@ class Trainer:
             self.config.kv_heads,
             self.config.head_dim,
             timeout_s=self.timeout_s,
+            stage_ranks=self.layout.pipeline_ranks,
             attention_backend=attention_backend,
+            sequence_group=self.layout.sequence_group,
         )
 
     def _profile_cost(self) -> None:
@@ -329,21 +351,21 @@ class Trainer:
         first; a failure of this rank's own (its model raised) is told to the ranks waiting."""
         try:
             yield
-        except _C.runtime.PeerError as e:
+        except (_C.runtime.PeerError, CollectiveFailure) as e:
             raise self._lost_peer(e) from None
         except Exception as e:
             if self.board is not None:
                 self.board.report_own_failure(self._calls, e)
             raise
 
-    def _run(self, plan: Any, sequences: list[torch.Tensor], measure_memory: bool) -> Any:
+    def _run(self, plan: Any, share: Share, measure_memory: bool) -> Any:
         if not measure_memory:
-            return self.executor.run(plan, sequences), None
+            return self.executor.run(plan, share.sequences, share.loss_tokens), None
         meter = MemoryMeter(self.executor, self.parameters)
         self.executor.set_after_action(meter.sample)
         try:
             with meter.hooks():
-                return self.executor.run(plan, sequences), meter
+                return self.executor.run(plan, share.sequences, share.loss_tokens), meter
         finally:
             self.executor.set_after_action(None)
 
@@ -389,13 +411,15 @@ class Trainer:
         return sequences
 
     def plan(self, batch: Any) -> Any:
-        """The plan this trainer would run for `batch` (an _C.plan.Plan)."""
+        """The plan this trainer would run for `batch` (an _C.plan.Plan): with data replicas,
+        the plan of this rank's replica's share of it."""
         return self._plan_lengths([t.numel() for t in self.check_batch(batch)])
 
     def _plan_lengths(self, lengths: list[int]) -> Any:
         p = self.plan_config
+        share = share_indices(self.layout, lengths, self.cost)
         return _C.plan.plan_step(
-            lengths,
+            [lengths[i] for i in share],
             self.cost,
             float(self.memory_budget_bytes),
             p.method,
@@ -448,10 +472,11 @@ class Trainer:
         and predicted activation memory of this stage to the stats."""
         started = time.perf_counter()
         self._calls += 1
-        plan, sequences, planning = self._prepare(batch, plan)
+        plan, share, planning = self._prepare(batch, plan)
         with self._failures_named():
-            stats, meter = self._run(plan, sequences, measure_memory)
+            stats, meter = self._run(plan, share, measure_memory)
         self._tied_pending = bool(self._tied())
+        self._reduce_pending = self.layout.gradient_group is not None
 
         if meter is not None:
             predicted = MemoryMeter.predicted(plan, self.cost, self.stage_index)
@@ -466,7 +491,7 @@ class Trainer:
             loss=stats["loss"],
             plan=dict(plan.summary(), cost_model=self.cost_model_name),
             stats=stats,
-            tokens=sum(plan.lengths),
+            tokens=share.tokens,
             planning_s=planning[0],
             planning_hidden_s=planning[1],
             step_s=time.perf_counter() - started,
@@ -474,11 +499,20 @@ class Trainer:
 
     def optimizer_step(self) -> None:
         """Steps the optimizer on the accumulated gradients (which stay until zero_grad())."""
-        self._sum_tied_gradients()
-        if self.master is not None:
-            self.master.step(self.optimizer)
+        self._gather_gradients()
+
+        def step() -> None:
+            if self.master is not None:
+                self.master.step(self.optimizer)
+            else:
+                self.optimizer.step()
+
+        if isinstance(self.optimizer, ZeroRedundancyOptimizer):
+            # Its step() broadcasts every shard's update over the gradient group.
+            with self._failures_named():
+                guarded("the ZeRO optimizer's broadcast of the updated parameters", step)
         else:
-            self.optimizer.step()
+            step()
         self._steps += 1
 
     @property
@@ -492,25 +526,40 @@ class Trainer:
         loader's state_dict()). A collective: every rank calls it."""
         from . import checkpoint
 
+        self._check_checkpointable()
         return checkpoint.save(self, path, extra)
 
     def load_checkpoint(self, path: str | os.PathLike) -> Any:
         """Restores what save_checkpoint saved; returns its `extra`. A collective."""
         from . import checkpoint
 
+        self._check_checkpointable()
         return checkpoint.load(self, path)
+
+    def _check_checkpointable(self) -> None:
+        p = self.layout.parallel
+        if p.data > 1 or p.sequence > 1:
+            raise Error(
+                f"checkpoints of a layout with data replicas or sequence ranks (data {p.data}, "
+                f"sequence {p.sequence}) are not built yet: only a pipeline of one process "
+                "per stage saves and resumes"
+            )
 
     def zero_grad(self) -> None:
         for p in self.parameters:
             p.grad = None
         self._tied_pending = False
+        self._reduce_pending = False
 
     def grad_norm(self, norm_type: float = 2.0) -> float:
         """The norm of all stages' gradients together (a weight tied across stages counted
         once), the same on every rank. A collective: every rank calls it."""
         norm_type = float(norm_type)
-        self._sum_tied_gradients()
-        local = [p.grad.detach() for p in self._owned_parameters() if p.grad is not None]
+        self._gather_gradients()
+        # After the reduction every rank of a stage's gradient group holds its gradients: one of
+        # them counts them.
+        owned = self._owned_parameters() if self.layout.leads_gradients else []
+        local = [p.grad.detach() for p in owned if p.grad is not None]
         if math.isinf(norm_type):
             mine = max((float(g.abs().max()) for g in local), default=0.0)
             try:
@@ -552,33 +601,45 @@ class Trainer:
         loss_sum, tokens, count = 0.0, 0, 0
         for batch in batches:
             self._calls += 1
-            plan, sequences, _ = self._prepare(batch, None)
+            plan, share, _ = self._prepare(batch, None)
             with self._failures_named():
-                stats = self.executor.evaluate(plan, sequences)
-            loss_sum += stats["loss"] * stats["target_tokens"]
-            tokens += stats["target_tokens"]
+                stats = self.executor.evaluate(plan, share.sequences, share.loss_tokens)
+            loss_sum += stats["loss"] * share.loss_tokens
+            tokens += share.loss_tokens
             count += 1
         if count == 0:
             raise BatchError("evaluate: no batches were given")
         return EvalResult(loss=loss_sum / tokens, tokens=tokens, batches=count)
 
-    def _prepare(
-        self, batch: Any, plan: Any
-    ) -> tuple[Any, list[torch.Tensor], tuple[float, float]]:
-        """The checked batch and its plan (planned ahead, planned here, or given), agreed by
-        every rank; and (planning seconds, the part of them hidden by planning ahead)."""
+    def _prepare(self, batch: Any, plan: Any) -> tuple[Any, Share, tuple[float, float]]:
+        """The checked batch, this replica's share of it and its plan (planned ahead, planned
+        here, or given), agreed by every rank; and (planning seconds, the part of them hidden
+        by planning ahead)."""
         planning = (0.0, 0.0)
-        error, sequences, fingerprint = None, None, None
+        error, share, fingerprint = None, None, None
         try:
             sequences = self.check_batch(batch)
             lengths = [t.numel() for t in sequences]
+            indices = share_indices(self.layout, lengths, self.cost)
+            share = Share(
+                indices=indices,
+                sequences=[sequences[i] for i in indices],
+                loss_tokens=sum(n - 1 for n in lengths),
+                tokens=sum(lengths),
+            )
             if plan is None:
                 plan, planning = self._planned(lengths)  # validated by the planner
             else:
-                if list(plan.lengths) != lengths:
+                mine = [lengths[i] for i in indices]
+                if list(plan.lengths) != mine:
+                    whose = (
+                        "this replica's share of the batch has"
+                        if len(mine) < len(lengths)
+                        else "the batch has"
+                    )
                     raise BatchError(
                         f"the given plan is for sequence lengths "
-                        f"{list(plan.lengths)}, the batch has {lengths}"
+                        f"{list(plan.lengths)}, {whose} {mine}"
                     )
                 if list(plan.layers_per_stage) != list(self.layers_per_stage):
                     raise BatchError(
@@ -599,10 +660,11 @@ class Trainer:
                 self.config_fingerprint,
                 fingerprint,
                 None if plan is None or error else plan.hash(),
+                replica_of=self.layout.replica_of,
             )
         except _C.runtime.PeerError as e:
             raise self._lost_peer(e) from None
-        return plan, sequences, planning
+        return plan, share, planning
 
     def _planned(self, lengths: list[int]) -> tuple[Any, tuple[float, float]]:
         ahead = self._ahead.take(lengths)
@@ -629,6 +691,17 @@ class Trainer:
         (so a global norm counts each weight once)."""
         twins = {id(p) for p, peer in self._tied() if peer < self.stage_index}
         return [p for p in self.parameters if id(p) not in twins]
+
+    def _gather_gradients(self) -> None:
+        """The step's gradients complete on every rank: tied weights summed across their
+        stages, then every stage's summed over its gradient group (stage_group.py). Once per
+        accumulation, so a norm and the optimizer see the same."""
+        self._sum_tied_gradients()
+        if not self._reduce_pending:
+            return
+        self._reduce_pending = False
+        with self._failures_named():
+            sum_gradients(self.parameters, self.layout.gradient_group, self.timeout_s)
 
     def _sum_tied_gradients(self) -> None:
         """Once per accumulation (before the norm or the optimizer step), so that the twins of

@@ -1,0 +1,100 @@
+"""Test bodies for the parallel layout (data replicas, sequence ranks), run in the ranks that
+launcher.run_ranks starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bodies
+import torch
+
+import infinipipe
+from infinipipe import _C
+from infinipipe.layout import Parallel
+
+
+def _spec_plan(trainer: infinipipe.Trainer, batch: list[torch.Tensor], spec: dict) -> Any:
+    """This replica's plan of `batch` from a case's spec (bodies.make_plan over its share).
+    spec["wave_per_group"]: the plan's chunks rebuilt with one wave per group of chunks that
+    share no sequence (a split sequence's chunks stay in one wave)."""
+    share = list(trainer.plan(batch).lengths)
+    plan = bodies.make_plan(trainer, share, spec)
+    if not spec.get("wave_per_group"):
+        return plan
+    waves: list[list[int]] = []
+    wave_of: dict[int, int] = {}  # sequence -> its wave
+    for c, chunk in enumerate(plan.chunks):
+        seqs = {seq for seq, _, _ in chunk}
+        joined = {wave_of[q] for q in seqs if q in wave_of}
+        if joined:  # chunks come in chain order: a continued sequence is in the last wave
+            waves[-1].append(c)
+        else:
+            waves.append([c])
+        for q in seqs:
+            wave_of[q] = len(waves) - 1
+    return _C.plan.build_plan(share, plan.chunks, waves, trainer.cost)
+
+
+def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
+    """Every case as one step under the layout; per case this rank's loss, gradients (summed
+    over the stage's gradient group by the step) and plan."""
+    trainers: dict[str, infinipipe.Trainer] = {}
+    records = []
+    for case in cases:
+        dtype = case["dtype"]
+        if dtype not in trainers:
+            trainers[dtype] = infinipipe.Trainer(
+                bodies.model_config(dtype),
+                bodies.frozen_optimizer,
+                timeout_s=timeout_s,
+                parallel=Parallel(**parallel),
+            )
+        trainer = trainers[dtype]
+        batch = bodies.make_batch(case["lengths"], case["seed"])
+        plan = _spec_plan(trainer, batch, case["plan"])
+        result = trainer.step(batch, plan=plan)
+        records.append(
+            dict(
+                name=case["name"],
+                loss=result.loss,
+                tokens=result.tokens,
+                grads={n: p.grad.detach().clone() for n, p in trainer.module.named_parameters()},
+                lengths=list(plan.lengths),
+                kinds=list(plan.chunk_kinds),
+                waves=len(plan.waves),
+                recomputes=any(n > 0 for row in plan.recompute for n in row),
+                stage=trainer.stage_index,
+                replica=trainer.layout.replica,
+                sequence_rank=trainer.layout.sequence_rank,
+            )
+        )
+    return records
+
+
+def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: float) -> dict:
+    """AdamW steps on `batches` (lengths; seeds 0, 1, ...) under the layout; this rank's
+    parameters after them and the bytes of its optimizer state."""
+    trainer = infinipipe.Trainer(
+        bodies.model_config("float64"),
+        lambda params: torch.optim.AdamW(params, lr=lr),
+        timeout_s=60,
+        parallel=Parallel(**parallel, zero=zero),
+    )
+    losses = [
+        trainer.step(bodies.make_batch(lengths, seed)).loss for seed, lengths in enumerate(batches)
+    ]
+    optimizer = trainer.optimizer
+    local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer: its local shard
+    state_bytes = sum(
+        t.numel() * t.element_size()
+        for state in local.state.values()
+        for t in state.values()
+        if torch.is_tensor(t) and t.dim() > 0
+    )
+    return dict(
+        losses=losses,
+        params={n: p.detach().clone() for n, p in trainer.module.named_parameters()},
+        state_bytes=state_bytes,
+        stage=trainer.stage_index,
+        replica=trainer.layout.replica,
+    )
