@@ -1,4 +1,5 @@
-"""The benchmark scripts' smoke paths: cluster_study --smoke and plot_timeline on a small trace."""
+"""The benchmark scripts' smoke paths: cluster_study --smoke, cluster_sp_study --smoke and
+plot_timeline on a small trace."""
 
 import json
 import subprocess
@@ -27,6 +28,21 @@ def test_cluster_study_smoke():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("cluster_study smoke:"), done.stdout
     assert len(done.stdout.strip().splitlines()) == 1
+
+
+def test_cluster_sp_study_smoke():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "cluster_sp_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCHMARKS,
+    )
+    assert done.returncode == 0, done.stderr
+    written = Path(done.stdout.strip().splitlines()[-1].split()[1])
+    page = written.read_text()
+    assert "<!-- sp-study: start -->" in page and "<!-- sp-study: end -->" in page
+    assert "| LLaMA-7B, 48K, d_s=8 x d_p=4 |" in page
 
 
 @pytest.fixture(scope="module")
