@@ -278,7 +278,9 @@ class Trainer:
         else:
             self.optimizer = factory(stepped)
 
-        self.cost = cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
+        self.cost = self._per_rank(
+            cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
+        )
         self.cost_model_name = cost_model_name(self.plan_config)
         stages_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
         self.memory_budget_bytes = self.plan_config.budget_bytes(
@@ -318,7 +320,19 @@ class Trainer:
             self.device,
             gather,
         )
-        self.cost = _C.plan.CostModel.from_json(text)
+        self.cost = self._per_rank(_C.plan.CostModel.from_json(text))
+
+    def _per_rank(self, cost: Any) -> Any:
+        """`cost` for one rank of the layout: its share of a chunk's work and memory, the
+        all-to-alls, the model state ZeRO leaves it (cost/parallel_layout.h). The processes on
+        this host share its fast links, as the GPUs of a node do."""
+        p = self.layout.parallel
+        return cost.with_layout(
+            sequence=p.sequence,
+            data=p.data,
+            zero=p.zero,
+            gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
+        )
 
     def _default_group(self, use_cuda: bool) -> Any:
         if not dist.is_initialized():

@@ -268,11 +268,16 @@ class _DiesMidStep(llama.LlamaStage):
 
 
 def peer_dies(
-    victim: int, timeout_s: float, lengths: list[int], hang_s: float = 0.0, signal_name: str = ""
+    victim: int,
+    timeout_s: float,
+    lengths: list[int],
+    hang_s: float = 0.0,
+    signal_name: str = "",
+    parallel: dict | None = None,
 ) -> float:
     """Rank `victim` dies (or hangs for hang_s) during its second layer call of the step; every
     other rank must fail with an error naming a lost peer. Prints the seconds from the step's
-    start to the error."""
+    start to the error. parallel: the layout's degrees (infinipipe.Parallel)."""
     rank = int(os.environ["RANK"])
     config = model_config("float32")
 
@@ -282,14 +287,18 @@ def peer_dies(
         module = _DiesMidStep(
             config, r.start, r.stop, has_embedding=stage == 0, has_head=stage == len(split) - 1
         )
-        if stage == victim:
+        if rank == victim:
             _DiesMidStep.fail_at_call = 2
             _DiesMidStep.hang_s = hang_s
             _DiesMidStep.signal_number = getattr(signal, signal_name) if signal_name else 0
         return module
 
     trainer = infinipipe.Trainer(
-        factory, frozen_optimizer, model_config=config, timeout_s=timeout_s
+        factory,
+        frozen_optimizer,
+        model_config=config,
+        timeout_s=timeout_s,
+        parallel=infinipipe.Parallel(**(parallel or {})),
     )
     batch = make_batch(lengths, seed=3)
     plan = trainer.plan(batch)

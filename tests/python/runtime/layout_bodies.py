@@ -52,7 +52,7 @@ def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[d
         trainer = trainers[dtype]
         batch = bodies.make_batch(case["lengths"], case["seed"])
         plan = _spec_plan(trainer, batch, case["plan"])
-        result = trainer.step(batch, plan=plan)
+        result = trainer.step(batch, plan=plan, measure_memory=True)
         records.append(
             dict(
                 name=case["name"],
@@ -66,6 +66,7 @@ def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[d
                 stage=trainer.stage_index,
                 replica=trainer.layout.replica,
                 sequence_rank=trainer.layout.sequence_rank,
+                memory={k: v for k, v in result.stats.items() if "activation" in k},
             )
         )
     return records

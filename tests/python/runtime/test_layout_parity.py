@@ -163,3 +163,30 @@ def test_optimizer_steps_keep_every_replica_equal_to_the_unpipelined_model():
         assert whole[ranks[0]] == whole[ranks[1]] > 0
         assert sum(sharded[r] for r in ranks) == whole[ranks[0]], (whole, sharded)
         assert max(sharded[r] for r in ranks) < 0.75 * whole[ranks[0]], (whole, sharded)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_measured_activation_memory_per_rank_against_prediction(layout, layout_runs, capsys):
+    """Each rank's peak activation bytes (MemoryMeter, as tests/python/runtime/test_pipeline.py
+    measures them) over the plan's per-rank prediction (the cost model of the layout: a chunk's
+    activations and K/V buffers over the sequence ranks)."""
+    rows = [
+        (r["name"], r["stage"], r["replica"], r["sequence_rank"], r["memory"])
+        for rank in layout_runs(layout)
+        for r in rank
+    ]
+    ratios = [m["activation_ratio"] for *_, m in rows]
+    with capsys.disabled():
+        print(f"\n{layout}: measured / predicted activation bytes per (case, rank)")
+        for name, stage, replica, seq, m in rows:
+            print(
+                f"  {name:26s} stage {stage} replica {replica} sequence rank {seq}: "
+                f"{m['measured_activation_bytes']:>9d} / {m['predicted_activation_bytes']:>11.0f}"
+                f" = {m['activation_ratio']:.3f}"
+            )
+        print(
+            f"  min {min(ratios):.3f}, median {sorted(ratios)[len(ratios) // 2]:.3f}, "
+            f"max {max(ratios):.3f}"
+        )
+    assert all(r <= 1.10 for r in ratios), max(ratios)
+    assert sorted(ratios)[len(ratios) // 2] >= 0.90

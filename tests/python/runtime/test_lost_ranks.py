@@ -57,6 +57,42 @@ def test_every_other_rank_names_the_lost_rank_in_time(world, victim, signal_name
         assert _failure_seconds(r.stdout) < TIMEOUT_S + 2, r.describe()
 
 
+# (degrees, victim, how every other rank names it): a sequence rank, a replica's stage.
+LAYOUT_CASES = [
+    (dict(pipeline=2, sequence=2), 1, "rank 1 (stage 0, sequence rank 1)"),
+    (dict(pipeline=2, data=2), 2, "rank 2 (stage 0, replica 1)"),
+]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("degrees, victim, name", LAYOUT_CASES)
+def test_a_lost_rank_of_a_layout_is_named_in_time(degrees, victim, name, signal_name):
+    """With sequence ranks or data replicas, every other rank (those in other replicas and
+    other sequence ranks included) names the lost one within the timeout + 2 s."""
+    world = 4
+    others = [rank for rank in range(world) if rank != victim]
+    results = run_ranks(
+        "bodies:peer_dies",
+        world,
+        dict(
+            victim=victim,
+            timeout_s=TIMEOUT_S,
+            lengths=LENGTHS,
+            signal_name=signal_name,
+            parallel=degrees,
+        ),
+        timeout_s=TIMEOUT_S + 2 * STARTUP_ALLOWANCE_S,
+        wait_for=others,
+    )
+    for rank in others:
+        r = results[rank]
+        assert r.returncode == 1, r.describe()
+        assert r.error[0] == "LostRankError", r.describe()
+        assert f"step 1: lost {name}" in r.error[1], r.describe()
+        assert "Traceback" not in r.error[1] and ".cpp:" not in r.error[1], r.describe()
+        assert _failure_seconds(r.stdout) < TIMEOUT_S + 2, r.describe()
+
+
 def test_a_model_factory_that_raises_is_named_on_every_rank():
     results = run_ranks(
         "bodies:factory_raises",
