@@ -15,8 +15,13 @@ torch.distributed.checkpoint (DCP), each rank writing its own file:
   and the rest, as a scheduler left them) are kept by parameter name as well;
 - the step (`trainer.steps`), each rank's RNG states (torch's CPU generator, every CUDA
   device's when there are any, Python's `random`) as `rng/rank<r>/...`, and rank 0's `extra`;
-- `infinipipe.json`: the model shape, dtype, layer split, world size, optimizer class and
-  step, written by rank 0 and read before anything else on load.
+- `infinipipe.json`: the model shape, dtype, layer split, world size, optimizer class, parallel
+  layout and step, written by rank 0 and read before anything else on load.
+
+With data replicas and sequence ranks (layout.py) several ranks hold a stage: they save the same
+keys, which DCP writes once; with ZeRO-1 each rank saves the optimizer state of the parameters
+it owns, so every key is written by one rank, and a load reads each rank's keys by name from
+whichever rank wrote them: any layout of the same model loads any other's checkpoint.
 
 A save writes `path/.tmp-step-N/`, and only once every rank's data and DCP's metadata are
 complete does rank 0 rename it to `path/step-N/` and replace the pointer file `path/latest`
@@ -46,6 +51,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from . import _C
 from .errors import Error
@@ -124,7 +130,7 @@ def _state_to_save(trainer: Any, extra: Any) -> dict[str, Any]:
         state[f"model/{name}"] = value
     state.update(_masters(trainer))
     names = _optimizer_names(trainer)
-    saved = trainer.optimizer.state_dict()
+    saved = _optimizer(trainer).state_dict()
     for index, values in saved["state"].items():
         for key, value in values.items():
             state[f"optim/state/{names[index]}/{key}"] = value
@@ -150,7 +156,8 @@ def _meta(trainer: Any, step: int) -> dict[str, Any]:
         model=_model_fields(trainer),
         layers_per_stage=[int(n) for n in trainer.layers_per_stage],
         world_size=int(trainer.world_size),
-        optimizer=type(trainer.optimizer).__qualname__,
+        optimizer=type(_optimizer(trainer)).__qualname__,
+        parallel=dataclasses.asdict(trainer.layout.parallel),
         torch=torch.__version__,
         saved_at=time.time(),
     )
@@ -323,7 +330,7 @@ def _check_fits(trainer: Any, meta: dict[str, Any], directory: Path) -> None:
         if theirs.get(k) != v
     ]
     different += [f"{k} {v} (the trainer has none)" for k, v in theirs.items() if k not in mine]
-    optimizer = type(trainer.optimizer).__qualname__
+    optimizer = type(_optimizer(trainer)).__qualname__
     if meta["optimizer"] != optimizer:
         different.append(f"optimizer {meta['optimizer']} (the trainer's: {optimizer})")
     if different:
@@ -437,7 +444,8 @@ def _apply(trainer: Any, loaded: dict[str, Any], meta: dict[str, Any], directory
         if values:
             state[index] = values
     param_groups, index = [], 0
-    for number, group in enumerate(trainer.optimizer.param_groups):
+    optimizer = _optimizer(trainer)
+    for number, group in enumerate(optimizer.param_groups):
         indices = list(range(index, index + len(group["params"])))
         index += len(indices)
         hypers = []
@@ -455,7 +463,10 @@ def _apply(trainer: Any, loaded: dict[str, Any], meta: dict[str, Any], directory
                 "groups the way the run that saved it did"
             )
         param_groups.append(dict(hypers[0] if hypers else {}, params=indices))
-    trainer.optimizer.load_state_dict({"state": state, "param_groups": param_groups})
+    optimizer.load_state_dict({"state": state, "param_groups": param_groups})
+    if optimizer is not trainer.optimizer:  # ZeRO: its groups' settings are the ones it steps
+        for mine, local in zip(trainer.optimizer.param_groups, optimizer.param_groups):
+            mine.update({k: v for k, v in local.items() if k != "params"})
 
     trainer._steps = int(meta["step"])
     _restore_rng(trainer, loaded, meta)
@@ -534,7 +545,7 @@ def _optimizer_names(trainer: Any) -> dict[int, str]:
         if master is not None and master.master_of(p) is not None:
             by_id.setdefault(id(master.master_of(p)), name)
     names, index = {}, 0
-    for group in trainer.optimizer.param_groups:
+    for group in _optimizer(trainer).param_groups:
         for p in group["params"]:
             name = by_id.get(id(p)) or by_storage.get(_storage_key(p))
             if name is None:
@@ -546,6 +557,14 @@ def _optimizer_names(trainer: Any) -> dict[int, str]:
             names[index] = name
             index += 1
     return names
+
+
+def _optimizer(trainer: Any) -> torch.optim.Optimizer:
+    """The optimizer whose state this rank holds: with ZeRO, its shard's (the parameters it
+    owns in its stage's gradient group), so every parameter's state is saved once, by its owner,
+    and a load reads each rank's by name whatever the layout that saved it."""
+    optimizer = trainer.optimizer
+    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
 
 
 def _storage_key(p: torch.Tensor) -> tuple:

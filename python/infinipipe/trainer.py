@@ -540,24 +540,13 @@ class Trainer:
         loader's state_dict()). A collective: every rank calls it."""
         from . import checkpoint
 
-        self._check_checkpointable()
         return checkpoint.save(self, path, extra)
 
     def load_checkpoint(self, path: str | os.PathLike) -> Any:
         """Restores what save_checkpoint saved; returns its `extra`. A collective."""
         from . import checkpoint
 
-        self._check_checkpointable()
         return checkpoint.load(self, path)
-
-    def _check_checkpointable(self) -> None:
-        p = self.layout.parallel
-        if p.data > 1 or p.sequence > 1:
-            raise Error(
-                f"checkpoints of a layout with data replicas or sequence ranks (data {p.data}, "
-                f"sequence {p.sequence}) are not built yet: only a pipeline of one process "
-                "per stage saves and resumes"
-            )
 
     def zero_grad(self) -> None:
         for p in self.parameters:

@@ -23,8 +23,11 @@ PLAN = infinipipe.PlanConfig(method="chunkflow", chunk_tokens=64, memory_budget_
 SEED = 5
 
 
-def make_trainer(config: LlamaConfig = MODEL, cpp_stage: bool = False) -> infinipipe.Trainer:
-    """The Python LlamaStage, or with cpp_stage the C++ one (same parameter names)."""
+def make_trainer(
+    config: LlamaConfig = MODEL, cpp_stage: bool = False, parallel: dict | None = None
+) -> infinipipe.Trainer:
+    """The Python LlamaStage, or with cpp_stage the C++ one (same parameter names); parallel:
+    the layout's degrees (default: one process per stage)."""
     model = (lambda stage, split: cpp.build_stage(config, split, stage)) if cpp_stage else config
     return infinipipe.Trainer(
         model,
@@ -32,6 +35,7 @@ def make_trainer(config: LlamaConfig = MODEL, cpp_stage: bool = False) -> infini
         model_config=config if cpp_stage else None,
         plan=PLAN,
         timeout_s=60,
+        parallel=infinipipe.Parallel(**(parallel or {})),
     )
 
 
@@ -55,13 +59,14 @@ def train(
     save_at: tuple[int, ...] = (),
     resume: bool = False,
     cpp_stage: bool = False,
+    parallel: dict | None = None,
 ) -> dict:
     """Trains up to `steps` optimizer steps (resuming from `directory` first if asked), saving
     after the steps in `save_at` (0: before the first). Returns the loss of each step, and
     per step one draw from torch's and from Python's RNG (which a resume must continue)."""
     warnings = Warnings()
     logging.getLogger("infinipipe").addHandler(warnings)
-    trainer = make_trainer(cpp_stage=cpp_stage)
+    trainer = make_trainer(cpp_stage=cpp_stage, parallel=parallel)
     torch.manual_seed(100 + trainer.rank)  # the RNGs a resume restores, seeded per rank
     random.seed(100 + trainer.rank)
     generator = torch.Generator().manual_seed(SEED)

@@ -90,6 +90,37 @@ def test_a_python_stage_checkpoint_loads_into_cpp_stages(uninterrupted, saved):
             assert abs(r["losses"][step] - want[step]) <= 1e-9 * abs(want[step])
 
 
+REPLICAS = dict(pipeline=2, data=2)  # ZeRO-1: each parameter's optimizer state on one replica
+
+
+def test_a_run_with_replicas_resumes_bitwise(uninterrupted, tmp_path):
+    """Pipeline 2 x data 2 with ZeRO-1: saved after step 3 and resumed in fresh processes, the
+    run continues bitwise (each rank's optimizer shard is saved by its owner and read back by
+    name), and it trains as the 2-stage run does."""
+    directory = tmp_path / "run"
+    whole = ranks("train", 4, directory=str(directory), steps=6, save_at=(3,), parallel=REPLICAS)
+    resumed = ranks("train", 4, directory=str(directory), steps=6, resume=True, parallel=REPLICAS)
+    want = uninterrupted[0]["losses"]
+    for first, second in zip(whole, resumed):
+        assert second["resumed_at"] == 3 and second["warnings"] == []
+        assert second["losses"] == {k: first["losses"][k] for k in range(4, 7)}
+        assert second["draws"] == {k: first["draws"][k] for k in range(4, 7)}
+        for step in range(1, 7):
+            assert abs(first["losses"][step] - want[step]) <= 1e-12 * abs(want[step])
+
+
+def test_a_two_stage_checkpoint_loads_into_replicas_with_zero(uninterrupted, saved):
+    """The 2-stage run's checkpoint (whole optimizer state per rank) into pipeline 2 x data 2
+    with ZeRO-1 (each rank reads its shard's state): steps 6 and 7 as the uninterrupted run."""
+    directory, _ = saved
+    runs = ranks("train", 4, directory=str(directory), steps=7, resume=True, parallel=REPLICAS)
+    want = uninterrupted[0]["losses"]
+    for r in runs:
+        assert r["resumed_at"] == 5
+        for step in (6, 7):
+            assert abs(r["losses"][step] - want[step]) <= 1e-12 * abs(want[step])
+
+
 def test_another_model_shape_or_dtype_is_named(saved):
     directory, _ = saved
     messages = ranks(
