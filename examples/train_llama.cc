@@ -1,6 +1,7 @@
 // Trains the tiny LLaMA with elastic pipeline parallelism from C++ alone: no Python anywhere.
 //
 //   torchrun --no-python --nproc_per_node=2 build/train_llama_cpp --steps 20
+//   torchrun --no-python --nproc_per_node=4 build/train_llama_cpp --sequence 2   # 2 stages x SP 2
 //
 // torchrun only starts the processes and sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
 // Each process connects to the rendezvous store, builds a Gloo process group, builds its stage
@@ -9,7 +10,11 @@
 // from a random start with a random stride), plans the step with the C++ planner, checks that
 // every rank holds the same plan, runs its stage with the executor and steps AdamW. Rank 0
 // prints the loss and throughput of every step. docs/runtime.md explains how the process group
-// is built ("From C++ alone").
+// is built ("From C++ alone"). With --sequence and --replicas the world is the paper's layout
+// (docs/design.md, "Parallel layout"): each stage a group of Ulysses sequence ranks, pipelines
+// replicated for data parallelism, each replica planning its cost-balanced share of the batch,
+// and every stage's gradients summed over its gradient group before AdamW (no ZeRO here: the
+// Python trainer shards the optimizer state).
 #include <torch/optim/adamw.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -28,8 +33,10 @@
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
+#include "infinipipe/cost/parallel_layout.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/models/llama.h"
+#include "infinipipe/plan/data_split.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/runtime/executor.h"
 
@@ -49,6 +56,8 @@ struct Args {
   double lr = 1e-2;
   uint64_t seed = 0;
   double timeout_s = 300;
+  int sequence = 1;  // Ulysses ranks per stage
+  int replicas = 1;  // data-parallel pipelines
 };
 
 std::string env(const char* name) {
@@ -69,23 +78,30 @@ int env_int(const char* name) {
   }
 }
 
-// Gloo over the rendezvous store torchrun hosts. Under torchrun the agent already serves the
-// store at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), so every rank is a
-// client; launched by hand, rank 0 serves it.
-c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(int rank, int world,
-                                                  std::chrono::milliseconds timeout) {
-  const std::string address = env("MASTER_ADDR");
-  const int port = env_int("MASTER_PORT");
+// The rendezvous store torchrun hosts. Under torchrun the agent already serves it at
+// MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), so every rank is a client;
+// launched by hand, rank 0 serves it.
+c10::intrusive_ptr<c10d::Store> rendezvous_store(int rank, int world,
+                                                 std::chrono::milliseconds timeout) {
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(port);
+  store_options.port = static_cast<uint16_t>(env_int("MASTER_PORT"));
   store_options.isServer = rank == 0 && !(agent && std::string(agent) == "True");
   store_options.numWorkers = world;
   store_options.timeout = timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(address, store_options);
-  // Our own key space, apart from the agent's.
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("infinipipe_cpp", store);
+  return c10::make_intrusive<c10d::TCPStore>(env("MASTER_ADDR"), store_options);
+}
 
+// A Gloo group of `ranks` (global ranks; this rank among them) over the store, in a key space
+// of its own: the world, or one of the layout's subgroups, which only their members build.
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  const std::string& name,
+                                                  const std::vector<int>& ranks, int rank,
+                                                  std::chrono::milliseconds timeout) {
+  const int size = static_cast<int>(ranks.size());
+  const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("infinipipe_cpp/" + name, store);
+  const std::string address = env("MASTER_ADDR");
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
@@ -93,12 +109,31 @@ c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(int rank, int world,
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   else
     options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, options);
-
-  auto group = c10::make_intrusive<c10d::ProcessGroup>(prefixed, rank, world);
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, index, size, options);
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(prefixed, index, size);
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   return group;
+}
+
+// The step's gradients complete on every rank of the stage's gradient group: each rank's cover
+// its own rows of its replica's share, and the loss was averaged over the whole batch, so the
+// sum is the batch's gradient (one flat all-reduce).
+void sum_gradients(std::vector<at::Tensor>& parameters, c10d::ProcessGroup& group,
+                   std::chrono::milliseconds timeout) {
+  std::vector<at::Tensor> flat_parts;
+  for (at::Tensor& p : parameters)
+    flat_parts.push_back(p.grad().defined() ? p.grad().reshape(-1)
+                                            : at::zeros({p.numel()}, p.options()));
+  std::vector<at::Tensor> flat{at::cat(flat_parts)};
+  auto work = group.allreduce(flat);
+  ip::check(work->wait(timeout), "the gradient all-reduce did not finish");
+  int64_t offset = 0;
+  for (at::Tensor& p : parameters) {
+    at::Tensor summed = flat[0].narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
+    p.mutable_grad() = summed.clone();
+  }
 }
 
 // The same tokens on every rank: a learnable pattern, so the loss visibly falls.
@@ -124,14 +159,15 @@ ip::Plan plan_step(const Args& args, const std::vector<int64_t>& lengths,
   return ip::plan_step(ip::parse_method(args.method), lengths, cost, options, setting);
 }
 
-// Every rank planned on its own; they must run the same schedule. One store round: each rank
-// publishes its plan's hash and compares with everyone's.
-void check_same_plan(c10d::Store& store, int step, int rank, int world, const ip::Plan& plan) {
+// Every rank planned on its own; the ranks of a replica (`ranks`) must run the same schedule.
+// One store round: each rank publishes its plan's hash and compares with theirs.
+void check_same_plan(c10d::Store& store, int step, int rank, const std::vector<int>& ranks,
+                     const ip::Plan& plan) {
   const std::string mine = plan.hash();
   const std::string prefix = "plan/" + std::to_string(step) + "/";
   store.set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::string differing;
-  for (int r = 0; r < world; ++r) {
+  for (int r : ranks) {
     const std::vector<uint8_t> theirs = store.get(prefix + std::to_string(r));
     const std::string hash(theirs.begin(), theirs.end());
     if (hash != mine) differing += " rank " + std::to_string(r) + " has " + hash + ";";
@@ -146,24 +182,54 @@ int run(const Args& args) {
   const int world = env_int("WORLD_SIZE");
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
 
-  // The model: the planner's built-in "tiny" shape in float32.
+  ip::ParallelLayout layout;
+  layout.sequence = args.sequence;
+  layout.data = args.replicas;
+  layout.gpus_per_node = world;  // one host
+  layout.validate();
+  const int inner = args.sequence * args.replicas;
+  ip::check(world % inner == 0,
+            "the world of " + std::to_string(world) +
+                " processes is not a multiple of sequence x replicas = " + std::to_string(inner));
+  const int stages = world / inner;
+  const ip::ParallelLayout::Place place = layout.place(rank, stages);
+
+  // The model: the planner's built-in "tiny" shape in float32; planned per rank of the layout.
   const ip::models::LlamaConfig config =
       ip::models::LlamaConfig::from_shape(ip::ModelShape::builtin("tiny"), at::kFloat);
-  const std::vector<int> split = ip::even_layer_split(static_cast<int>(config.layers), world);
+  const std::vector<int> split = ip::even_layer_split(static_cast<int>(config.layers), stages);
   const ip::CostModel cost(
       config.shape("tiny"), split,
-      ip::CostCoefficients::analytic(config.shape("tiny"), ip::Hardware::builtin("cpu")));
-  auto stage = ip::models::build_stage(config, split, rank, args.seed);
+      ip::CostCoefficients::analytic(config.shape("tiny"), ip::Hardware::builtin("cpu")), layout);
+  auto stage = ip::models::build_stage(config, split, place.stage, args.seed);
 
-  auto group = gloo_group(rank, world, timeout);
+  auto store = rendezvous_store(rank, world, timeout);
+  std::vector<int> everyone(world);
+  for (int r = 0; r < world; ++r) everyone[r] = r;
+  auto group = gloo_group(store, "world", everyone, rank, timeout);
+  const std::vector<int> sequence_ranks = layout.sequence_ranks(rank, stages);
+  const std::vector<int> gradient_ranks = layout.gradient_ranks(place.stage, stages);
+  std::vector<int> replica_ranks;  // every stage and sequence rank of this rank's replica
+  for (int i = 0; i < stages * args.sequence; ++i)
+    replica_ranks.push_back(place.replica * stages * args.sequence + i);
   ip::runtime::ExecutorOptions options;
-  options.stage = rank;
-  options.num_stages = world;
+  options.stage = place.stage;
+  options.num_stages = stages;
+  options.stage_ranks = layout.pipeline_ranks(rank, stages);
   options.dtype = config.dtype;
   options.hidden = config.hidden;
   options.kv_heads = config.kv_heads;
   options.head_dim = config.head_dim();
   options.timeout = timeout;
+  if (args.sequence > 1) {
+    options.sequence_group = gloo_group(store, "sequence/" + std::to_string(sequence_ranks[0]),
+                                        sequence_ranks, rank, timeout);
+    options.sequence_ranks = sequence_ranks;
+  }
+  auto gradient_group = gradient_ranks.size() > 1
+                            ? gloo_group(store, "gradients/" + std::to_string(place.stage),
+                                         gradient_ranks, rank, timeout)
+                            : nullptr;
   ip::runtime::Executor executor(stage, group, options);
   std::vector<at::Tensor> parameters = stage->parameters();
   torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(args.lr));
@@ -172,10 +238,10 @@ int run(const Args& args) {
   for (int n : split) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
   if (rank == 0)
     std::printf(
-        "InfiniPipe C++ trainer: %d stages (layers %s), Gloo, %s, %d sequences of "
-        "'%s' lengths up to %lld per step\n",
-        world, layers.c_str(), args.method.c_str(), args.batch, args.distribution.c_str(),
-        static_cast<long long>(args.context));
+        "InfiniPipe C++ trainer: %d stages (layers %s) x %d sequence ranks x %d replicas, Gloo, "
+        "%s, %d sequences of '%s' lengths up to %lld per step\n",
+        stages, layers.c_str(), args.sequence, args.replicas, args.method.c_str(), args.batch,
+        args.distribution.c_str(), static_cast<long long>(args.context));
   std::mt19937_64 rng(args.seed);
   double first_loss = 0, loss = 0;
   for (int step = 0; step < args.steps; ++step) {
@@ -183,11 +249,24 @@ int run(const Args& args) {
     const std::vector<int64_t> lengths =
         ip::sample_lengths(args.distribution, args.batch, args.context, args.seed + step);
     const std::vector<at::Tensor> batch = synthetic_batch(lengths, config.vocab, rng);
-    const ip::Plan plan = plan_step(args, lengths, cost);
-    check_same_plan(*group->getStore(), step, rank, world, plan);
+    // This replica's share of the batch (all of it without replicas); the loss is averaged
+    // over the whole batch's targets so the replicas' gradients add up.
+    const std::vector<int> share =
+        ip::split_over_replicas(lengths, cost, args.replicas).at(place.replica);
+    std::vector<int64_t> share_lengths;
+    std::vector<at::Tensor> share_batch;
+    for (int i : share) {
+      share_lengths.push_back(lengths[i]);
+      share_batch.push_back(batch[i]);
+    }
+    int64_t targets = 0;
+    for (int64_t n : lengths) targets += n - 1;
+    const ip::Plan plan = plan_step(args, share_lengths, cost);
+    check_same_plan(*group->getStore(), step, rank, replica_ranks, plan);
 
     for (at::Tensor& p : parameters) p.mutable_grad().reset();
-    const ip::runtime::StepStats stats = executor.run(plan, batch);
+    const ip::runtime::StepStats stats = executor.run(plan, share_batch, targets);
+    if (gradient_group) sum_gradients(parameters, *gradient_group, timeout);
     optimizer.step();
 
     const double seconds =
@@ -228,6 +307,12 @@ int main(int argc, char** argv) {
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--seed", args.seed, "weights and data")->capture_default_str();
   app.add_option("--timeout-s", args.timeout_s, "longest wait on a peer")->capture_default_str();
+  app.add_option("--sequence", args.sequence, "Ulysses sequence-parallel ranks per stage")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--replicas", args.replicas, "data-parallel pipeline replicas")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);

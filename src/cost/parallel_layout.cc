@@ -48,6 +48,45 @@ long long group_start(const ParallelLayout& l, int replica, int stage, int stage
 }
 }  // namespace
 
+ParallelLayout::Place ParallelLayout::place(int rank, int stages) const {
+  check(stages >= 1 && rank >= 0 && rank < world(stages),
+        "parallel layout: rank " + std::to_string(rank) + " is outside the world of " +
+            std::to_string(data) + " x " + std::to_string(stages) + " x " +
+            std::to_string(sequence) + " ranks (data x pipeline x sequence)");
+  Place p;
+  p.sequence_rank = rank % sequence;
+  p.stage = (rank / sequence) % stages;
+  p.replica = rank / (sequence * stages);
+  return p;
+}
+
+int ParallelLayout::rank_of(const Place& place, int stages) const {
+  return static_cast<int>(group_start(*this, place.replica, place.stage, stages)) +
+         place.sequence_rank;
+}
+
+std::vector<int> ParallelLayout::pipeline_ranks(int rank, int stages) const {
+  Place p = place(rank, stages);
+  std::vector<int> ranks;
+  for (p.stage = 0; p.stage < stages; ++p.stage) ranks.push_back(rank_of(p, stages));
+  return ranks;
+}
+
+std::vector<int> ParallelLayout::sequence_ranks(int rank, int stages) const {
+  Place p = place(rank, stages);
+  std::vector<int> ranks;
+  for (p.sequence_rank = 0; p.sequence_rank < sequence; ++p.sequence_rank)
+    ranks.push_back(rank_of(p, stages));
+  return ranks;
+}
+
+std::vector<int> ParallelLayout::gradient_ranks(int stage, int stages) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < data; ++r)
+    for (int j = 0; j < sequence; ++j) ranks.push_back(rank_of(Place{r, stage, j}, stages));
+  return ranks;
+}
+
 bool ParallelLayout::sequence_group_crosses_nodes(int stage, int stages) const {
   if (sequence == 1) return false;
   const long long g = gpus_per_node;

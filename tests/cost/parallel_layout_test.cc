@@ -49,6 +49,27 @@ TEST(ParallelLayout, SequenceDegreeMustDivideHeadsAndKvHeads) {
   EXPECT_NO_THROW(layout(8).check_fits(ModelShape::builtin("llama-13b")));
 }
 
+TEST(ParallelLayout, RanksPlaceSequenceInnermostThenStagesThenReplicas) {
+  ParallelLayout l;
+  l.sequence = 2;
+  l.data = 2;
+  const int stages = 2;
+  ASSERT_EQ(l.world(stages), 8);
+  for (int rank = 0; rank < 8; ++rank) {
+    const ParallelLayout::Place p = l.place(rank, stages);
+    EXPECT_EQ(p.replica, rank / 4);
+    EXPECT_EQ(p.stage, (rank / 2) % 2);
+    EXPECT_EQ(p.sequence_rank, rank % 2);
+    EXPECT_EQ(l.rank_of(p, stages), rank);
+  }
+  // Rank 5: replica 1, stage 0, sequence rank 1 (as python/infinipipe/layout.py numbers it).
+  EXPECT_EQ(l.pipeline_ranks(5, stages), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.sequence_ranks(5, stages), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.gradient_ranks(0, stages), (std::vector<int>{0, 1, 4, 5}));
+  EXPECT_THROW(l.place(8, stages), Error);
+  EXPECT_THROW(l.place(-1, stages), Error);
+}
+
 TEST(ParallelLayout, NodeCrossingsFollowTheRankOrder) {
   // d_s = 8 on 8-GPU nodes: every SP group is a node, every stage boundary crosses nodes.
   const ParallelLayout node_per_stage = layout(8);

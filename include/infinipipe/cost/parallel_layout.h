@@ -7,6 +7,7 @@
 // chunk's work and memory divide over the SP ranks, which links the all-to-all and the stage
 // to stage sends use, and how ZeRO shards a stage's model state.
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -34,6 +35,23 @@ struct ParallelLayout {
   bool sequence_group_crosses_nodes(int stage, int stages) const;
   // Whether a send from `stage` to `stage + 1` crosses nodes in some replica (for some SP rank).
   bool boundary_crosses_nodes(int stage, int stages) const;
+
+  // Where a global rank sits in a world of data * stages * sequence ranks, and the ranks a
+  // runtime wires together (the Python trainer's layout.py does the same arithmetic):
+  struct Place {
+    int replica = 0;
+    int stage = 0;
+    int sequence_rank = 0;
+  };
+  int world(int stages) const { return data * stages * sequence; }
+  Place place(int rank, int stages) const;  // Error when rank is outside the world
+  int rank_of(const Place& place, int stages) const;
+  // The same sequence rank of every stage of `rank`'s replica: its pipes.
+  std::vector<int> pipeline_ranks(int rank, int stages) const;
+  // `rank`'s stage group in its replica: its Ulysses all-to-alls.
+  std::vector<int> sequence_ranks(int rank, int stages) const;
+  // Every rank holding `stage` (its sequence group in every replica): its gradient group.
+  std::vector<int> gradient_ranks(int stage, int stages) const;
 
   // "d_s=8 x d_p=4 x d_r=1, ZeRO-1, 8 GPUs per node" for `stages` = d_p.
   std::string describe(int stages) const;

@@ -1,6 +1,7 @@
 """The C++ trainer example (examples/train_llama.cc, target train_llama_cpp) under
 `torchrun --no-python` on 2 ranks: it builds its Gloo group from C++, trains 2 steps, exits 0
-and prints finite losses on rank 0.
+and prints finite losses on rank 0; with 2 sequence ranks or 2 replicas per stage (4 ranks) it
+prints the same losses.
 
 The binary is $INFINIPIPE_TRAIN_LLAMA_CPP, or build/train_llama_cpp (setup.sh builds it). When
 it is missing the test is skipped, except under CI (CI=true), where that is a failure."""
@@ -39,24 +40,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_cpp_example_trains_two_steps_on_two_ranks():
+def train(ranks: int, *extra: str) -> list[float]:
+    """Rank 0's printed losses of a 2-step run on `ranks` processes."""
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--no-python",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={ranks}",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
         str(binary()),
-        "--steps",
-        "2",
-        "--batch",
-        "4",
-        "--context",
-        "256",
-        "--timeout-s",
-        "60",
+        *("--steps", "2", "--batch", "4", "--context", "256", "--timeout-s", "60"),
+        *extra,
     ]
     done = subprocess.run(
         command,
@@ -67,7 +63,21 @@ def test_cpp_example_trains_two_steps_on_two_ranks():
     )
     log = f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
     assert done.returncode == 0, log
+    assert re.search(r"tokens/s", done.stdout), log
     losses = [float(x) for x in re.findall(r"^step +\d+ +loss (\S+)", done.stdout, re.M)]
     assert len(losses) == 2, log
     assert all(math.isfinite(x) and x > 0 for x in losses), log
-    assert re.search(r"tokens/s", done.stdout), log
+    return losses
+
+
+def test_cpp_example_trains_two_steps_on_two_ranks():
+    train(2)
+
+
+@pytest.mark.parametrize("layout", [("--sequence", "2"), ("--replicas", "2")])
+def test_cpp_example_trains_alike_with_sequence_ranks_or_replicas(layout):
+    """2 stages x 2 sequence ranks, and 2 stages x 2 replicas (4 processes): the 2-rank run's
+    losses (the same batches; the gradients summed in other orders)."""
+    want = train(2)
+    got = train(4, *layout)
+    assert got == pytest.approx(want, rel=1e-4), (layout, got, want)
