@@ -19,6 +19,13 @@ cost JSON that PlanConfig(cost_model=...) and infinipipe-plan --model load, and 
 other pipeline ranks do when they share this machine's cores, caches and memory bandwidth (a CPU
 pipeline of N+1 ranks on one host): a layer runs slower beside them than alone.
 
+--sequence N (under torchrun, N or a multiple of N processes) also times the Ulysses all-to-all
+over each group of N consecutive ranks with Gloo (alltoall_profile.py) and writes its fitted
+bandwidth and latency into the cost JSON as the in-node all-to-all link; every process profiles
+the layer beside the others, and rank 0 writes the files:
+
+    torchrun --nproc_per_node=2 -m infinipipe profile --sequence 2 --grid training
+
 --stage python (default) profiles the Python LlamaStage the Python trainer runs, through the
 same adapter the executor drives; --stage cpp the C++ LlamaStage (build/infinipipe-profile does
 the same without Python).
@@ -31,6 +38,7 @@ import contextlib
 import datetime
 import json
 import multiprocessing
+import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +48,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from infinipipe import _C
+from infinipipe import _C, alltoall_profile
 from infinipipe.cost import model_shape_json
 from infinipipe.models import cpp, llama
 from infinipipe.stage_adapter import LlamaStageAdapter
@@ -364,6 +372,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--holdout", type=float, default=0.25, help="fraction of points held out")
     p.add_argument("--seed", type=int, default=0, help="order of the runs, held-out points")
+    p.add_argument(
+        "--sequence",
+        type=int,
+        default=1,
+        help="under torchrun: also time the all-to-all over groups of N consecutive ranks "
+        "(Gloo) and write its fit into the cost JSON (default 1: no all-to-all)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=300, help="seconds any wait of the all-to-all may take"
+    )
     p.add_argument("--output", type=Path, default=Path("cost.json"))
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -381,10 +399,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.neighbours < 0:
         p.error(f"--neighbours must be 0 or more, got {args.neighbours}")
+    if args.sequence < 1:
+        p.error(f"--sequence must be 1 or more, got {args.sequence}")
     if args.layers_per_stage:
         split = [int(x) for x in args.layers_per_stage.split(",")]
     else:
         split = llama.even_layer_split(config.layers, 2 if config.layers > 1 else 1)
+    rank, alltoall = 0, None
+    if args.sequence > 1:  # first, while the processes are in step
+        try:
+            rank, alltoall = alltoall_profile.measure_under_launcher(args.sequence, args.timeout)
+        except _C.Error as e:
+            p.error(str(e))
     result = profile(
         config,
         args.grid,
@@ -394,13 +420,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         holdout=args.holdout,
         seed=args.seed,
         cpu_time=cpu_time,
-        progress=not args.no_progress,
+        progress=not args.no_progress and rank == 0,
         neighbour_count=args.neighbours,
     )
+    if rank != 0:
+        return 0  # rank 0 writes what it measured
     cal = result["calibration"]
-    args.output.write_text(
-        json.dumps(cost_json(config, split, cal, result["activation_bytes"]), indent=2)
-    )
+    cost = json.dumps(cost_json(config, split, cal, result["activation_bytes"]))
+    if alltoall is not None:
+        cost = alltoall_profile.with_link(cost, alltoall)
+    args.output.write_text(json.dumps(json.loads(cost), indent=2))
     _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
 
     meta = dict(
@@ -421,6 +450,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         heldout_errors_by_statistic=result["statistics"],
         runs=result["runs"],
     )
+    if alltoall is not None:
+        meta["alltoall"] = dict(
+            ranks=alltoall["ranks"],
+            processes=int(os.environ["WORLD_SIZE"]),
+            **json.loads(alltoall["fit"].to_json()),
+            runs=alltoall["runs"],
+        )
     meta_path = args.output.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta, indent=2))
 
@@ -439,6 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"max {pct(cal.backward_max_error)} ({len(cal.held_out)} of "
         f"{len(cal.held_out) + len(cal.fit)} points)"
     )
+    if alltoall is not None:
+        f = alltoall["fit"]
+        print(
+            f"{alltoall_profile.describe(alltoall)} (fit error: median {pct(f.median_error)}, "
+            f"max {pct(f.max_error)} over {len(alltoall['runs'])} sizes)"
+        )
     print(f"wrote {args.output} and {meta_path}")
     return 0
 

@@ -11,6 +11,13 @@ threads per rank, the ranks on the host, and the torch and InfiniPipe versions; 
 the same machine loads it. The cache lives in $INFINIPIPE_CACHE_DIR, else
 ~/.cache/infinipipe.
 
+With sequence parallelism (d_s > 1) every rank also times the Ulysses all-to-all over its
+sequence group (alltoall_profile.py: alltoall_base at 4 KiB to 4 MiB per rank, bandwidth and
+latency fitted), and the cost JSON carries the fitted link (alltoall_bandwidth,
+alltoall_latency_s), which the cost model charges for every all-to-all inside a host instead of
+the "cpu" hardware's send/recv figures. Its cache key then adds d_s and the measurement's
+version (the ranks on the host are in it already); without SP the key is what it was.
+
 It profiles the built-in LLaMA layer of the model's shape (a transformers model of the same
 shape runs the same operations) and on the CPU only: on CUDA, profile the model with
 `python -m infinipipe profile` on the GPU machine and pass the JSON.
@@ -42,12 +49,17 @@ def cache_dir() -> Path:
 
 
 def cache_path(
-    config: llama.LlamaConfig, layers_per_stage: Sequence[int], ranks_on_host: int
+    config: llama.LlamaConfig,
+    layers_per_stage: Sequence[int],
+    ranks_on_host: int,
+    sequence: int = 1,
 ) -> Path:
-    """Where the cost JSON of this model, split and machine set-up is cached."""
+    """Where the cost JSON of this model, split and machine set-up is cached; with `sequence`
+    above 1 a profile holding the all-to-all over that many ranks (another key)."""
+    from .alltoall_profile import VERSION
     from .profile import cpu_model
 
-    key = digest(
+    parts: list = [
         model_shape_json(config, config.dtype),
         list(layers_per_stage),
         cpu_model(),
@@ -57,19 +69,25 @@ def cache_path(
         torch.__version__,
         __version__,
         GRID,
-    )
-    return cache_dir() / f"cost-{key}.json"
+    ]
+    if sequence > 1:
+        parts.append(dict(alltoall=VERSION, sequence=int(sequence)))
+    return cache_dir() / f"cost-{digest(*parts)}.json"
 
 
-def profile_cost_json(config: llama.LlamaConfig, layers_per_stage: Sequence[int]) -> str:
-    """Profiles one layer of the config's shape here and returns the cost JSON text."""
+def profile_cost_json(
+    config: llama.LlamaConfig, layers_per_stage: Sequence[int], link: dict | None = None
+) -> str:
+    """Profiles one layer of the config's shape here and returns the cost JSON text, with the
+    all-to-all `link` measured (alltoall_profile.measure) when given."""
+    from .alltoall_profile import with_link
     from .profile import cost_json, profile
 
     measured = profile(config, grid=GRID, progress=False)
-    cost = cost_json(
-        config, layers_per_stage, measured["calibration"], measured["activation_bytes"]
+    cost = json.dumps(
+        cost_json(config, layers_per_stage, measured["calibration"], measured["activation_bytes"])
     )
-    return json.dumps(cost)
+    return with_link(cost, link) if link is not None else cost
 
 
 def write_cache(path: Path, text: str) -> None:
@@ -90,27 +108,44 @@ def agreed_cost_json(
     ranks_on_host: int,
     device: torch.device,
     gather: Callable[[str], list[str]],
+    sequence: int = 1,
+    measure_link: Callable[[], dict] | None = None,
 ) -> tuple[str, str]:
     """(cost JSON text, its description), the same on every rank: rank 0's cache, or rank 0's
     fit of a profile every rank runs at once. `gather` is the executor's all-gather of text
-    (bounded by the trainer's timeout, a lost rank named)."""
+    (bounded by the trainer's timeout, a lost rank named). With `sequence` above 1,
+    `measure_link` times the all-to-all over this rank's sequence group (a collective every rank
+    calls at once, before the layer's profile, while the ranks are in step)."""
+    if sequence > 1 and measure_link is None:
+        raise ValueError("agreed_cost_json: sequence > 1 needs measure_link")
     if device.type != "cpu":
         raise Error(
             f'PlanConfig(cost_model="profile") profiles on the CPU only, and this trainer runs '
             f"on {device}: profile on the GPU machine (python -m infinipipe profile) and pass "
             "the cost JSON as cost_model"
         )
-    path = cache_path(config, layers_per_stage, ranks_on_host)
+    path = cache_path(config, layers_per_stage, ranks_on_host, sequence)
     cached = path.read_text() if path.is_file() else None
     decision = gather("cached" if cached is not None else "profile")[0]
     if decision == "cached":
         mine = cached if cached is not None else ""
     else:
-        mine = profile_cost_json(config, layers_per_stage)
+        link = measure_link() if sequence > 1 and measure_link is not None else None
+        mine = profile_cost_json(config, layers_per_stage, link)
     text = gather(mine)[0]  # rank 0's
+    what = f"{GRID} grid"
+    if sequence > 1:
+        what += f" and the all-to-all over {sequence} ranks: {_link_text(text)}"
     if decision == "profile":
         write_cache(path, text)
-        return text, f"profiled now on this machine ({GRID} grid; cached in {path})"
+        return text, f"profiled now on this machine ({what}; cached in {path})"
     if cached is None:
         write_cache(path, text)
-    return text, f"profiled on this machine ({GRID} grid; cached in {path})"
+    return text, f"profiled on this machine ({what}; cached in {path})"
+
+
+def _link_text(cost_json_text: str) -> str:
+    coefficients = json.loads(cost_json_text)["coefficients"]
+    bandwidth = coefficients.get("alltoall_bandwidth", 0.0)
+    latency = coefficients.get("alltoall_latency_s", 0.0)
+    return f"{bandwidth / 1e9:.3g} GB/s, {latency * 1e6:.3g} us"

@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from . import _C, mixed_precision, profiled_cost
+from . import _C, alltoall_profile, mixed_precision, profiled_cost
 from .agreement import agree, agree_on_setup, digest
 from .cost import cost_model_for, cost_model_name, default_budget, hardware_memory
 from .errors import BatchError, Error
@@ -319,6 +319,10 @@ class Trainer:
             int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
             self.device,
             gather,
+            sequence=self.layout.parallel.sequence,
+            measure_link=lambda: alltoall_profile.measure(
+                self.layout.sequence_group, self.timeout_s
+            ),
         )
         self.cost = self._per_rank(_C.plan.CostModel.from_json(text))
 

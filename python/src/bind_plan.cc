@@ -431,6 +431,25 @@ void bind_plan(py::module_& root) {
       "seconds), holding out a seeded fraction of the layer samples.");
   m.def("apply_calibration", &apply_calibration, py::arg("cost"), py::arg("calibration"),
         "The cost model with the calibrated time coefficients; everything else kept.");
+  py::class_<LinkFit>(m, "LinkFit", "A link's fitted bandwidth (bytes/s) and latency (s).")
+      .def_readonly("bandwidth", &LinkFit::bandwidth)
+      .def_readonly("latency_s", &LinkFit::latency_s)
+      .def_readonly("median_error", &LinkFit::median_error)
+      .def_readonly("max_error", &LinkFit::max_error)
+      .def("seconds", &LinkFit::seconds, py::arg("sent_bytes"))
+      .def("to_json", [](const LinkFit& f) { return nlohmann::json(f).dump(); });
+  m.def(
+      "fit_link",
+      [](const std::vector<std::pair<double, double>>& samples) {
+        std::vector<LinkSample> s;
+        for (const auto& [bytes, seconds] : samples) s.push_back({bytes, seconds});
+        return fit_link(s);
+      },
+      py::arg("samples"),
+      "Fits bandwidth and latency (non-negative relative least squares) to (sent_bytes, "
+      "seconds) samples of one link, as the cost model charges an all-to-all.");
+  m.def("apply_alltoall_link", &apply_alltoall_link, py::arg("cost"), py::arg("link"),
+        "The cost model with its in-node all-to-all link set to the fit; everything else kept.");
   m.def(
       "robust_time",
       [](const std::vector<double>& runs, const std::string& statistic) {

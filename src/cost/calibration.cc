@@ -152,6 +152,37 @@ double Calibration::backward_s(int64_t tokens, int64_t context) const {
 
 namespace {
 
+// Non-negative least squares of cols * x = 1 (relative least squares: each row already divided
+// by its measured time). With so few unknowns the optimum is the unconstrained optimum on its
+// support, so try every support and keep the best feasible one (clamping a negative coefficient
+// to zero afterwards would not be optimal for the others). Never empty when some column is
+// positive: one positive column alone has a positive solution.
+std::vector<double> nonnegative_fit(const std::vector<std::vector<double>>& cols) {
+  const int k = int(cols.size());
+  const std::vector<double> ones(cols.at(0).size(), 1.0);
+  std::vector<double> best;
+  double best_residual = std::numeric_limits<double>::infinity();
+  for (int mask = 1; mask < (1 << k); ++mask) {
+    std::vector<std::vector<double>> sub;
+    for (int j = 0; j < k; ++j)
+      if (mask & (1 << j)) sub.push_back(cols[j]);
+    const auto solution = least_squares(sub, ones);
+    if (!solution || *std::min_element(solution->begin(), solution->end()) < 0) continue;
+    std::vector<double> coef(k, 0.0);
+    for (int j = 0, i = 0; j < k; ++j)
+      if (mask & (1 << j)) coef[j] = (*solution)[i++];
+    double residual = 0;
+    for (size_t n = 0; n < ones.size(); ++n) {
+      double r = 0;
+      for (int j = 0; j < k; ++j) r += cols[j][n] * coef[j];
+      r -= 1;
+      residual += r * r;
+    }
+    if (residual < best_residual) best_residual = residual, best = coef;
+  }
+  return best;
+}
+
 // Non-negative relative least squares of a1, a2, b against the times `time_of(sample)`.
 template <typename TimeOf>
 std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, TimeOf time_of) {
@@ -167,28 +198,7 @@ std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, Time
   check(least_squares(cols, ones).has_value(),
         "calibration: the samples do not determine a1, a2 and b: profile at least three "
         "different token counts, or two with more than one context");
-  // Non-negative least squares over 3 unknowns: the optimum is the unconstrained optimum on
-  // its support, so try every support and keep the best feasible one (clamping a negative
-  // coefficient to zero afterwards would not be optimal for the others).
-  std::vector<double> best;
-  double best_residual = std::numeric_limits<double>::infinity();
-  for (int mask = 1; mask < 8; ++mask) {
-    std::vector<std::vector<double>> sub;
-    for (int j = 0; j < 3; ++j)
-      if (mask & (1 << j)) sub.push_back(cols[j]);
-    const auto solution = least_squares(sub, ones);
-    if (!solution || *std::min_element(solution->begin(), solution->end()) < 0) continue;
-    std::vector<double> coef(3, 0.0);
-    for (int j = 0, k = 0; j < 3; ++j)
-      if (mask & (1 << j)) coef[j] = (*solution)[k++];
-    double residual = 0;
-    for (size_t n = 0; n < ones.size(); ++n) {
-      const double r = cols[0][n] * coef[0] + cols[1][n] * coef[1] + cols[2][n] * coef[2] - 1;
-      residual += r * r;
-    }
-    if (residual < best_residual) best_residual = residual, best = coef;
-  }
-  return best;  // never empty: one positive column alone has a positive solution
+  return nonnegative_fit(cols);
 }
 
 }  // namespace
@@ -299,6 +309,49 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
   return cal;
 }
 
+LinkFit fit_link(const std::vector<LinkSample>& samples) {
+  std::vector<double> sizes;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::string what = "link sample " + std::to_string(i);
+    check(std::isfinite(samples[i].sent_bytes) && samples[i].sent_bytes > 0,
+          "calibration: " + what + " must send a positive number of bytes, got " +
+              std::to_string(samples[i].sent_bytes));
+    check_positive_time(samples[i].seconds, what);
+    sizes.push_back(samples[i].sent_bytes);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  const auto distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
+  check(distinct >= 2,
+        "calibration: the link's bandwidth and latency need at least two message sizes, got " +
+            std::to_string(samples.size()) + " samples of " + std::to_string(distinct));
+  // Relative least squares of t = bytes * (1 / bandwidth) + latency.
+  std::vector<std::vector<double>> cols(2);
+  for (const LinkSample& s : samples) {
+    cols[0].push_back(s.sent_bytes / s.seconds);
+    cols[1].push_back(1.0 / s.seconds);
+  }
+  const std::vector<double> coef = nonnegative_fit(cols);
+  check(!coef.empty() && coef[0] > 0,
+        "calibration: the link's times do not grow with the message size, so no bandwidth "
+        "fits them: measure larger messages");
+  LinkFit fit;
+  fit.bandwidth = 1.0 / coef[0];
+  fit.latency_s = coef[1];
+  std::vector<double> errors;
+  for (const LinkSample& s : samples)
+    errors.push_back(std::abs(fit.seconds(s.sent_bytes) - s.seconds) / s.seconds);
+  fit.median_error = median(errors);
+  fit.max_error = *std::max_element(errors.begin(), errors.end());
+  return fit;
+}
+
+CostModel apply_alltoall_link(const CostModel& base, const LinkFit& link) {
+  CostCoefficients c = base.coefficients();
+  c.alltoall_bandwidth = link.bandwidth;
+  c.alltoall_latency_s = link.latency_s;
+  return CostModel(base.shape(), base.layers_per_stage(), c, base.layout());
+}
+
 CostModel apply_calibration(const CostModel& base, const Calibration& calibration) {
   CostCoefficients c = base.coefficients();
   c.a1 = calibration.a1;
@@ -334,6 +387,13 @@ void to_json(nlohmann::json& j, const Calibration& c) {
                      {"forward_heldout_max", number(c.forward_max_error)},
                      {"backward_heldout_median", number(c.backward_median_error)},
                      {"backward_heldout_max", number(c.backward_max_error)}};
+}
+
+void to_json(nlohmann::json& j, const LinkFit& f) {
+  j = nlohmann::json{{"bandwidth", f.bandwidth},
+                     {"latency_s", f.latency_s},
+                     {"median_error", f.median_error},
+                     {"max_error", f.max_error}};
 }
 
 }  // namespace infinipipe

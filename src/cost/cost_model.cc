@@ -131,6 +131,8 @@ void CostCoefficients::validate() const {
   at_least_zero(p2p_latency_s, "p2p_latency_s");
   at_least_zero(inter_node_bandwidth, "inter_node_bandwidth");
   at_least_zero(inter_node_latency_s, "inter_node_latency_s");
+  at_least_zero(alltoall_bandwidth, "alltoall_bandwidth");
+  at_least_zero(alltoall_latency_s, "alltoall_latency_s");
   check(checkpoint_bytes <= activation_bytes,
         "cost coefficients: checkpoint_bytes (" + std::to_string(checkpoint_bytes) +
             ") exceeds activation_bytes (" + std::to_string(activation_bytes) +
@@ -161,6 +163,11 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
                      {"p2p_latency_s", c.p2p_latency_s},
                      {"inter_node_bandwidth", c.inter_node_bandwidth},
                      {"inter_node_latency_s", c.inter_node_latency_s}};
+  // Written only when measured, so files (and fingerprints) without it stay as they were.
+  if (c.alltoall_bandwidth > 0) {
+    j["alltoall_bandwidth"] = c.alltoall_bandwidth;
+    j["alltoall_latency_s"] = c.alltoall_latency_s;
+  }
 }
 
 void from_json(const nlohmann::json& j, CostCoefficients& c) {
@@ -184,6 +191,8 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get("p2p_latency_s", c.p2p_latency_s);
   f.get_optional("inter_node_bandwidth", c.inter_node_bandwidth);  // absent: one link
   f.get_optional("inter_node_latency_s", c.inter_node_latency_s);
+  f.get_optional("alltoall_bandwidth", c.alltoall_bandwidth);  // absent: the in-node link
+  f.get_optional("alltoall_latency_s", c.alltoall_latency_s);
   f.finish();
   c.validate();
 }

@@ -34,8 +34,11 @@ void CostModel::set_links() {
   // A cost model file without the inter-node link describes one link for everything.
   const Link between_nodes =
       k.inter_node_bandwidth > 0 ? Link{k.inter_node_bandwidth, k.inter_node_latency_s} : in_node;
+  // The all-to-all in a node, when measured on its own (the profiler's), else the same link.
+  const Link alltoall_in_node =
+      k.alltoall_bandwidth > 0 ? Link{k.alltoall_bandwidth, k.alltoall_latency_s} : in_node;
   const int d_p = num_stages();
-  alltoall_link_.assign(d_p, in_node);
+  alltoall_link_.assign(d_p, alltoall_in_node);
   p2p_link_.assign(d_p, in_node);
   for (int p = 0; p < d_p; ++p) {
     if (layout_.sequence_group_crosses_nodes(p, d_p)) alltoall_link_[p] = between_nodes;

@@ -211,5 +211,86 @@ TEST(Calibration, BadInput) {
             std::string::npos);
 }
 
+// Magnitudes like Gloo on loopback: a few GB/s, tens of microseconds.
+constexpr double kBandwidth = 2.5e9, kLatency = 6e-5;
+
+std::vector<LinkSample> link_samples(double noise, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-noise, noise);
+  std::vector<LinkSample> out;
+  for (double bytes = 2048; bytes <= 4 << 20; bytes *= 4)
+    out.push_back({bytes, (bytes / kBandwidth + kLatency) * (1 + u(rng))});
+  return out;
+}
+
+TEST(LinkFit, RecoversBandwidthAndLatency) {
+  const LinkFit fit = fit_link(link_samples(0, 0));
+  EXPECT_NEAR(fit.bandwidth / kBandwidth, 1, 1e-9);
+  EXPECT_NEAR(fit.latency_s / kLatency, 1, 1e-9);
+  EXPECT_LT(fit.max_error, 1e-9);
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    // 5% noise: every prediction of the noise-free time within 5%, at sizes between samples.
+    const LinkFit noisy = fit_link(link_samples(0.05, seed));
+    for (double bytes : {3e3, 1e5, 3e6}) {
+      const double truth = bytes / kBandwidth + kLatency;
+      EXPECT_NEAR(noisy.seconds(bytes) / truth, 1, 0.05) << bytes;
+    }
+    EXPECT_LE(noisy.median_error, noisy.max_error);
+    EXPECT_LT(noisy.max_error, 0.1);
+  }
+}
+
+TEST(LinkFit, NonNegativeAndBadInput) {
+  // Times below a line through the origin: the latency is held at zero, not fitted negative.
+  const LinkFit fit = fit_link({{1e3, 0.5e-6}, {1e6, 1e-3}, {4e6, 4e-3}});
+  EXPECT_EQ(fit.latency_s, 0);
+  EXPECT_GT(fit.bandwidth, 0);
+  EXPECT_NE(error_of([] {
+              fit_link({{1e3, 1e-4}, {1e3, 2e-4}});
+            }).find("two message sizes"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              fit_link({{1e3, 1e-4}, {0, 2e-4}});
+            }).find("link sample 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              fit_link({{1e3, 1e-4}, {1e6, -1}});
+            }).find("positive time"),
+            std::string::npos);
+  // Larger messages no slower: no bandwidth.
+  EXPECT_NE(error_of([] {
+              fit_link({{1e3, 2e-4}, {1e6, 1e-4}});
+            }).find("do not grow"),
+            std::string::npos);
+}
+
+TEST(LinkFit, AppliedToTheAlltoallOnly) {
+  ModelShape shape;
+  shape.vocab = 1000, shape.hidden = 256, shape.layers = 4, shape.heads = 4, shape.kv_heads = 2,
+  shape.ffn = 512, shape.bytes_per_element = 4;
+  ParallelLayout layout;
+  layout.sequence = 2;
+  layout.gpus_per_node = 2;
+  const CostModel base = CostModel::analytic(shape, Hardware::builtin("cpu"), 2, layout);
+  const LinkFit link{1e9, 1e-4};
+  const CostModel measured = apply_alltoall_link(base, link);
+  EXPECT_EQ(measured.layout().sequence, 2);
+  const Chunk chunk{{Slice{0, 0, 512, 512}}};
+  // Per layer and direction: 4 all-to-alls of q, k, v, o, each rank's 256 rows, half sent.
+  const double kv_dim = 2 * 64;
+  const double sent = 256 * (2 * 256 + 2 * kv_dim) * 4 / 2.0;
+  EXPECT_NEAR(measured.layer_alltoall_time(chunk, 0), sent / 1e9 + 4 * 1e-4, 1e-12);
+  EXPECT_NE(base.layer_alltoall_time(chunk, 0), measured.layer_alltoall_time(chunk, 0));
+  EXPECT_EQ(base.p2p_time(chunk, 0), measured.p2p_time(chunk, 0));  // sends keep their link
+  // The JSON round trip keeps it; a file without it reads as the in-node link.
+  const CostModel loaded = nlohmann::json(measured).get<CostModel>();
+  EXPECT_EQ(loaded.coefficients().alltoall_bandwidth, 1e9);
+  EXPECT_EQ(loaded.coefficients().alltoall_latency_s, 1e-4);
+  nlohmann::json plain = nlohmann::json(base);
+  EXPECT_FALSE(plain["coefficients"].contains("alltoall_bandwidth"));
+  EXPECT_EQ(plain.get<CostModel>().layer_alltoall_time(chunk, 0),
+            base.layer_alltoall_time(chunk, 0));
+}
+
 }  // namespace
 }  // namespace infinipipe

@@ -1,5 +1,6 @@
 #pragma once
-// Calibration of the cost model's time coefficients from measured layer times: the fit shared by
+// Calibration of the cost model's time coefficients from measured layer times (and of the
+// all-to-all link from measured all-to-alls, fit_link below): the fit shared by
 // the C++ tool `infinipipe-profile` and `python -m infinipipe profile` (the timing itself is
 // runtime/layer_profiler.h; this part has no LibTorch).
 //
@@ -102,6 +103,32 @@ std::vector<int> held_out_indices(const std::vector<LayerSample>& samples,
 // Validates the samples (Error naming the bad one), splits, fits and measures held-out errors.
 Calibration calibrate(const CalibrationSamples& samples, const CalibrationOptions& options = {});
 
+// A link's time per message, as the cost model charges the Ulysses all-to-all
+// (cost_model_parallel.cc): t = sent_bytes / bandwidth + latency. Measured on the SP group by
+// python/infinipipe/alltoall_profile.py, one sample per message size (its repeats' median).
+struct LinkSample {
+  double sent_bytes = 0;  // what one rank sends to the others: X (d_s - 1) / d_s
+  double seconds = 0;
+};
+
+struct LinkFit {
+  double bandwidth = 0;  // bytes/s
+  double latency_s = 0;
+  // |fitted - measured| / measured over the samples (all are fitted: two unknowns).
+  double median_error = 0, max_error = 0;
+  double seconds(double sent_bytes) const { return sent_bytes / bandwidth + latency_s; }
+};
+
+// Non-negative relative least squares of 1/bandwidth and latency (as the layer's fit: each
+// residual divided by its measured time, so a 4 KB message counts as much as a 4 MB one). Error
+// when a sample is not a positive size and time, when fewer than two sizes differ, or when the
+// times do not grow with the size (no bandwidth to fit).
+LinkFit fit_link(const std::vector<LinkSample>& samples);
+
+// `base` with the all-to-all link inside a node set to the fit (CostCoefficients::
+// alltoall_bandwidth, alltoall_latency_s); everything else, the layout included, kept.
+CostModel apply_alltoall_link(const CostModel& base, const LinkFit& link);
+
 // `base` with the calibrated time coefficients (a1, a2, b, the backward's a1', a2', b', the
 // backward ratio, and the embedding and head per-token times when measured); everything else is
 // kept.
@@ -109,5 +136,6 @@ CostModel apply_calibration(const CostModel& base, const Calibration& calibratio
 
 // All fields; NaN errors and unmeasured parts are null.
 void to_json(nlohmann::json& j, const Calibration& c);
+void to_json(nlohmann::json& j, const LinkFit& f);
 
 }  // namespace infinipipe

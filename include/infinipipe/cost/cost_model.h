@@ -62,6 +62,12 @@ struct CostCoefficients {
   // that spans nodes. Zero (files written before it existed) means the in-node link above.
   double inter_node_bandwidth = 0;
   double inter_node_latency_s = 0;
+  // The all-to-all inside a node when measured apart from the sends above (the profiler's fit of
+  // alltoall_base over the SP group, python/infinipipe/alltoall_profile.py): per all-to-all, sent
+  // bytes / alltoall_bandwidth + alltoall_latency_s. Zero (the analytic model, files without
+  // them) means the in-node link above.
+  double alltoall_bandwidth = 0;
+  double alltoall_latency_s = 0;
 
   // Analytic coefficients: FLOPs over achieved FLOP/s, bytes from the shape.
   static CostCoefficients analytic(const ModelShape& shape, const Hardware& hw);
