@@ -51,10 +51,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from . import _C
 from .errors import Error
+from .stage_group import local_optimizer
 
 _log = logging.getLogger("infinipipe")
 
@@ -563,8 +563,7 @@ def _optimizer(trainer: Any) -> torch.optim.Optimizer:
     """The optimizer whose state this rank holds: with ZeRO, its shard's (the parameters it
     owns in its stage's gradient group), so every parameter's state is saved once, by its owner,
     and a load reads each rank's by name whatever the layout that saved it."""
-    optimizer = trainer.optimizer
-    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    return local_optimizer(trainer.optimizer)
 
 
 def _storage_key(p: torch.Tensor) -> tuple:

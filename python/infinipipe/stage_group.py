@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 
 class CollectiveFailure(Exception):
@@ -77,10 +77,14 @@ def sharded_optimizer(
     factory: Callable[[Iterable[torch.Tensor]], torch.optim.Optimizer],
     params: list[torch.Tensor],
     group: Any,
-) -> ZeroRedundancyOptimizer:
+) -> torch.optim.Optimizer:
     """ZeRO-1 over `group` with the optimizer `factory` makes: its class and its defaults (the
     factory is called once on a probe parameter to learn them; parameter groups it builds are
     not kept, since each rank steps only its shard)."""
+    # Imported here: torch.distributed.optim takes about a second to import, which a trainer
+    # without replicas or sequence ranks should not pay in its setup.
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     probe = factory([torch.zeros(1, requires_grad=True)])
     cls = type(probe)
     # Only the defaults its constructor takes (AdamW's include decoupled_weight_decay, which
@@ -89,3 +93,11 @@ def sharded_optimizer(
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     defaults = {k: v for k, v in probe.defaults.items() if takes_any or k in accepted}
     return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, **defaults)
+
+
+def local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer whose state this rank holds: with ZeRO its shard's, else the optimizer."""
+    zero = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    if zero is not None and isinstance(optimizer, zero.ZeroRedundancyOptimizer):
+        return optimizer.optim
+    return optimizer

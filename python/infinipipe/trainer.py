@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from . import _C, alltoall_profile, mixed_precision, profiled_cost
 from .agreement import agree, agree_on_setup, digest
@@ -52,7 +51,13 @@ from .plan_config import PlanConfig
 from .planning_ahead import PlanAhead, Prefetching
 from .rendezvous import join_default_group
 from .stage_adapter import protocol_module
-from .stage_group import CollectiveFailure, guarded, sharded_optimizer, sum_gradients
+from .stage_group import (
+    CollectiveFailure,
+    guarded,
+    local_optimizer,
+    sharded_optimizer,
+    sum_gradients,
+)
 
 _log = logging.getLogger("infinipipe")
 
@@ -149,6 +154,7 @@ class Trainer:
         parallel: Parallel | None = None,
     ) -> None:
         self.plan_config = plan if plan is not None else PlanConfig()
+        self._parallel = parallel if parallel is not None else Parallel()
         self.timeout_s = float(timeout_s)
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
@@ -183,7 +189,7 @@ class Trainer:
         self.rank = dist.get_rank(self.group)
         self.world_size = dist.get_world_size(self.group)
 
-        parallel = parallel if parallel is not None else Parallel()
+        parallel = self._parallel
         pipeline = parallel.resolve(self.world_size).pipeline
         self.layers_per_stage = _split_of(self.config, layer_split, pipeline)
         self.num_stages = len(self.layers_per_stage)
@@ -243,7 +249,13 @@ class Trainer:
 
     def describe_rank(self, rank: int) -> str:
         layout = getattr(self, "layout", None)
-        return layout.describe(rank) if layout is not None else f"rank {rank}"
+        if layout is None:  # joining the group: the layout of torchrun's world, when it factors
+            try:
+                world = int(os.environ["WORLD_SIZE"])
+                return Layout(self._parallel, rank, world).describe(rank)
+            except (KeyError, ValueError, Error):
+                return f"rank {rank}"
+        return layout.describe(rank)
 
     def _set_up_stage(
         self,
@@ -525,7 +537,7 @@ class Trainer:
             else:
                 self.optimizer.step()
 
-        if isinstance(self.optimizer, ZeroRedundancyOptimizer):
+        if local_optimizer(self.optimizer) is not self.optimizer:
             # Its step() broadcasts every shard's update over the gradient group.
             with self._failures_named():
                 guarded("the ZeRO optimizer's broadcast of the updated parameters", step)
