@@ -1,7 +1,8 @@
-"""The benchmark scripts' smoke paths: cluster_study --smoke, cluster_sp_study --smoke and
-plot_timeline on a small trace."""
+"""The benchmark scripts' smoke paths: cluster_study --smoke, cluster_sp_study --smoke,
+flexsp_study --smoke and plot_timeline on a small trace."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,23 @@ def test_cluster_sp_study_smoke():
     page = written.read_text()
     assert "<!-- sp-study: start -->" in page and "<!-- sp-study: end -->" in page
     assert "| LLaMA-7B, 48K, d_s=8 x d_p=4 |" in page
+
+
+def test_flexsp_study_smoke():
+    pytest.importorskip("pulp")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "flexsp_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCHMARKS,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+    )
+    assert done.returncode == 0, done.stderr
+    written = Path(done.stdout.strip().splitlines()[-1].split()[1])
+    page = written.read_text()
+    assert "<!-- flexsp-study: start -->" in page and "<!-- flexsp-study: end -->" in page
+    assert "| LLaMA-7B, 48K |" in page
 
 
 @pytest.fixture(scope="module")
