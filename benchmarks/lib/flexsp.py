@@ -315,7 +315,7 @@ def plan_step(lengths, costs, n_gpus, assign, recompute_costs=None, extra_micro_
             sub = [lengths[i] for i in part]
             groups = assign(sub, costs)
             done = evaluate_groups(sub, groups, costs) if groups else None
-            if done is None and recompute_costs:
+            if done is None and recompute_costs and recompute_costs is not costs:
                 groups = assign(sub, recompute_costs)
                 done = evaluate_groups(sub, groups, recompute_costs) if groups else None
                 recomputed += 1
@@ -323,6 +323,7 @@ def plan_step(lengths, costs, n_gpus, assign, recompute_costs=None, extra_micro_
                 total = None
                 break
             total += done[0]
+            recomputed += costs[min(costs)].recompute
             peak = max(peak, done[1])
             shapes.append(sorted((d for d, _ in groups), reverse=True))
         if total is not None:
