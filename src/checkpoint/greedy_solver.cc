@@ -28,6 +28,41 @@ inline double covered(double coef, double remaining) {
   return remaining > 0 ? std::min(coef, remaining) : 0;
 }
 
+// The variable of highest priority, the lowest index among equals (what a scan from the front
+// keeping strict improvements finds), kept in a tournament tree: the greedy picks thousands of
+// times among tens of thousands of variables (one per stage and chunk, untied), and a pick
+// changes the priorities of few of them, so a scan per pick was most of a solve.
+class Tournament {
+ public:
+  explicit Tournament(const std::vector<double>& priority) : priority_(priority) {
+    const int n = static_cast<int>(priority.size());
+    while (size_ < n) size_ *= 2;
+    winner_.assign(2 * static_cast<size_t>(size_), -1);
+    for (int j = 0; j < n; ++j) winner_[size_ + j] = j;
+    for (int node = size_ - 1; node >= 1; --node) winner_[node] = better(2 * node, 2 * node + 1);
+  }
+  int best() const { return winner_[1]; }
+  // After priority[j] changed.
+  void update(int j) {
+    for (int node = (size_ + j) / 2; node >= 1; node /= 2) {
+      const int w = better(2 * node, 2 * node + 1);
+      if (winner_[node] == w && w != j) break;  // nothing above can change
+      winner_[node] = w;
+    }
+  }
+
+ private:
+  int better(int left, int right) const {
+    const int a = winner_[left], b = winner_[right];
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return priority_[b] > priority_[a] ? b : a;  // a < b: ties keep the lower index
+  }
+  const std::vector<double>& priority_;
+  int size_ = 1;
+  std::vector<int> winner_;
+};
+
 // Free recompute goes first; among free variables the larger score still wins (scores stay
 // below 1e15 bytes, so the product cannot overflow).
 inline double inverse_cost(double cost) { return cost > 0 ? 1 / cost : 1e200; }
@@ -84,13 +119,15 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
     inv_cost[j] = inverse_cost(problem.cost[j]);
     priority[j] = problem.upper[j] > 0 ? score[j] * inv_cost[j] : 0;
   }
+  Tournament tournament(priority);
   while (violated > 0) {
-    int pick = 0;
-    for (int j = 1; j < num_vars; ++j)
-      if (priority[j] > priority[pick]) pick = j;
+    const int pick = tournament.best();
     if (num_vars == 0 || !(priority[pick] > 0)) break;  // violated rows nobody can help: infeasible
     ++values[pick];
-    if (values[pick] >= problem.upper[pick]) priority[pick] = 0;
+    if (values[pick] >= problem.upper[pick]) {
+      priority[pick] = 0;
+      tournament.update(pick);
+    }
     for (const Entry& e : column(pick)) {
       const double before = remaining[e.row];
       const double after = before - e.coef;
@@ -105,7 +142,10 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
       for (size_t i = 0; i < row.var.size(); ++i) {
         const int v = row.var[i];
         score[v] += covered(row.coef[i], after) - covered(row.coef[i], before);
-        if (values[v] < problem.upper[v]) priority[v] = score[v] > 0 ? score[v] * inv_cost[v] : 0;
+        if (values[v] < problem.upper[v]) {
+          priority[v] = score[v] > 0 ? score[v] * inv_cost[v] : 0;
+          tournament.update(v);
+        }
       }
     }
   }
