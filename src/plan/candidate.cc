@@ -78,8 +78,33 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   // The chunks in flight, unordered, with each one's place in the list: marking them all costs
   // the list's length, not n (n^2 over a step of thousands of chunks).
   std::vector<int> flying, place(n, -1);
+  // The split sequences of each chunk (split_of[c] .. split_of[c + 1] in split_seqs), numbered
+  // 0 .. split_lengths.size() - 1, and how many of each one's chunks are in flight.
+  std::vector<int> split_of(n + 1, 0), split_seqs, split_number;
+  std::vector<int64_t> split_lengths;
+  for (int c = 0; c < n; ++c) {
+    for (const Slice& s : cand.chunks[c].slices) {
+      if (s.whole()) continue;
+      if (s.seq >= static_cast<int>(split_number.size())) split_number.resize(s.seq + 1, -1);
+      if (split_number[s.seq] < 0) {
+        split_number[s.seq] = static_cast<int>(split_lengths.size());
+        split_lengths.push_back(s.seq_length);
+      }
+      split_seqs.push_back(split_number[s.seq]);
+    }
+    split_of[c + 1] = static_cast<int>(split_seqs.size());
+  }
+  std::vector<int> open_chunks(split_lengths.size());
+  std::vector<double> kv_bytes(split_lengths.size());
+  // Sums updated by adding and subtracting: a margin keeps rounding from calling a fit a miss.
+  const double sure_limit = budget_bytes * (1 + 1e-6);
+  cand.never_fits_as_is = false;
   for (int p = 0; p < num_stages; ++p) {
     for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
+    for (size_t s = 0; s < split_lengths.size(); ++s)
+      kv_bytes[s] = cost.kv_buffer_bytes(split_lengths[s], p);
+    std::fill(open_chunks.begin(), open_chunks.end(), 0);
+    double kv_open = 0;
     const int warmup = std::min(n, (num_stages - 1 - p) + (k_max - 1));
     const double fixed = cost.model_state_bytes(p);
     flying.clear();
@@ -90,11 +115,15 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
     for (int i = 0; i < n; ++i) {
       const int added = order.forward[i];
       in_flight += activation[added];
+      for (int k = split_of[added]; k < split_of[added + 1]; ++k)
+        if (open_chunks[split_seqs[k]]++ == 0) kv_open += kv_bytes[split_seqs[k]];
       place[added] = static_cast<int>(flying.size());
       flying.push_back(added);
       if (i > warmup) {
         const int removed = order.backward[i - warmup - 1];
         in_flight -= activation[removed];
+        for (int k = split_of[removed]; k < split_of[removed + 1]; ++k)
+          if (--open_chunks[split_seqs[k]] == 0) kv_open -= kv_bytes[split_seqs[k]];
         if (place[removed] >= 0) {
           place[flying.back()] = place[removed];
           flying[place[removed]] = flying.back();
@@ -107,6 +136,7 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
         }
       }
       most = std::max(most, in_flight);
+      if (fixed + in_flight + kv_open > sure_limit) cand.never_fits_as_is = true;
       const double over = fixed + in_flight - budget_bytes;
       if (over > 0 && marked_left == 0) {
         disjoint_excess += over;

@@ -23,7 +23,10 @@ struct Candidate {
   std::vector<double> excess;  // bytes over the budget per stage, at least (0 when it may fit)
   std::vector<double>
       recompute_floor;  // seconds of recompute per stage that one wave needs at least
-  double key = 0;       // what the search ranks by: see search_key
+  // Over the budget without recompute for sure: pipeline_bound's floor plus the K/V buffers of
+  // the split sequences in flight exceeds it on some stage (a simulation would find as much).
+  bool never_fits_as_is = false;
+  double key = 0;  // what the search ranks by: see search_key
   bool simulated = false;
   // The plan, once evaluated.
   std::vector<Wave> waves;
@@ -52,7 +55,9 @@ double search_key(const Candidate& cand);
 // Also the memory the simulator must find at least: after each forward, the activations of the
 // chunks in flight under 1F1B (stage p runs w_p = (d-1-p) + (k_max-1) warm-up forwards, k_max
 // the first chain's length, then one forward one backward); K/V buffers and backward
-// workspaces only add to that.
+// workspaces only add to that; never_fits_as_is adds the K/V buffers of the split sequences
+// with a slice in flight (open from their first slice's forward to its backward, which comes
+// last) and tells whether that is over the budget.
 void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes);
 
 }  // namespace infinipipe::planning

@@ -221,9 +221,11 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     if (!log::enabled(log::Level::kTrace)) return;
     char text[1200];
     std::snprintf(text, sizeof text,
-                  "epp search: %s %s, %zu chunks, key %.3f, step %.3f, best %.3f", what,
-                  label(cand.setting).c_str(), cand.chunks.size(), cand.key, cand.sim.step_time_s,
-                  have_best ? best.sim.step_time_s : -1.0);
+                  "epp search: %s %s, %zu chunks, key %.3f, step %.3f, best %.3f, work %lld, "
+                  "cpu %.0f ms",
+                  what, label(cand.setting).c_str(), cand.chunks.size(), cand.key,
+                  cand.sim.step_time_s, have_best ? best.sim.step_time_s : -1.0,
+                  static_cast<long long>(search_work()), thread_cpu_ms() - call.cpu_start_ms);
     log::write(log::Level::kTrace, text);
   };
   auto over_limit = [&]() { return have_best && search_work_exhausted(options); };
@@ -238,6 +240,12 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       break;
     }
     if (!cand.simulated) {
+      // Known over the budget as it is, and too many chunks for recompute: the simulation would
+      // only confirm that it needs recompute, which it will not get.
+      if (cand.never_fits_as_is && cand.chunks.size() > recompute_chunk_limit) {
+        trace_step("over the budget, too many chunks for recompute:", cand);
+        continue;
+      }
       ++counts.tried;
       one_wave_without_recompute(cand, cost, options);
       trace_step("simulated", cand);
