@@ -50,59 +50,73 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   // A wave costs its simulated time alone, with the recompute it needs to fit: the DP's sum then
   // tracks the step time, fill/drain bubbles and recompute delays weighed as the pipeline feels
   // them (a stage's recompute delays the others, but no more than once).
-  std::map<Wave, double> memo;
+  std::map<Wave, double> memo, least_memo;
   std::string wave_reason;
   size_t wave_reason_size = 0;
-  const WaveCost wave_cost = [&](const Wave& wave) {
+  auto allowed = [&](const Wave& wave) {
     int first_group = groups, last_group = -1;
     for (int c : wave) {
       first_group = std::min(first_group, group_of[c]);
       last_group = std::max(last_group, group_of[c]);
     }
-    if (!cut_allowed[first_group] || !cut_allowed[last_group + 1]) return kInfinity;
+    return cut_allowed[first_group] && cut_allowed[last_group + 1];
+  };
+  // A schedule covers all of its chunks, so a wave is planned as a step of its own.
+  auto alone = [&](const Wave& sorted) {
+    std::vector<Chunk> chunks;
+    for (int c : sorted) chunks.push_back(cand.chunks[c]);
+    return chunks;
+  };
+  // The value of an allowed wave, computed once from its sorted chunk ids: +infinity for cuts
+  // the coarse mode does not allow.
+  auto memoized = [&](std::map<Wave, double>& values, const Wave& wave, auto compute) {
+    if (!allowed(wave)) return kInfinity;
     Wave key = wave;
     std::sort(key.begin(), key.end());
-    auto it = memo.find(key);
-    if (it != memo.end()) return it->second;
-    // A schedule covers all of its chunks, so the wave is planned as a step of its own.
-    std::vector<Chunk> alone;
-    Wave renumbered;
-    for (int c : key) {
-      renumbered.push_back(static_cast<int>(alone.size()));
-      alone.push_back(cand.chunks[c]);
-    }
-    // A wave that alone cannot beat the time to beat, even with its least recompute, makes every
-    // grouping with it lose too: its bound is enough for the DP, and far cheaper than a solve.
-    if (time_to_beat < kInfinity) {
+    auto it = values.find(key);
+    if (it != values.end()) return it->second;
+    const double value = compute(key);
+    values.emplace(std::move(key), value);
+    return value;
+  };
+  // No plan of the wave alone is faster than its bound with its least recompute (pipeline_bound;
+  // recompute only adds to a stage's work): the DP's lower bound, far cheaper than a solve.
+  const WaveCost least_time = [&](const Wave& wave) {
+    return memoized(least_memo, wave, [&](const Wave& key) {
       Candidate wave_only;
-      wave_only.chunks = alone;
+      wave_only.chunks = alone(key);
       pipeline_bound(wave_only, cost, options.num_stages, options.memory_budget_bytes);
-      const double least = one_wave_key(wave_only);
-      if (least >= time_to_beat) {
-        memo.emplace(std::move(key), least);
-        return least;
-      }
+      return one_wave_key(wave_only);
+    });
+  };
+  // A wave weighed: its simulated time with the greedy recompute it needs alone.
+  auto weigh = [&](const Wave& key) {
+    // A wave that alone cannot beat the time to beat, even with its least recompute, makes every
+    // grouping with it lose too: its bound is enough for the DP.
+    if (time_to_beat < kInfinity) {
+      const double least = least_time(key);
+      if (least >= time_to_beat) return least;
     }
+    const std::vector<Chunk> chunks = alone(key);
     check_not_cancelled(options);
     // Out of work with a plan to fall back on: this wave is not weighed (the DP then only
     // combines waves already weighed, or finds nothing and the candidate is dropped).
     if (time_to_beat < kInfinity && search_work_exhausted(options)) return kInfinity;
-    const Schedule one = build_schedule(alone, {renumbered}, schedule_options);
-    const CheckpointResult ck = plan_checkpointing(one, alone, cost, greedy);
-    search_work() += static_cast<int64_t>(alone.size()) * one.num_stages();
-    double value = kInfinity;
-    if (ck.feasible) {
-      value = predict(one, alone, cost, ck.recompute, options.memory_budget_bytes).step_time_s;
-    } else if (wave_reason.empty() || wave.size() < wave_reason_size) {
+    const Schedule one = build_schedule(chunks, {all_chunks(chunks.size())}, schedule_options);
+    const CheckpointResult ck = plan_checkpointing(one, chunks, cost, greedy);
+    search_work() += static_cast<int64_t>(chunks.size()) * one.num_stages();
+    if (ck.feasible)
+      return predict(one, chunks, cost, ck.recompute, options.memory_budget_bytes).step_time_s;
+    if (wave_reason.empty() || key.size() < wave_reason_size) {
       // The smallest wave that does not fit explains a failure best.
       wave_reason = ck.reason;
-      wave_reason_size = wave.size();
+      wave_reason_size = key.size();
     }
-    memo.emplace(std::move(key), value);
-    return value;
+    return kInfinity;
   };
+  const WaveCost wave_cost = [&](const Wave& wave) { return memoized(memo, wave, weigh); };
   try {
-    cand.waves = group_into_waves(cand.chunks, wave_cost);
+    cand.waves = group_into_waves(cand.chunks, wave_cost, least_time);
   } catch (const Error& e) {
     // Finer waves may fit where the coarse ones do not; the full DP also explains a failure.
     if (coarse && groups > kCoarseWaveCuts + 1)

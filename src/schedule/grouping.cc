@@ -8,7 +8,8 @@
 
 namespace infinipipe {
 
-std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveCost& wave_cost) {
+std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveCost& wave_cost,
+                                   const WaveCost& lower_bound) {
   std::vector<std::vector<int>> sorted = chains(chunks);
   if (sorted.empty()) return {};
   // chains() lists chains by their smallest chunk id; the stable sort keeps that among equals.
@@ -39,11 +40,26 @@ std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveC
   std::vector<double> best(groups + 1, kInfinity);
   std::vector<size_t> cut(groups + 1, 0);  // best[j] ends with the wave of groups [cut[j], j)
   best[0] = 0;
+  // With a lower bound: the bound's rounding may differ from the cost's by a few ulps, so a wave
+  // is skipped only when its bound clears dp[j] by a relative margin far above that.
+  constexpr double kBoundMargin = 1e-6;
+  std::vector<std::pair<double, size_t>> order;  // (dp[i] + bound, i)
   for (size_t j = 1; j <= groups; ++j) {
+    order.clear();
     for (size_t i = 0; i < j; ++i) {
       if (best[i] == kInfinity) continue;
+      order.push_back({lower_bound ? best[i] + lower_bound(wave_of(i, j)) : 0.0, i});
+    }
+    if (lower_bound) std::stable_sort(order.begin(), order.end());
+    for (const auto& [least, i] : order) {
+      if (lower_bound) {
+        const double bound = least - best[i];
+        if (bound == kInfinity) break;  // sorted: the rest cannot fit either
+        if (bound > 0 && best[i] + bound * (1 - kBoundMargin) >= best[j]) continue;
+      }
       const double cost = cost_of(wave_of(i, j));
-      if (best[i] + cost < best[j]) {
+      // The smallest i wins ties, as when the waves are weighed in order of i.
+      if (best[i] + cost < best[j] || (best[i] + cost == best[j] && i < cut[j])) {
         best[j] = best[i] + cost;
         cut[j] = i;
       }

@@ -136,6 +136,53 @@ TEST(Grouping, EqualsBruteForceOverAllCutSets) {
   EXPECT_GT(infeasible, 10);
 }
 
+TEST(Grouping, ALowerBoundWeighsFewerWavesAndChoosesTheSame) {
+  std::mt19937_64 rng(100);
+  int weighed_with = 0, weighed_without = 0, compared = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int m = std::uniform_int_distribution<int>(1, 7)(rng);
+    std::vector<int> lengths, counts;
+    for (int g = 0; g < m; ++g) {
+      lengths.push_back(m - g);
+      counts.push_back(std::uniform_int_distribution<int>(1, 2)(rng));
+    }
+    const Instance in = make_instance(lengths, counts, rng);
+    // Costs with many ties (small integers), some waves infinite; bounds at most the cost, equal
+    // to it in some trials (ties between the bound and dp[j]).
+    std::vector<std::vector<double>> cost(m + 1, std::vector<double>(m + 1, kInf)), bound = cost;
+    const bool exact = trial % 3 == 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = i + 1; j <= m; ++j) {
+        if (std::bernoulli_distribution(0.2)(rng)) continue;
+        cost[i][j] = std::uniform_int_distribution<int>(1, 6)(rng);
+        bound[i][j] = exact ? cost[i][j] : cost[i][j] * std::uniform_real_distribution<>(0, 1)(rng);
+      }
+    int weighed = 0;
+    auto from = [&](const std::vector<std::vector<double>>& table, bool count) {
+      return [&, count](const Wave& wave) {
+        const auto [i, j] = groups_of(in, wave);
+        weighed += count;
+        return table[i][j];
+      };
+    };
+    std::vector<Wave> plain, bounded;
+    try {
+      plain = group_into_waves(in.step.chunks, from(cost, true));
+    } catch (const Error&) {
+      EXPECT_THROW(group_into_waves(in.step.chunks, from(cost, false), from(bound, false)), Error);
+      continue;
+    }
+    weighed_without += weighed;
+    weighed = 0;
+    bounded = group_into_waves(in.step.chunks, from(cost, true), from(bound, false));
+    weighed_with += weighed;
+    EXPECT_EQ(bounded, plain) << "trial " << trial;
+    ++compared;
+  }
+  EXPECT_GT(compared, 150);
+  EXPECT_LT(weighed_with, weighed_without * 0.8);
+}
+
 TEST(Grouping, WavesHoldWholeChainsInSchedulableOrder) {
   std::mt19937_64 rng(3);
   const Instance in = make_instance({5, 3, 1}, {2, 2, 4}, rng);

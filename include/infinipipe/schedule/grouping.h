@@ -17,6 +17,11 @@ namespace infinipipe {
 using WaveCost = std::function<double(const Wave& wave)>;
 
 // Throws Error when no grouping is feasible (even waves of one chain length do not fit).
-std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveCost& wave_cost);
+// With `lower_bound` (no more than wave_cost of the same wave, and cheaper), a wave whose bound
+// shows it cannot improve dp[j] is never weighed, and for each j the waves are weighed in order of
+// dp[i] + bound, so good groupings found early rule out the rest. The grouping is the same as
+// without it: ties still go to the smallest i.
+std::vector<Wave> group_into_waves(const std::vector<Chunk>& chunks, const WaveCost& wave_cost,
+                                   const WaveCost& lower_bound = nullptr);
 
 }  // namespace infinipipe
