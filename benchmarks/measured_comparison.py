@@ -16,6 +16,20 @@ state included) for every method:
   (microbatch size, checkpointed layers) whose measured memory fits the budget;
 - the unpipelined model on one process (rank 0), the reference for the total work.
 
+With a parallel layout (--sequence N: Ulysses sequence-parallel ranks inside each stage;
+--replicas N: data-parallel replicas of the pipeline; ZeRO-1 over each stage's gradient group),
+launched on data x pipeline x sequence processes, e.g. pipeline 2 x SP 2:
+
+    torchrun --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 \
+        --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured_sp2.json
+
+every same-executor method runs under that layout (infinipipe.Parallel), the plan tool chooses
+the baselines' static settings with the same per-rank cost model the trainer plans with (--sp,
+--dp, --zero, --gpus-per-node = the processes on this host) and the budget is per rank.
+torch.distributed.pipelining has no sequence parallelism and is not run under a layout (nor with
+replicas: its DDP-style replication is not built here); the unpipelined one-process model still
+runs on rank 0, the reference for the work and for the first step's loss.
+
 Methods run interleaved step by step (every method's step i, then step i + 1), so slow phases of
 a noisy machine hit all of them alike. A step's time is the wall time of the whole training step
 as a user sees it: planning, the ranks' agreement, execution and the optimizer. Memory is
@@ -28,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -47,6 +62,10 @@ from infinipipe.models.llama import LlamaConfig
 
 # A baseline's static setting, as the trainer takes it from the plan tool's choice.
 STATIC_KNOBS = ("k", "token_cap", "chunk_tokens", "uniform_recompute")
+TORCH_OMITTED = (
+    "not run under a layout: torch.distributed.pipelining has no sequence parallelism, and its "
+    "replication over data-parallel replicas is not built here"
+)
 # torch.distributed.pipelining configurations tried for its fastest one that fits.
 TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
 
@@ -61,11 +80,27 @@ def parse_args() -> argparse.Namespace:
         "--budget-mib",
         type=float,
         default=192,
-        help="memory per stage, model state "
-        "included; the default is below what the longest sequences need unsplit "
+        help="memory per stage (per rank under a layout), "
+        "model state included; the default is below what the longest sequences need unsplit "
         "without checkpointing",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--sequence",
+        type=int,
+        default=1,
+        help="Ulysses sequence-parallel ranks per stage (infinipipe.Parallel's sequence)",
+    )
+    p.add_argument(
+        "--replicas", type=int, default=1, help="data-parallel replicas (Parallel's data)"
+    )
+    p.add_argument(
+        "--zero",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="ZeRO level over each stage's gradient group under a layout (Parallel's zero)",
+    )
     p.add_argument("--tool", default=str(TOOL))
     p.add_argument(
         "--torch-config",
@@ -81,7 +116,39 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     if args.smoke:
         args.steps, args.batch, args.context, args.budget_mib = 1, 6, 1024, 48
+    if args.sequence < 1 or args.replicas < 1:
+        p.error("--sequence and --replicas must be at least 1")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    inner = args.sequence * args.replicas
+    if world % inner or world // inner < 2:
+        p.error(
+            f"{world} processes do not make a pipeline of at least 2 stages with "
+            f"--sequence {args.sequence} x --replicas {args.replicas}; launch "
+            f"{2 * inner} (torchrun --nproc_per_node={2 * inner})"
+        )
+    args.parallel = infinipipe.Parallel(
+        pipeline=world // inner, sequence=args.sequence, data=args.replicas, zero=args.zero
+    )
+    # The processes on this host: the trainer's per-rank cost model takes them as one node.
+    args.gpus_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     return args
+
+
+def has_layout(args) -> bool:
+    """Whether the run is under a layout beyond one process per pipeline stage."""
+    return args.sequence > 1 or args.replicas > 1
+
+
+def layout_of(args) -> dict:
+    p = args.parallel
+    return dict(
+        pipeline=p.pipeline,
+        sequence=p.sequence,
+        data=p.data,
+        zero=p.zero,
+        gpus_per_node=args.gpus_per_node,
+        processes=p.pipeline * p.sequence * p.data,
+    )
 
 
 def static_settings(args) -> dict:
@@ -91,7 +158,7 @@ def static_settings(args) -> dict:
         "--model",
         args.cost_model,
         "--stages",
-        "2",
+        str(args.parallel.pipeline),
         "--memory-gib",
         str(args.budget_mib / 1024),
         "--distribution",
@@ -108,6 +175,10 @@ def static_settings(args) -> dict:
         "all",
         "--json",
     ]
+    if has_layout(args):  # the per-rank cost model the trainer plans with (Trainer._per_rank)
+        p = args.parallel
+        command += ["--sp", str(p.sequence), "--dp", str(p.data), "--zero", str(p.zero)]
+        command += ["--gpus-per-node", str(args.gpus_per_node)]
     rows = run_tool(command)
     chosen = {}
     for m in BASELINES:
@@ -129,12 +200,29 @@ def trainer_for(method: str, setting: dict | None, args, config) -> infinipipe.T
     )
     if setting is not None:
         kw.update((key, setting[key]) for key in STATIC_KNOBS)
-    return training.trainer(config, infinipipe.PlanConfig(**kw))
+    return training.trainer(config, infinipipe.PlanConfig(**kw), parallel=args.parallel)
 
 
 def model_state_bytes(parameters) -> int:
     """Weights, gradients and AdamW's two moments: four copies of every parameter."""
     return 4 * sum(p.numel() * p.element_size() for p in parameters)
+
+
+def trainer_state_bytes(trainer: infinipipe.Trainer) -> int:
+    """This rank's model state: its weights and gradients, and the optimizer state it keeps
+    (AdamW's two moments; under ZeRO-1 those of its shard only, as measured in the optimizer).
+    Without sharding, four copies of every parameter: model_state_bytes."""
+    optimizer = trainer.optimizer
+    local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's own shard
+    if local is optimizer:
+        return model_state_bytes(trainer.parameters)
+    state = sum(
+        t.numel() * t.element_size()
+        for per_param in local.state.values()
+        for t in per_param.values()
+        if torch.is_tensor(t) and t.dim() > 0  # the moments, not the step counters
+    )
+    return 2 * sum(p.numel() * p.element_size() for p in trainer.parameters) + state
 
 
 def timed(fn):
@@ -161,10 +249,17 @@ class InfiniPipeRunner:
             waves=result.plan["waves"],
             plan_ms=result.plan["plan_ms"],
         )
+        if self.trainer.layout.parallel.sequence > 1:
+            out["all_to_all_s"] = result.stats["all_to_all_s"]
+            out["all_to_all_bytes"] = result.stats["all_to_all_bytes"]
         if measure_memory:
-            out["memory_bytes"] = result.stats["measured_activation_bytes"] + model_state_bytes(
-                self.trainer.parameters
-            )
+            state = trainer_state_bytes(self.trainer)
+            out["memory_bytes"] = result.stats["measured_activation_bytes"] + state
+            p = self.trainer.layout.parallel
+            if p.sequence > 1 or p.data > 1:  # the peak's parts, and the plan's prediction
+                out["activation_bytes"] = result.stats["measured_activation_bytes"]
+                out["predicted_activation_bytes"] = result.stats["predicted_activation_bytes"]
+                out["model_state_bytes"] = state
         return out
 
 
@@ -246,13 +341,17 @@ def main() -> int:
     ]
     lengths = [step for step, _ in sampled]
     batches = [batch for _, batch in sampled]
-    if args.torch_config:
-        mb_text, ckpt = args.torch_config.split(",")
-        mb, torch_tried = int(mb_text), [dict(given=args.torch_config)]
-        ckpt = "all" if ckpt == "all" else int(ckpt)
+    if has_layout(args):
+        torch_config = dict(omitted=TORCH_OMITTED)
     else:
-        (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
-    runners["torch_1f1b"] = TorchRunner(torch_pipe(config, mb, ckpt))
+        if args.torch_config:
+            mb_text, ckpt = args.torch_config.split(",")
+            mb, torch_tried = int(mb_text), [dict(given=args.torch_config)]
+            ckpt = "all" if ckpt == "all" else int(ckpt)
+        else:
+            (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
+        runners["torch_1f1b"] = TorchRunner(torch_pipe(config, mb, ckpt))
+        torch_config = dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried)
     reference = Unpipelined(config) if rank == 0 else None
 
     def unpipelined_step(batch):
@@ -292,9 +391,11 @@ def main() -> int:
             )
     for i, batch in enumerate(batches):  # memory pass
         for name, runner in runners.items():
-            rows[name][i]["memory_bytes"] = [
-                s["memory_bytes"] for s in gathered(runner.step(batch, measure_memory=True))
-            ]
+            ranks = gathered(runner.step(batch, measure_memory=True))
+            rows[name][i]["memory_bytes"] = [s["memory_bytes"] for s in ranks]
+            if "activation_bytes" in ranks[0]:
+                for key in ("activation_bytes", "predicted_activation_bytes", "model_state_bytes"):
+                    rows[name][i][key] = [s[key] for s in ranks]
 
     if rank == 0:
         result = dict(
@@ -312,10 +413,12 @@ def main() -> int:
             lengths=lengths,
             static=static,
             first_step_loss=first_loss,
-            torch_config=dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried),
+            torch_config=torch_config,
             rows=rows,
             summary=summarise(rows, lengths, args),
         )
+        if has_layout(args):
+            result["case"]["layout"] = layout_of(args)
         if args.note:
             result["note"] = args.note
         print(json.dumps(result["summary"], indent=1))
@@ -339,6 +442,14 @@ def summarise(rows: dict, lengths: list, args) -> dict:
             entry["pipeline_efficiency"] = statistics.mean(
                 statistics.mean(r["compute_s"] for r in s["ranks"]) / s["seconds"] for s in steps
             )
+        if steps and "all_to_all_s" in steps[0]["ranks"][0]:
+            # The all-to-alls' share of the wall time, over all steps and ranks (they run inside
+            # the stages' forward and backward compute).
+            ranks = range(len(steps[0]["ranks"]))
+            entry["all_to_all_s"] = [
+                sum(s["ranks"][k]["all_to_all_s"] for s in steps) for k in ranks
+            ]
+            entry["all_to_all_share"] = statistics.mean(entry["all_to_all_s"]) / total
         out[name] = entry
     epp = out["epp"]["tokens_per_s"]
     for entry in out.values():

@@ -14,6 +14,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+from lib.layout_report import layout_sections
 from lib.markdown import table_head
 from lib.measured_report import (
     LABELS,
@@ -79,6 +80,8 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --torch-config 1,all --output benchmarks/results/measured_repeat_1.json --note "repeat 1"  # and _2
+.venv/bin/torchrun --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured_sp2.json
+.venv/bin/torchrun --nproc_per_node=4 benchmarks/measured_comparison.py --replicas 2 --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured_dp2.json
 .venv/bin/python benchmarks/cpu_simulated.py --cost-model benchmarks/results/cost_cpu.json
 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan
 .venv/bin/python benchmarks/report.py
@@ -339,6 +342,7 @@ def main() -> int:
     text += ["## Simulator validation", "", VALIDATION, ""] + validation_section(val)
     text += ["## Measured comparison", "", MEASURED, ""] + measured_section(res, args.docs)
     text += kept_runs_section(repeats, history)
+    text += layout_sections(r)
     text += ["## The measured setup, simulated further", ""] + horizon_section(
         load(r / "cpu_horizon.json")
     )

@@ -49,9 +49,7 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
             "pipeline efficiency",
         ),
     ]
-    settings = {
-        m: _C.plan.describe_setting(m, json.dumps(v)) for m, v in res["static"]["settings"].items()
-    }
+    settings = static_setting_texts(res)
     tc = res["torch_config"]
     settings["torch_1f1b"] = f"microbatch {tc['microbatch_size']}, checkpoint {tc['checkpoint']}"
     settings["epp"] = "planned per step"
@@ -97,6 +95,13 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
     plot_throughput(s, docs / "img" / "measured_throughput.png")
     out.append("![throughput by method](img/measured_throughput.png)\n")
     return out
+
+
+def static_setting_texts(res: dict) -> dict:
+    """Each baseline's static setting in the run `res`, as the planner writes it."""
+    return {
+        m: _C.plan.describe_setting(m, json.dumps(v)) for m, v in res["static"]["settings"].items()
+    }
 
 
 def runs_table(runs: list[dict], name: str) -> list[str]:

@@ -8,9 +8,12 @@ from infinipipe import _C
 from infinipipe.data import synthetic_batch
 
 
-def trainer(config, plan):
-    """A Trainer of the model `config` planned by `plan` (a PlanConfig), AdamW at lr 1e-3."""
-    return infinipipe.Trainer(config, lambda p: torch.optim.AdamW(p, lr=1e-3), plan=plan)
+def trainer(config, plan, parallel=None):
+    """A Trainer of the model `config` planned by `plan` (a PlanConfig), AdamW at lr 1e-3, under
+    the layout `parallel` (an infinipipe.Parallel; default: one process per stage)."""
+    return infinipipe.Trainer(
+        config, lambda p: torch.optim.AdamW(p, lr=1e-3), plan=plan, parallel=parallel
+    )
 
 
 def sampled_batch(distribution, size, context, seed, vocab, token_seed):

@@ -1,5 +1,6 @@
-"""The benchmark scripts' smoke paths: cluster_study --smoke, cluster_sp_study --smoke,
-flexsp_study --smoke and plot_timeline on a small trace."""
+"""The benchmark scripts' smoke paths: cluster_study --smoke, cluster_sp_study --smoke, flexsp_study
+--smoke, plot_timeline on a small trace, and measured_comparison --smoke under a parallel layout (4
+processes: pipeline 2 x SP 2 and pipeline 2 x data 2) with its docs subsection."""
 
 import json
 import os
@@ -134,3 +135,48 @@ def test_plot_timeline_cli_writes_png(small_trace, tmp_path):
     )
     assert out.exists() and out.stat().st_size > 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("flag", ["--sequence", "--replicas"])
+def test_measured_comparison_smoke_under_a_layout(flag, tmp_path):
+    """One tiny step of every same-executor method under the layout (the script stops unless
+    their first-step losses agree with the unpipelined model's); the JSON names the layout and
+    why torch.distributed.pipelining is not run, and lib/layout_report renders its subsection."""
+    out = tmp_path / ("measured_sp2.json" if flag == "--sequence" else "measured_dp2.json")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    command += [str(BENCHMARKS / "measured_comparison.py"), "--smoke", flag, "2"]
+    command += ["--cost-model", str(BENCHMARKS / "results" / "cost_cpu.json")]
+    command += ["--output", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "python"))
+    for _ in range(3):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+        # Relaunched only for a known start-up flake outside this script: a later Trainer's
+        # failure board (failure_board.py) failing to connect to its own store within 1.5 s.
+        if done.returncode == 0 or not (
+            "failure_board.py" in done.stderr and "timed out after 1500ms" in done.stderr
+        ):
+            break
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    res = json.loads(out.read_text())
+    layout = res["case"]["layout"]
+    assert layout["pipeline"] == 2 and layout["gpus_per_node"] == 4
+    assert (layout["sequence"], layout["data"]) == ((2, 1) if flag == "--sequence" else (1, 2))
+    assert "omitted" in res["torch_config"] and "torch_1f1b" not in res["rows"]
+    assert set(res["rows"]) == {"epp", "seq1f1b", "batch", "chunkflow", "unpipelined"}
+    for name in ("epp", "seq1f1b", "batch", "chunkflow"):
+        assert len(res["rows"][name][0]["memory_bytes"]) == 4
+        assert ("all_to_all_share" in res["summary"][name]) == (flag == "--sequence")
+    flags = res["static"]["command"].split()
+    assert flags[flags.index("--gpus-per-node") + 1] == "4"
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from lib import layout_report
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    page = "\n".join(layout_report.layout_sections(tmp_path))
+    title = "SP 2" if flag == "--sequence" else "data 2"
+    assert (
+        f"### With {'sequence parallelism' if flag == '--sequence' else 'data-parallel replicas'} (pipeline 2 x {title})"
+        in page
+    )
+    assert "| EPP | planned per step |" in page and "n/a" in page
