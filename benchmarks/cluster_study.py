@@ -207,11 +207,14 @@ def write_all(cases, meta, out_dir, tool):
         os.makedirs(os.path.dirname(p), exist_ok=True)
     meta["timeline"] = timeline(tool, meta["timeline_case"], paths["timeline"])
     text = markdown(cases, meta)
-    # The section cluster_sp_study.py writes (with sequence parallelism) stays as it was.
-    start, end = "<!-- sp-study: start -->", "<!-- sp-study: end -->"
+    # The sections other scripts write (cluster_sp_study.py: with sequence parallelism;
+    # flexsp_study.py: against FlexSP) stay as they were.
     old = open(paths["md"]).read() if os.path.exists(paths["md"]) else ""
-    if start in old and end in old:
-        text = text.rstrip("\n") + "\n\n" + old[old.index(start) : old.index(end) + len(end)] + "\n"
+    for name in ("sp-study", "flexsp-study"):
+        start, end = f"<!-- {name}: start -->", f"<!-- {name}: end -->"
+        if start in old and end in old:
+            kept = old[old.index(start) : old.index(end) + len(end)]
+            text = text.rstrip("\n") + "\n\n" + kept + "\n"
     with open(paths["md"], "w") as f:
         f.write(text)
     results.write(paths["json"], {"meta": meta, "cases": cases})

@@ -4,7 +4,7 @@ The cost model charges an all-to-all among d_s ranks, each holding X bytes, as t
 bytes it sends over the sequence group's link: sent / bandwidth + latency (cost_model_parallel.cc;
 docs/planning.md, "Parallel layout"). Its built-in "cpu" link is Gloo send/recv between two local
 processes, not an all-to-all. Here every rank of a sequence group runs the executor's exchange
-(c10d `alltoall_base`, equal splits, as runtime/sequence_parallel.cc calls it; here through
+(c10d `all_to_all_single`, equal splits, as runtime/sequence_parallel.cc calls it; here through
 torch.distributed.all_to_all_single, which calls it) at message sizes from 4 KiB to 4 MiB per
 rank, each a few times after a small all-to-all that lines the ranks up, and fits the bandwidth
 and latency to the median times (_C.plan.fit_link: non-negative relative least squares, as the

@@ -12,7 +12,7 @@ the same machine loads it. The cache lives in $INFINIPIPE_CACHE_DIR, else
 ~/.cache/infinipipe.
 
 With sequence parallelism (d_s > 1) every rank also times the Ulysses all-to-all over its
-sequence group (alltoall_profile.py: alltoall_base at 4 KiB to 4 MiB per rank, bandwidth and
+sequence group (alltoall_profile.py: all_to_all_single at 4 KiB to 4 MiB per rank, bandwidth and
 latency fitted), and the cost JSON carries the fitted link (alltoall_bandwidth,
 alltoall_latency_s), which the cost model charges for every all-to-all inside a host instead of
 the "cpu" hardware's send/recv figures. Its cache key then adds d_s and the measurement's

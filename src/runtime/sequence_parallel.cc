@@ -130,7 +130,7 @@ void SequenceParallel::exchange(at::Tensor& out, const at::Tensor& in,
   }
   std::vector<int64_t> equal;  // empty split sizes: equal parts along dim 0
   at::Tensor output = out, input = in;
-  wait_collective([&] { return group_->alltoall_base(output, input, equal, equal); },
+  wait_collective([&] { return group_->all_to_all_single(output, input, equal, equal); },
                   options_.timeout, "all-to-all of " + what,
                   size_ == 2 ? options_.global_ranks[peer] : -1, peer_text);
   exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -13,7 +13,7 @@
 // splits is the same exchange of the gradients. Every rank of the group runs the same layers of
 // the same chunks in the same order (forwards, recomputes, backwards), so their all-to-alls
 // match one for one. Each waits at most the executor's timeout; a lost peer is a PeerError
-// naming its global rank (pipe.h). c10d's alltoall_base: one code path for Gloo and NCCL.
+// naming its global rank (pipe.h). c10d's all_to_all_single: one code path for Gloo and NCCL.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
