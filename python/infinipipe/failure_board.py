@@ -59,13 +59,16 @@ class FailureBoard:
         self.world_size = world_size
         self.describe = describe
         self.host = reachable_host()
+        # The store's own client connects under the connect timeout (a loaded host can take
+        # more than GRACE_S to accept it); its reads then wait at most GRACE_S.
         self._store = dist.TCPStore(
             "0.0.0.0",
             0,
             is_master=True,
             wait_for_workers=False,
-            timeout=datetime.timedelta(seconds=GRACE_S),
+            timeout=datetime.timedelta(seconds=_CONNECT_TIMEOUT_S),
         )
+        self._store.set_timeout(datetime.timedelta(seconds=GRACE_S))
         self.address = f"{self.host}:{self._store.port}"
         self._clients: dict[int, Any] = {}  # rank -> a client of its board (None: gone)
 
