@@ -7,7 +7,9 @@
 #      and MEASURED_REPEATS (default 2) repeats of it
 #   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case, and the measured
 #      setup simulated over more steps and other budgets
-#   5. the cluster-scale study (simulated, analytic A800 coefficients)
+#      and the same comparison under the paper's layout (pipeline 2 x sequence 2, x data 2)
+#   5. the cluster-scale studies (simulated, analytic A800 coefficients): without and with
+#      sequence parallelism, and against FlexSP
 #   6. docs/benchmarks.md and its plots from the JSON results
 # Run it on a quiet machine: the timings are wall clock. `--smoke` runs every stage in a tiny
 # configuration into a temporary directory (CI runs it through tests/run_all.sh).
@@ -50,6 +52,13 @@ for i in $(seq 1 "${MEASURED_REPEATS:-2}"); do
     --torch-config "$TORCH_CONFIG" --output "$R/measured_repeat_$i.json" \
     --note "repeat $i, $(date -u '+%Y-%m-%d %H:%M UTC'): the same command with the main run's torch configuration ($TORCH_CONFIG)"
 done
+# The paper's layout on 4 processes: pipeline 2 x sequence 2, pipeline 2 x data 2.
+$TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 \
+  --cost-model "$R/cost_cpu.json" --output "$R/measured_sp2.json"
+$TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --replicas 2 \
+  --cost-model "$R/cost_cpu.json" --output "$R/measured_dp2.json"
 $PY benchmarks/cpu_simulated.py --cost-model "$R/cost_cpu.json"
 $PY benchmarks/cluster_study.py build/infinipipe-plan
+$PY benchmarks/cluster_sp_study.py build/infinipipe-plan
+$PY benchmarks/flexsp_study.py build/infinipipe-plan
 $PY benchmarks/report.py
