@@ -301,11 +301,17 @@ double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_
 }
 
 namespace {
-// Bytes one full (not checkpointed) layer keeps for the chunk. Slices of split sequences keep
-// their own K/V too (the chunk attention saves its k and v inputs), on top of the sequence's
-// K/V buffer, so every token counts the same.
-double full_layer_bytes(const CostCoefficients& c, const Chunk& chunk) {
-  return double(chunk.tokens()) * c.activation_bytes;
+// Bytes one full (not checkpointed) layer keeps for the chunk, all SP ranks together. Slices of
+// split sequences keep their own K/V too (the chunk attention saves its k and v inputs), on top
+// of the sequence's K/V buffer, so every token counts the same. With d_s > 1 the attention
+// output is two storages, not one (coefficients' comment): the head-sharded output flash
+// backward keeps, and the token-sharded o-projection input the exchange back makes, one more
+// hidden vector per token (measured: without it an SP rank held 5% more than predicted).
+double full_layer_bytes(const CostModel& cost, const Chunk& chunk) {
+  const double sp_output_copy = cost.layout().sequence > 1
+                                    ? double(cost.shape().bytes_per_element) * cost.shape().hidden
+                                    : 0.0;
+  return double(chunk.tokens()) * (cost.coefficients().activation_bytes + sp_output_copy);
 }
 }  // namespace
 
@@ -316,7 +322,7 @@ double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpoint
                 " checkpointed layers on stage " + std::to_string(stage) + ", which has " +
                 std::to_string(layers(stage)));
   const double tokens = double(chunk.tokens());
-  double bytes = (layers(stage) - checkpointed_layers) * full_layer_bytes(coefficients_, chunk) +
+  double bytes = (layers(stage) - checkpointed_layers) * full_layer_bytes(*this, chunk) +
                  checkpointed_layers * tokens * coefficients_.checkpoint_bytes;
   // Per chunk, shared by its layers: the rotary cos and sin tables [tokens, head_dim] that the
   // rotary products keep. Counted even when every layer is checkpointed (then nothing keeps
@@ -336,7 +342,7 @@ double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpoint
 
 double CostModel::checkpoint_saving_bytes(const Chunk& chunk, int stage) const {
   check_stage(*this, stage);
-  return (full_layer_bytes(coefficients_, chunk) -
+  return (full_layer_bytes(*this, chunk) -
           double(chunk.tokens()) * coefficients_.checkpoint_bytes) /
          layout_.sequence;
 }
@@ -345,7 +351,7 @@ double CostModel::backward_workspace_bytes(const Chunk& chunk, int stage) const 
   check_stage(*this, stage);
   const double tokens = double(chunk.tokens());
   // One layer's activations plus the gradient flowing into it (one hidden vector per token).
-  return (tokens * coefficients_.activation_bytes +
+  return (full_layer_bytes(*this, chunk) +
           tokens * double(shape_.bytes_per_element) * shape_.hidden) /
          layout_.sequence;
 }
