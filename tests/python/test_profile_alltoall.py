@@ -50,8 +50,13 @@ def measure_body() -> dict:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    measured = alltoall_profile.measure(dist.group.WORLD, 30.0)
-    (run,) = alltoall_profile.time_runs(dist.group.WORLD, 30.0, sizes=[OTHER_SIZE])
+    try:
+        measured = alltoall_profile.measure(dist.group.WORLD, 30.0)
+        (run,) = alltoall_profile.time_runs(dist.group.WORLD, 30.0, sizes=[OTHER_SIZE])
+    finally:
+        # A Gloo group left to the interpreter's exit can abort the process ("terminate called
+        # without an active exception") after the body returned.
+        dist.destroy_process_group()
     f = measured["fit"]
     return dict(
         ranks=measured["ranks"],
