@@ -133,8 +133,14 @@ bool recompute_cannot_fit(const Candidate& cand, const CostModel& cost,
   for (int p = 0; p < cost.num_stages(); ++p)
     for (const Chunk& chunk : cand.chunks)
       if (cost.checkpoint_saving_bytes(chunk, p) <= 0) return false;
+  // The one wave's schedule, built again: the search drops it from candidates over the budget
+  // (epp_search.cc keeps a hundred waiting candidates, each schedule megabytes at 32 stages).
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = options.num_stages;
+  const Schedule one =
+      build_schedule(cand.chunks, {all_chunks(cand.chunks.size())}, schedule_options);
   const CheckpointResult full = plan_checkpointing(
-      cand.schedule, cand.chunks, cost, checkpoint_options(CheckpointMethod::kFull, options));
+      one, cand.chunks, cost, checkpoint_options(CheckpointMethod::kFull, options));
   if (full.feasible) return false;
   reason = label(cand.setting) + ": " + full.reason;
   return true;
