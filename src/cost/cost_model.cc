@@ -266,10 +266,10 @@ double CostModel::layer_backward_time(const Chunk& chunk) const {
   return t;
 }
 
-double CostModel::compute_forward_time(const Chunk& chunk, int stage) const {
+double CostModel::compute_forward_time(const Chunk& chunk, int stage, double layer_forward) const {
   check_stage(*this, stage);
   const double d_s = layout_.sequence;
-  double t = layers(stage) * layer_forward_time(chunk);
+  double t = layers(stage) * layer_forward;
   const double tokens = double(chunk.tokens());
   if (stage == 0) t += tokens * coefficients_.embedding_s_per_token / d_s;
   if (stage == num_stages() - 1) t += tokens * coefficients_.head_s_per_token / d_s;
@@ -277,23 +277,33 @@ double CostModel::compute_forward_time(const Chunk& chunk, int stage) const {
 }
 
 double CostModel::forward_time(const Chunk& chunk, int stage) const {
+  return forward_time_with(chunk, stage, layer_forward_time(chunk));
+}
+
+double CostModel::forward_time_with(const Chunk& chunk, int stage, double layer_forward) const {
   // Adding 0.0 (d_s = 1: no all-to-all) is exact.
-  return compute_forward_time(chunk, stage) + layers(stage) * layer_alltoall_time(chunk, stage);
+  return compute_forward_time(chunk, stage, layer_forward) +
+         layers(stage) * layer_alltoall_time(chunk, stage);
 }
 
 double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
+  return backward_time_with(chunk, stage, checkpointed_layers, layer_forward_time(chunk));
+}
+
+double CostModel::backward_time_with(const Chunk& chunk, int stage, int checkpointed_layers,
+                                     double layer_forward) const {
   check_stage(*this, stage);
   if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
     throw Error("cost model: " + std::to_string(checkpointed_layers) +
                 " checkpointed layers on stage " + std::to_string(stage) + ", which has " +
                 std::to_string(layers(stage)));
-  const double layer_forward = layer_forward_time(chunk);
-  const double recompute = recompute_time(chunk, stage, checkpointed_layers);
+  const double layer_alltoall = layer_alltoall_time(chunk, stage);
+  const double recompute = recompute_time(checkpointed_layers, layer_forward, layer_alltoall);
   // The backward's own all-to-alls: as many as the forward's (gradients of the output in, of
   // q, k, v back). Written as a last term so that d_s = 1 adds an exact 0.0.
-  const double alltoall = layers(stage) * layer_alltoall_time(chunk, stage);
+  const double alltoall = layers(stage) * layer_alltoall;
   const double g = coefficients_.backward_ratio;
-  const double forward = compute_forward_time(chunk, stage);
+  const double forward = compute_forward_time(chunk, stage, layer_forward);
   if (!coefficients_.has_layer_backward()) return g * forward + recompute + alltoall;
   // The embedding's and the head's backward stay g times their forward.
   const double extras = forward - layers(stage) * layer_forward;

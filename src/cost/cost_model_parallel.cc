@@ -62,10 +62,15 @@ double CostModel::layer_alltoall_time(const Chunk& chunk, int stage) const {
 }
 
 double CostModel::recompute_time(const Chunk& chunk, int stage, int checkpointed_layers) const {
+  return recompute_time(checkpointed_layers, layer_forward_time(chunk),
+                        layer_alltoall_time(chunk, stage));
+}
+
+double CostModel::recompute_time(int checkpointed_layers, double layer_forward,
+                                 double layer_alltoall) {
   // Two products, not one of a sum: with d_s = 1 the second is an exact 0.0 and the first is
   // the layout-free model's recompute to the bit.
-  return checkpointed_layers * layer_forward_time(chunk) +
-         checkpointed_layers * layer_alltoall_time(chunk, stage);
+  return checkpointed_layers * layer_forward + checkpointed_layers * layer_alltoall;
 }
 
 double CostModel::alltoall_time(const Chunk& chunk, int stage, int checkpointed_layers) const {

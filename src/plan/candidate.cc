@@ -42,11 +42,17 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   cand.fill.assign(num_stages, 0);
   cand.drain.assign(num_stages, 0);
   cand.saving_rate.assign(num_stages, 0);
+  // Each chunk's slices summed once, not once per stage and use.
+  std::vector<double> layer_forward(cand.chunks.size());
+  for (size_t c = 0; c < cand.chunks.size(); ++c)
+    layer_forward[c] = cost.layer_forward_time(cand.chunks[c]);
   for (int p = 0; p < num_stages; ++p) {
-    for (const Chunk& c : cand.chunks) {
-      cand.busy[p] += cost.forward_time(c, p) + cost.backward_time(c, p, 0);
-      cand.saving_rate[p] = std::max(
-          cand.saving_rate[p], cost.checkpoint_saving_bytes(c, p) / cost.layer_forward_time(c));
+    for (size_t i = 0; i < cand.chunks.size(); ++i) {
+      const Chunk& c = cand.chunks[i];
+      cand.busy[p] += cost.forward_time_with(c, p, layer_forward[i]) +
+                      cost.backward_time_with(c, p, 0, layer_forward[i]);
+      cand.saving_rate[p] =
+          std::max(cand.saving_rate[p], cost.checkpoint_saving_bytes(c, p) / layer_forward[i]);
     }
     if (p + 1 < num_stages) {
       cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first, p);

@@ -72,6 +72,7 @@ class Simulation {
   std::vector<double> arrive_backward_;  // per (stage, chunk): when the output gradient is there
   std::vector<char> forwarded_;
   std::vector<char> backwarded_;
+  std::vector<double> layer_forward_;  // per chunk: its slices summed once, for every stage
   std::vector<Channel> channels_;
   // Per stage and action: end of a forward, start of a backward (the times of memory moments).
   std::vector<std::vector<double>> moment_time_;
@@ -120,7 +121,7 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
         start = std::max(start, arrival);
       }
       if (forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
-      double duration = cost_.forward_time(chunks_[c], p);
+      double duration = cost_.forward_time_with(chunks_[c], p, layer_forward_[c]);
       clock = start + duration;
       result_.busy_s[p] += duration;
       forwarded_[cell(p, c)] = 1;
@@ -138,7 +139,7 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       if (!forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs before its forward");
       if (backwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
       int layers = recompute_layers(recompute_, p, c);
-      double duration = cost_.backward_time(chunks_[c], p, layers);
+      double duration = cost_.backward_time_with(chunks_[c], p, layers, layer_forward_[c]);
       double recompute = layers > 0 ? cost_.recompute_time(chunks_[c], p, layers) : 0.0;
       clock = start + duration;
       result_.busy_s[p] += duration;
@@ -289,6 +290,8 @@ SimResult Simulation::run() {
   arrive_backward_.assign(cells, kUnknown);
   forwarded_.assign(cells, 0);
   backwarded_.assign(cells, 0);
+  layer_forward_.resize(n_);
+  for (int c = 0; c < n_; ++c) layer_forward_[c] = cost_.layer_forward_time(chunks_[c]);
   channels_.assign(2 * static_cast<size_t>(d_), Channel{});
   moment_time_.resize(d_);
   result_.busy_s.assign(d_, 0.0);

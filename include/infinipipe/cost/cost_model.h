@@ -115,6 +115,12 @@ class CostModel {
   // Backward of the chunk on the stage, recomputing `checkpointed_layers` of its layers (their
   // forward compute and all-to-alls), with its own all-to-alls.
   double backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
+  // forward_time and backward_time given the chunk's layer_forward_time, which must be passed
+  // exactly: the same results, bit for bit, without summing the slices again on every stage
+  // (the planner asks about each chunk on every stage; docs/planning.md, "Search speed").
+  double forward_time_with(const Chunk& chunk, int stage, double layer_forward) const;
+  double backward_time_with(const Chunk& chunk, int stage, int checkpointed_layers,
+                            double layer_forward) const;
   // Recomputing `checkpointed_layers` of the chunk's layers on the stage (part of backward_time).
   double recompute_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
   // All-to-all seconds of the chunk on the stage over its forward and backward, recompute
@@ -150,7 +156,12 @@ class CostModel {
     double bandwidth = 0;
     double latency_s = 0;
   };
-  double compute_forward_time(const Chunk& chunk, int stage) const;
+  // compute_forward_time and recompute_time given the chunk's layer_forward_time (and
+  // layer_alltoall_time): backward_time needs all three, and summing the slices three times was
+  // a tenth of the planner's time (docs/planning.md, "Search speed").
+  double compute_forward_time(const Chunk& chunk, int stage, double layer_forward) const;
+  static double recompute_time(int checkpointed_layers, double layer_forward,
+                               double layer_alltoall);
   void set_links();  // alltoall_link_ and p2p_link_ from the layout (cost_model_parallel.cc)
 
   ModelShape shape_;
