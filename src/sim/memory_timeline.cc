@@ -1,6 +1,7 @@
 #include "infinipipe/sim/memory_timeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "infinipipe/core/error.h"
@@ -22,7 +23,8 @@ struct SplitSequence {
 }  // namespace
 
 void for_each_memory_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
-                            const CostModel& cost, const MomentVisitor& visit) {
+                            const CostModel& cost, const MomentVisitor& visit,
+                            const double* weights) {
   check(stage >= 0 && stage < schedule.num_stages(),
         "memory_moments: stage " + std::to_string(stage) + " is not in the schedule (" +
             std::to_string(schedule.num_stages()) + " stages)");
@@ -46,18 +48,58 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   std::vector<SplitSequence> kv_open;
   std::vector<SplitSequence> grad_open;
   std::vector<int> in_flight;
+  double weight_sum = 0;
 
   const double model_state = cost.model_state_bytes(stage);
+  // Whole numbers of bytes (the analytic model's are) add up exactly in any order while every
+  // partial sum stays below 2^53: then a running sum, added to as buffers open and subtracted
+  // from as they close, equals the sum in opening order bit for bit. Otherwise the open buffers
+  // are summed again, in opening order, whenever one opens or closes. (With hundreds of split
+  // sequences open, wikipedia at batch 2048 on 32 stages, re-summing them at every moment was
+  // most of the walk.)
+  auto whole = [](double bytes) { return bytes >= 0 && std::floor(bytes) == bytes; };
+  bool exact = whole(model_state);
+  double most = model_state;
+  for (int seq = 0; seq <= max_seq; ++seq)
+    if (is_split[seq]) {
+      exact = exact && whole(seq_buffer_bytes[seq]);
+      most += 2 * seq_buffer_bytes[seq];
+    }
+  exact = exact && most < 9007199254740992.0;  // 2^53
+  double buffers = model_state;
+  bool buffers_changed = false;
   auto buffer_bytes = [&]() {
-    double bytes = model_state;
-    for (const SplitSequence& s : kv_open) bytes += s.bytes;
-    for (const SplitSequence& s : grad_open) bytes += s.bytes;
-    return bytes;
+    if (buffers_changed) {
+      buffers = model_state;
+      for (const SplitSequence& s : kv_open) buffers += s.bytes;
+      for (const SplitSequence& s : grad_open) buffers += s.bytes;
+      buffers_changed = false;
+    }
+    return buffers;
+  };
+  auto open = [&](std::vector<SplitSequence>& list, int seq) {
+    if (exact) {
+      buffers += seq_buffer_bytes[seq];
+    } else {
+      list.push_back({seq, seq_buffer_bytes[seq]});
+      buffers_changed = true;
+    }
   };
   auto erase_seq = [](std::vector<SplitSequence>& list, int seq) {
     list.erase(std::remove_if(list.begin(), list.end(),
                               [seq](const SplitSequence& s) { return s.seq == seq; }),
                list.end());
+  };
+  auto close = [&](int seq) {  // before its state becomes kClosed
+    if (!exact) {
+      erase_seq(kv_open, seq);
+      erase_seq(grad_open, seq);
+      buffers_changed = true;
+      return;
+    }
+    if (state[seq] == BufferState::kKv || state[seq] == BufferState::kKvAndGrad)
+      buffers -= seq_buffer_bytes[seq];
+    if (state[seq] == BufferState::kKvAndGrad) buffers -= seq_buffer_bytes[seq];
   };
 
   for (int index = 0; index < static_cast<int>(actions.size()); ++index) {
@@ -73,10 +115,11 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       for (const Slice& s : chunk.slices)
         if (is_split[s.seq] && state[s.seq] == BufferState::kNone) {
           state[s.seq] = BufferState::kKv;
-          kv_open.push_back({s.seq, seq_buffer_bytes[s.seq]});
+          open(kv_open, s.seq);
         }
       in_flight.push_back(action.chunk);
-      visit(index, buffer_bytes(), in_flight);
+      if (weights) weight_sum += weights[action.chunk];
+      visit(index, buffer_bytes(), in_flight, weight_sum);
       continue;
     }
 
@@ -84,18 +127,21 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && state[s.seq] == BufferState::kKv) {
         state[s.seq] = BufferState::kKvAndGrad;
-        grad_open.push_back({s.seq, seq_buffer_bytes[s.seq]});
+        open(grad_open, s.seq);
       }
-    visit(index, buffer_bytes() + cost.backward_workspace_bytes(chunk, stage), in_flight);
+    visit(index, buffer_bytes() + cost.backward_workspace_bytes(chunk, stage), in_flight,
+          weight_sum);
 
     // Backwards mostly run the latest forward first: search from the back.
     auto held = std::find(in_flight.rbegin(), in_flight.rend(), action.chunk);
-    if (held != in_flight.rend()) in_flight.erase(std::next(held).base());
+    if (held != in_flight.rend()) {
+      in_flight.erase(std::next(held).base());
+      if (weights) weight_sum -= weights[action.chunk];
+    }
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && s.start == 0 && state[s.seq] != BufferState::kClosed) {
+        close(s.seq);
         state[s.seq] = BufferState::kClosed;
-        erase_seq(kv_open, s.seq);
-        erase_seq(grad_open, s.seq);
       }
   }
 }
@@ -105,14 +151,15 @@ std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
   std::vector<MemoryMoment> moments;
   for_each_memory_moment(
       schedule, stage, chunks, cost,
-      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight, double) {
         moments.push_back({action_index, fixed_bytes, in_flight});
       });
   return moments;
 }
 
 void for_each_binding_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
-                             const CostModel& cost, const BindingVisitor& visit) {
+                             const CostModel& cost, const BindingVisitor& visit,
+                             const double* weights) {
   // Chunks join the in-flight set only at forwards and leave only right after backwards, so:
   // a forward's moment holds a subset of the next moment's set (rule 1), and a backward's moment
   // a subset of every moment since the last forward (rule 2). A moment whose set is a subset of
@@ -130,17 +177,20 @@ void for_each_binding_moment(const Schedule& schedule, int stage, const std::vec
     if (actions[i].is_compute()) last_compute = i;
   for_each_memory_moment(
       schedule, stage, chunks, cost,
-      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight,
+          double weight_sum) {
         const bool forward = actions[action_index].type == ActionType::kForward;
         if (pending && fixed_bytes < forward_fixed)
           visit(pending_index, forward_fixed, in_flight.data(),
-                in_flight.data() + in_flight.size() - (forward ? 1 : 0));
+                in_flight.data() + in_flight.size() - (forward ? 1 : 0),
+                forward && weights ? weight_sum - weights[in_flight.back()] : weight_sum);
         pending = false;
         if (forward) {
           forward_fixed = fixed_bytes;
           most_backward_since_forward = -1;
           if (action_index == last_compute) {  // nothing after it to compare with
-            visit(action_index, fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size());
+            visit(action_index, fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size(),
+                  weight_sum);
             return;
           }
           pending = true;
@@ -153,8 +203,10 @@ void for_each_binding_moment(const Schedule& schedule, int stage, const std::vec
             forward_fixed > fixed_bytes || most_backward_since_forward >= fixed_bytes;
         most_backward_since_forward = std::max(most_backward_since_forward, fixed_bytes);
         if (!dominated)
-          visit(action_index, fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size());
-      });
+          visit(action_index, fixed_bytes, in_flight.data(), in_flight.data() + in_flight.size(),
+                weight_sum);
+      },
+      weights);
 }
 
 std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
@@ -162,7 +214,7 @@ std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
   std::vector<MemoryMoment> kept;
   for_each_binding_moment(
       schedule, stage, chunks, cost,
-      [&](int action_index, double fixed_bytes, const int* first, const int* last) {
+      [&](int action_index, double fixed_bytes, const int* first, const int* last, double) {
         kept.push_back({action_index, fixed_bytes, std::vector<int>(first, last)});
       });
   return kept;
@@ -183,7 +235,7 @@ double observable_activation_peak(const Schedule& schedule, int stage,
   double peak = 0;
   for_each_memory_moment(
       schedule, stage, chunks, cost,
-      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight) {
+      [&](int action_index, double fixed_bytes, const std::vector<int>& in_flight, double) {
         double bytes = fixed_bytes - model_state;
         for (int c : in_flight)
           bytes += cost.activation_bytes(chunks[c], stage, recompute_layers(recompute, stage, c));
