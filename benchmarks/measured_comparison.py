@@ -14,6 +14,9 @@ state included) for every method:
 - torch.distributed.pipelining's Schedule1F1B on the same model, batches padded to the step's
   longest sequence (benchmarks/lib/torch_pipelining.py), at its fastest configuration
   (microbatch size, checkpointed layers) whose measured memory fits the budget;
+- torch.distributed.pipelining on documents packed as torchtitan packs them (rows of a fixed
+  length, document-causal attention; benchmarks/lib/torch_packed.py), at its fastest
+  configuration (schedule, row length, checkpointed layers) whose measured memory fits;
 - the unpipelined model on one process (rank 0), the reference for the total work.
 
 With a parallel layout (--sequence N: Ulysses sequence-parallel ranks inside each stage;
@@ -55,6 +58,7 @@ from lib.peers import Unpipelined
 from lib.plan_tool import BASELINES, run_tool
 from lib.ranks import gathered, leave
 from lib.results import MIB, TOOL
+from lib.torch_packed import SCHEDULES, TorchPacked
 from lib.torch_pipelining import TorchPipelining
 
 import infinipipe
@@ -68,6 +72,11 @@ TORCH_OMITTED = (
 )
 # torch.distributed.pipelining configurations tried for its fastest one that fits.
 TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
+# Row lengths of the packed peer: the context and smaller powers of two (fractions of it).
+PACKED_ROW_FRACTIONS = (1, 2, 4, 8)
+# Methods whose loss differs from the others' by design: the packed peer's cut documents lose
+# the context before the cut.
+OWN_LOSS = ("torch_packed",)
 
 
 def parse_args() -> argparse.Namespace:
@@ -107,6 +116,16 @@ def parse_args() -> argparse.Namespace:
         help="MICROBATCH,CHECKPOINT (0 or all) for "
         "torch.distributed.pipelining instead of tuning it here (the tuning measures "
         "memory with hooks on the longest padded step: many minutes)",
+    )
+    p.add_argument(
+        "--packed-config",
+        help="SCHEDULE,ROW_LENGTH,CHECKPOINT (0 or all) for the packed peer instead of tuning it "
+        f"here; schedules: {', '.join(SCHEDULES)}",
+    )
+    p.add_argument(
+        "--skip-torch",
+        action="store_true",
+        help="leave out the padded torch.distributed.pipelining peer (its steps are the slowest)",
     )
     p.add_argument("--output", type=Path)
     p.add_argument(
@@ -270,6 +289,8 @@ class TorchRunner:
     def step(self, batch, measure_memory=False) -> dict:
         out = self.pipe.step(batch, measure_memory=measure_memory)
         res = dict(loss=out["loss"], setup_s=out["setup_s"], padded_tokens=out["padded_tokens"])
+        if "cut_tokens" in out:
+            res["cut_tokens"] = out["cut_tokens"]
         if measure_memory:
             res["memory_bytes"] = out["peak_activation_bytes"] + model_state_bytes(
                 self.pipe.parameters()
@@ -289,39 +310,95 @@ def torch_pipe(config, microbatch_size, checkpoint) -> TorchPipelining:
     )
 
 
-def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
-    """Fastest (microbatch size, checkpointed layers) of TORCH_CONFIGS on the first step whose
-    measured memory fits the budget, as a user tuning it would pick. Memory is measured on the
-    step with the longest sequence: padding makes every microbatch that long there."""
+def pick_fastest(configs, build, dominated, batches, args, name) -> tuple[dict, list]:
+    """The fastest of `configs` (dicts) on the first step whose measured memory fits the budget,
+    as a user tuning it would pick; `build(config)` makes the peer, `dominated(config, tried)`
+    says a config needs at least the memory of one tried and over budget. Memory is measured on
+    the step `args.memory_step` picks (the one padding or packing makes the largest)."""
     tried = []
     budget = args.budget_mib * MIB
-    worst = max(batches, key=lambda b: max(t.numel() for t in b))
-    for mb, ckpt in TORCH_CONFIGS:
-        if any(
-            t["checkpoint"] == ckpt and t["microbatch_size"] < mb and not t["fits"] for t in tried
-        ):
-            continue  # a larger microbatch of the same padded rows needs more memory
-        runner = TorchRunner(torch_pipe(config, mb, ckpt))
+    worst = args.memory_step(batches)
+    for c in configs:
+        if dominated(c, [t for t in tried if not t["fits"]]):
+            continue
+        runner = TorchRunner(build(c))
         peak = max(s["memory_bytes"] for s in gathered(runner.step(worst, measure_memory=True)))
         fits = peak <= budget
-        step_s = timed(lambda: runner.step(batches[0]))[1] if fits else math.inf
-        tried.append(
-            dict(microbatch_size=mb, checkpoint=ckpt, peak_bytes=peak, fits=fits, step0_s=step_s)
-        )
+        out, step_s = timed(lambda: runner.step(batches[0])) if fits else ({}, math.inf)
+        tried.append(dict(c, peak_bytes=peak, fits=fits, step0_s=step_s))
+        if "cut_tokens" in out:  # the share of step 0's tokens cut from their earlier context
+            tried[-1]["cut_share"] = out["cut_tokens"] / sum(t.numel() for t in batches[0])
         if dist.get_rank() == 0:
             print(
-                f"torch Schedule1F1B microbatch {mb}, checkpoint {ckpt}: peak "
-                f"{peak / MIB:.0f} MiB ({'fits' if fits else 'over budget'}), step 0 "
-                f"{step_s:.2f} s",
+                f"{name} {c}: peak {peak / MIB:.0f} MiB "
+                f"({'fits' if fits else 'over budget'}), step 0 {step_s:.2f} s",
                 flush=True,
             )
     best = min((t for t in tried if t["fits"]), key=lambda t: t["step0_s"], default=None)
     if best is None:
-        raise SystemExit(
-            "measured_comparison: no torch.distributed.pipelining configuration "
-            "fits the budget; raise --budget-mib"
-        )
+        raise SystemExit(f"measured_comparison: no {name} configuration fits the budget")
+    return {k: best[k] for k in configs[0]}, tried
+
+
+def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
+    """Padded Schedule1F1B's (microbatch size, checkpoint) of TORCH_CONFIGS; its memory on the
+    step with the longest sequence (padding makes every microbatch that long there). A larger
+    microbatch of the same padded rows needs more memory."""
+    args.memory_step = lambda bs: max(bs, key=lambda b: max(t.numel() for t in b))
+    best, tried = pick_fastest(
+        [dict(microbatch_size=mb, checkpoint=ckpt) for mb, ckpt in TORCH_CONFIGS],
+        lambda c: torch_pipe(config, c["microbatch_size"], c["checkpoint"]),
+        lambda c, over: any(
+            t["checkpoint"] == c["checkpoint"] and t["microbatch_size"] < c["microbatch_size"]
+            for t in over
+        ),
+        batches,
+        args,
+        "torch Schedule1F1B (padded)",
+    )
     return (best["microbatch_size"], best["checkpoint"]), tried
+
+
+def packed_pipe(config, schedule, row_length, checkpoint) -> TorchPacked:
+    """The packed peer over the two ranks; `checkpoint` 0 or "all" (every layer of a stage)."""
+    return TorchPacked(
+        config,
+        dist.group.WORLD,
+        schedule=schedule,
+        row_length=row_length,
+        checkpoint_layers=config.layers if checkpoint == "all" else 0,
+    )
+
+
+def pick_packed_config(batches, config, args) -> tuple[dict, list]:
+    """The packed peer's (schedule, row length, checkpoint): every schedule of SCHEDULES, rows of
+    the context and its halves to eighths, no or full checkpointing. Memory on the step with the
+    most tokens (the most rows); longer rows of the same schedule and checkpointing need more."""
+    args.memory_step = lambda bs: max(bs, key=lambda b: sum(t.numel() for t in b))
+    rows = [args.context // f for f in PACKED_ROW_FRACTIONS]
+    configs = [
+        dict(schedule=s, row_length=r, checkpoint=c)
+        for s in SCHEDULES
+        for c in (0, "all")
+        for r in sorted(rows)
+    ]
+    return pick_fastest(
+        configs,
+        lambda c: packed_pipe(config, **c),
+        lambda c, over: any(
+            t["schedule"] == c["schedule"]
+            and t["checkpoint"] == c["checkpoint"]
+            and t["row_length"] < c["row_length"]
+            for t in over
+        ),
+        batches,
+        args,
+        "torch packed",
+    )
+
+
+def checkpoint_arg(text: str):
+    return "all" if text == "all" else int(text)
 
 
 def main() -> int:
@@ -341,17 +418,29 @@ def main() -> int:
     ]
     lengths = [step for step, _ in sampled]
     batches = [batch for _, batch in sampled]
+    packed_config = None
     if has_layout(args):
         torch_config = dict(omitted=TORCH_OMITTED)
     else:
-        if args.torch_config:
+        if args.skip_torch:
+            torch_config = dict(omitted="left out of this run (--skip-torch)")
+        elif args.torch_config:
             mb_text, ckpt = args.torch_config.split(",")
             mb, torch_tried = int(mb_text), [dict(given=args.torch_config)]
-            ckpt = "all" if ckpt == "all" else int(ckpt)
+            ckpt = checkpoint_arg(ckpt)
         else:
             (mb, ckpt), torch_tried = pick_torch_config(batches, config, args)
-        runners["torch_1f1b"] = TorchRunner(torch_pipe(config, mb, ckpt))
-        torch_config = dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried)
+        if not args.skip_torch:
+            runners["torch_1f1b"] = TorchRunner(torch_pipe(config, mb, ckpt))
+            torch_config = dict(microbatch_size=mb, checkpoint=ckpt, tried=torch_tried)
+        if args.packed_config:
+            schedule, row, ckpt = args.packed_config.split(",")
+            packed = dict(schedule=schedule, row_length=int(row), checkpoint=checkpoint_arg(ckpt))
+            packed_tried = [dict(given=args.packed_config)]
+        else:
+            packed, packed_tried = pick_packed_config(batches, config, args)
+        runners["torch_packed"] = TorchRunner(packed_pipe(config, **packed))
+        packed_config = dict(packed, tried=packed_tried)
     reference = Unpipelined(config) if rank == 0 else None
 
     def unpipelined_step(batch):
@@ -367,9 +456,12 @@ def main() -> int:
     first_loss["unpipelined"] = gathered(
         timed(lambda: unpipelined_step(batches[0]))[0].get("loss")
     )[0]
-    spread = max(first_loss.values()) / min(first_loss.values()) - 1
+    same = [v for k, v in first_loss.items() if k not in OWN_LOSS]
+    spread = max(same) / min(same) - 1
     if rank == 0:
-        print(f"first-step losses: {first_loss} (spread {spread:.2e})", flush=True)
+        print(
+            f"first-step losses: {first_loss} (spread {spread:.2e} without {OWN_LOSS})", flush=True
+        )
     if spread > 1e-4:
         raise SystemExit(
             f"measured_comparison: the methods' first-step losses differ by "
@@ -417,6 +509,8 @@ def main() -> int:
             rows=rows,
             summary=summarise(rows, lengths, args),
         )
+        if packed_config is not None:
+            result["packed_config"] = packed_config
         if has_layout(args):
             result["case"]["layout"] = layout_of(args)
         if args.note:
@@ -442,6 +536,9 @@ def summarise(rows: dict, lengths: list, args) -> dict:
             entry["pipeline_efficiency"] = statistics.mean(
                 statistics.mean(r["compute_s"] for r in s["ranks"]) / s["seconds"] for s in steps
             )
+        if steps and "cut_tokens" in steps[0]["ranks"][0]:
+            # The tokens of document pieces after a cut (they lose the context before it).
+            entry["cut_share"] = sum(s["ranks"][0]["cut_tokens"] for s in steps) / tokens
         if steps and "all_to_all_s" in steps[0]["ranks"][0]:
             # The all-to-alls' share of the wall time, over all steps and ranks (they run inside
             # the stages' forward and backward compute).

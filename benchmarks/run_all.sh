@@ -47,10 +47,11 @@ $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
 # minutes): report.py judges each measured ratio by the median over the main run and these.
 rm -f "$R"/measured_repeat_*.json
 TORCH_CONFIG=$($PY -c 'import json, sys; c = json.load(open(sys.argv[1]))["torch_config"]; print(c["microbatch_size"], c["checkpoint"], sep=",")' "$R/measured.json")
+PACKED_CONFIG=$($PY -c 'import json, sys; c = json.load(open(sys.argv[1]))["packed_config"]; print(c["schedule"], c["row_length"], c["checkpoint"], sep=",")' "$R/measured.json")
 for i in $(seq 1 "${MEASURED_REPEATS:-2}"); do
   $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model "$R/cost_cpu.json" \
-    --torch-config "$TORCH_CONFIG" --output "$R/measured_repeat_$i.json" \
-    --note "repeat $i, $(date -u '+%Y-%m-%d %H:%M UTC'): the same command with the main run's torch configuration ($TORCH_CONFIG)"
+    --torch-config "$TORCH_CONFIG" --packed-config "$PACKED_CONFIG" --output "$R/measured_repeat_$i.json" \
+    --note "repeat $i, $(date -u '+%Y-%m-%d %H:%M UTC'): the same command with the main run's torch configurations ($TORCH_CONFIG; packed $PACKED_CONFIG)"
 done
 # The paper's layout on 4 processes: pipeline 2 x sequence 2, pipeline 2 x data 2.
 $TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 \

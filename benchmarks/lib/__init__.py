@@ -10,5 +10,5 @@ only from here (and infinipipe), never from another script.
 - measured_report: the measured comparison's part of docs/benchmarks.md
 - validation: the simulator validation's errors
 - training, ranks: what the torchrun experiments share (the trainer and batches; the ranks)
-- peers, torch_pipelining, peer_layers: the measured comparison's peers
+- peers, torch_pipelining, torch_packed, peer_layers: the measured comparison's peers
 """

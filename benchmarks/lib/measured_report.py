@@ -24,6 +24,7 @@ LABELS = {
     "batch": "batch-level 1F1B (static)",
     "chunkflow": "ChunkFlow (static)",
     "torch_1f1b": "torch.distributed.pipelining Schedule1F1B (padded)",
+    "torch_packed": "torch.distributed.pipelining (packed documents)",
     "unpipelined": "unpipelined, one process",
 }
 
@@ -51,7 +52,13 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
     ]
     settings = static_setting_texts(res)
     tc = res["torch_config"]
-    settings["torch_1f1b"] = f"microbatch {tc['microbatch_size']}, checkpoint {tc['checkpoint']}"
+    if "omitted" not in tc:
+        settings["torch_1f1b"] = (
+            f"microbatch {tc['microbatch_size']}, checkpoint {tc['checkpoint']}"
+        )
+    pc = res.get("packed_config")
+    if pc:
+        settings["torch_packed"] = packed_setting(pc)
     settings["epp"] = "planned per step"
     settings["unpipelined"] = "rank 0 alone"
     for name, e in s.items():
@@ -70,31 +77,87 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
         "time.",
         "",
     ]
-    tuned = [t for t in tc["tried"] if "given" not in t]
-    given = [t["given"] for t in tc["tried"] if "given" in t]
+    out += tried_text(
+        tc.get("tried", []),
+        "torch.distributed.pipelining's padded configuration",
+        "--torch-config",
+        lambda t: f"microbatch {t['microbatch_size']}, checkpoint {t['checkpoint']}",
+    )
+    if pc:
+        out += packed_text(res, pc)
+    plot_throughput(s, docs / "img" / "measured_throughput.png")
+    out.append("![throughput by method](img/measured_throughput.png)\n")
+    return out
+
+
+def tried_text(tried: list, what: str, option: str, describe) -> list[str]:
+    """What a peer's tuning tried (memory on its largest step), or that its setting was given."""
+    out = []
+    tuned = [t for t in tried if "given" not in t]
+    given = [t["given"] for t in tried if "given" in t]
     if given:
         out += [
-            f"torch.distributed.pipelining's configuration was given (`--torch-config "
-            f"{given[0]}`), from the tuning of an earlier run of this case"
-            + (" listed next." if tuned else "."),
+            f"{what} was given (`{option} {given[0]}`), from the tuning of an earlier run of "
+            "this case" + (" listed next." if tuned else "."),
             "",
         ]
     if tuned:
         out += [
-            "torch.distributed.pipelining configurations tried (memory on the step with the "
-            "longest sequence): "
+            f"{what}s tried (memory on the step padding or packing makes the largest): "
             + "; ".join(
-                f"microbatch {t['microbatch_size']}, checkpoint {t['checkpoint']}: "
-                f"{t['peak_bytes'] / MIB:.0f} MiB"
+                f"{describe(t)}: {t['peak_bytes'] / MIB:.0f} MiB"
                 + (f", step 0 {t['step0_s']:.1f} s" if t["fits"] else " (over budget)")
                 for t in tuned
             )
             + ".",
             "",
         ]
-    plot_throughput(s, docs / "img" / "measured_throughput.png")
-    out.append("![throughput by method](img/measured_throughput.png)\n")
     return out
+
+
+def packed_setting(pc: dict) -> str:
+    return f"{pc['schedule']}, rows of {pc['row_length']}, checkpoint {pc['checkpoint']}"
+
+
+def packed_text(res: dict, pc: dict) -> list[str]:
+    """EPP against the packed peer, and what the packed peer trains differently."""
+    s, loss = res["summary"], res["first_step_loss"]
+    p, e = s["torch_packed"], s["epp"]
+    return [
+        f"Against the packed peer at the same budget: EPP {p['epp_speedup']:.2f}x its "
+        f"throughput, peaks {e['peak_memory_mib']:.0f} MiB (EPP) and "
+        f"{p['peak_memory_mib']:.0f} MiB (packed) of {res['case']['budget_mib']:g} MiB; the padded "
+        f"peer's row is kept above for comparison. The packed peer trains as torchtitan does "
+        f"(benchmarks/lib/torch_packed.py): each step's documents, in batch order, make one token "
+        f"stream cut into rows of a fixed length, one row per microbatch, the last row padded "
+        f"(and all-pad rows added where a schedule needs more microbatches); attention is "
+        f"document-causal, with the same chunk attention EPP runs. A document crossing a row "
+        f"boundary is cut there, and one longer than a row spans several rows; each piece "
+        f"attends only to itself, its rotary positions start at 0 (under RoPE the same attention "
+        f"as the document's positions, up to rounding), and every token keeps its target (the "
+        f"next token of its document, also across a cut), so the loss has the same targets and "
+        f"normaliser as the other methods'. What differs is the context: "
+        f"{100 * p.get('cut_share', 0):.0f}% of the tokens lie after a cut in their document "
+        f"at the chosen rows and do not see what came before it, so its first-step loss is "
+        f"{loss['torch_packed']:.6f} against {loss['epp']:.6f} (EPP), and it does less "
+        f"attention work than the methods that keep every document whole. Chosen: "
+        f"{packed_setting(pc)}, the fastest configuration whose measured memory fits, over "
+        f"the schedules of the installed torch (Schedule1F1B, ScheduleGPipe, "
+        f"ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble with 2 stages per rank, "
+        f"ScheduleZBVZeroBubble), rows of the context and its halves to eighths, and no or full "
+        f"checkpointing (a longer row of a schedule and checkpointing that went over was not "
+        f"tried).",
+        "",
+        *tried_text(
+            pc["tried"],
+            "The packed peer's configuration",
+            "--packed-config",
+            lambda t: (
+                f"{packed_setting(t)}"
+                + (f" ({100 * t['cut_share']:.0f}% cut)" if "cut_share" in t else "")
+            ),
+        ),
+    ]
 
 
 def static_setting_texts(res: dict) -> dict:
@@ -106,7 +169,7 @@ def static_setting_texts(res: dict) -> dict:
 
 def runs_table(runs: list[dict], name: str) -> list[str]:
     """One row per kept run of the measured comparison: EPP's tokens/s, its speed-ups, the note."""
-    methods = ("seq1f1b", "batch", "chunkflow", "torch_1f1b")
+    methods = ("seq1f1b", "batch", "chunkflow", "torch_1f1b", "torch_packed")
     out = table_head(
         "run", "EPP tokens/s", *[f"vs {LABELS.get(m, m)}" for m in methods], "what differed"
     )
@@ -114,7 +177,7 @@ def runs_table(runs: list[dict], name: str) -> list[str]:
         s = run["summary"]
         out.append(
             f"| {name} {i} | {s['epp']['tokens_per_s']:.0f} | "
-            + " | ".join(f"{s[m]['epp_speedup']:.2f}x" for m in methods)
+            + " | ".join(f"{s[m]['epp_speedup']:.2f}x" if m in s else "n/a" for m in methods)
             + f" | {run.get('note', '')} |"
         )
     return out + [""]
@@ -148,7 +211,7 @@ def plot_throughput(summary: dict, path: Path) -> None:
     values = [summary[n]["tokens_per_s"] for n in names]
     fig, ax = plt.subplots(figsize=(8, 3.6))
     bars = ax.barh(
-        [LABELS.get(n, n).replace(" (padded)", "\n(padded)") for n in names],
+        [LABELS.get(n, n).replace(" (p", "\n(p") for n in names],
         values,
         color=["tab:green" if n == "epp" else "tab:gray" for n in names],
     )

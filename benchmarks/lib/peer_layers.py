@@ -1,6 +1,6 @@
-"""What both peers of the measured comparison run (lib/torch_pipelining.py, lib/peers.py): the
-batch check, and a stage's decoder layers, the first ones checkpointed with their recompute in
-sight of the memory meter."""
+"""What the peers of the measured comparison run (lib/torch_pipelining.py, lib/torch_packed.py,
+lib/peers.py): the batch check, and a stage's decoder layers, the first ones checkpointed with
+their recompute in sight of the memory meter."""
 
 from __future__ import annotations
 

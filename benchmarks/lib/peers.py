@@ -2,6 +2,10 @@
 
 - TorchPipelining (lib/torch_pipelining.py): torch.distributed.pipelining's Schedule1F1B on the
   same LLaMA, weights and layer split, each step's sequences right-padded to the step's longest.
+- TorchPacked (lib/torch_packed.py): torch.distributed.pipelining on the step's documents packed
+  into rows of a fixed length, document-causal, as torchtitan trains (its own loss: documents are
+  cut at row boundaries; tests/python/test_peers.py checks it against an unpipelined run of the
+  same rows).
 - Unpipelined (here): the whole model on one process, one sequence at a time (no padding),
   gradients accumulated over the step: the reference both pipelines must reproduce.
 

@@ -140,35 +140,18 @@ class TorchPipelining:
         )
 
     def _schedule(self, microbatches: int, length: int) -> Schedule1F1B:
-        """The stage and schedule of a step shape. Shapes are given up front (static metadata):
-        pipelining then needs no shape-inference forward, only its one-time stage handshake."""
+        """The stage and schedule of a step shape (cached)."""
         key = (microbatches, length)
         if key not in self._schedules:
             if len(self._schedules) >= self.MAX_CACHED_SHAPES:
                 self._schedules.pop(next(iter(self._schedules)))
-            c, rows = self.config, self.microbatch_size
-            stage = self.module.stage
-            hidden = torch.empty(
-                rows, length, c.hidden, dtype=c.dtype, device="meta", requires_grad=True
-            )
-            inputs = (
-                torch.empty(rows, length, dtype=torch.long, device="meta")
-                if stage.has_embedding
-                else hidden
-            )
-            outputs = (
-                torch.empty(rows, length, c.vocab, dtype=c.dtype, device="meta", requires_grad=True)
-                if stage.has_head
-                else hidden
-            )
-            pipe_stage = PipelineStage(
+            pipe_stage = static_stage(
                 self.module,
+                self.module.stage,
                 self.rank,
                 self.num_stages,
-                torch.device("cpu"),
-                input_args=inputs,
-                output_args=outputs,
-                group=self.group,
+                self.group,
+                (self.microbatch_size, length),
             )
             self._schedules[key] = Schedule1F1B(
                 pipe_stage, microbatches, loss_fn=self._loss, scale_grads=False
@@ -198,35 +181,95 @@ class TorchPipelining:
         schedule = self._schedule(microbatches, tokens.shape[1])
         setup_s = time.perf_counter() - start
 
-        meter = memory_meter(self.parameters()) if measure_memory else None
-        losses: list[torch.Tensor] = []
-        dist.barrier(group=self.group)  # both stages start the timed step together
-        start = time.perf_counter()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.module.layers.meter = meter
-        try:
-            with meter.hooks() if meter is not None else contextlib.nullcontext():
-                # Only the first stage takes inputs, only the last targets and losses.
-                schedule.step(
-                    *((tokens,) if self.rank == 0 else ()),
-                    target=targets if self.rank == self.num_stages - 1 else None,
-                    losses=losses,
-                    return_outputs=False,
-                )
-        finally:
-            self.module.layers.meter = None
-        self.optimizer.step()
-        step_s = time.perf_counter() - start
-
-        loss = torch.stack(losses).sum().detach() if losses else torch.zeros(())
-        dist.broadcast(loss, src=self.last_rank, group=self.group)
-        result = dict(
-            loss=float(loss),
-            step_s=step_s,
+        result = run_schedule(
+            schedule,
+            self.optimizer,
+            [self.module.layers],
+            self.group,
+            self.last_rank,
+            inputs=(tokens,) if self.rank == 0 else (),
+            target=targets if self.rank == self.num_stages - 1 else None,
+            measure_memory=measure_memory,
+        )
+        return dict(
+            result,
             setup_s=setup_s,
             padded_tokens=tokens.numel(),
             tokens=sum(s.numel() for s in sequences),
         )
-        if meter is not None:
-            result["peak_activation_bytes"] = meter.peak_bytes
-        return result
+
+
+def static_stage(
+    module: nn.Module,
+    stage: llama.LlamaStage,
+    index: int,
+    num_stages: int,
+    group: Any,
+    shape: tuple[int, int],
+) -> PipelineStage:
+    """`module` (running `stage`, pipeline stage `index`) as a PipelineStage on microbatches of
+    `shape` = (rows, length). Shapes are given up front (static metadata): pipelining then needs
+    no shape-inference forward, only its one-time stage handshake."""
+    c = stage.config
+    hidden = torch.empty(*shape, c.hidden, dtype=c.dtype, device="meta", requires_grad=True)
+    inputs = torch.empty(*shape, dtype=torch.long, device="meta") if stage.has_embedding else hidden
+    outputs = (
+        torch.empty(*shape, c.vocab, dtype=c.dtype, device="meta", requires_grad=True)
+        if stage.has_head
+        else hidden
+    )
+    return PipelineStage(
+        module,
+        index,
+        num_stages,
+        torch.device("cpu"),
+        input_args=inputs,
+        output_args=outputs,
+        group=group,
+    )
+
+
+def run_schedule(
+    schedule: Any,
+    optimizer: torch.optim.Optimizer,
+    layers: Sequence[Layers],
+    group: Any,
+    last_rank: int,
+    *,
+    inputs: tuple,
+    target: torch.Tensor | None,
+    measure_memory: bool = False,
+    **kwargs: Any,
+) -> dict:
+    """One training step through `schedule`: loss (the step's mean, broadcast from `last_rank`,
+    the global rank holding the last stage), step_s (the schedule and optimizer steps, timed from
+    a barrier) and, with measure_memory, peak_activation_bytes (this rank's peak of autograd's
+    saved tensors).
+    `layers` are this rank's stages' layers (their checkpoint recompute reports to the meter);
+    `inputs` go to the first stage's rank, `target` to the last's, `kwargs` to every stage."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    meter = memory_meter(params) if measure_memory else None
+    losses: list[torch.Tensor] = []
+    dist.barrier(group=group)  # all stages start the timed step together
+    start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    for lay in layers:
+        lay.meter = meter
+    try:
+        with meter.hooks() if meter is not None else contextlib.nullcontext():
+            schedule.step(*inputs, target=target, losses=losses, return_outputs=False, **kwargs)
+    finally:
+        for lay in layers:
+            lay.meter = None
+    optimizer.step()
+    step_s = time.perf_counter() - start
+    loss = (
+        torch.stack(losses).sum().detach().double()
+        if losses
+        else torch.zeros((), dtype=torch.double)
+    )
+    dist.broadcast(loss, src=last_rank, group=group)
+    result = dict(loss=float(loss), step_s=step_s)
+    if meter is not None:
+        result["peak_activation_bytes"] = meter.peak_bytes
+    return result
