@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
 #include <numeric>
 
 #include "infinipipe/core/error.h"
@@ -32,53 +31,71 @@ int find_root(std::vector<int>& parent, int x) {
 
 std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
   // Union chunks that share a sequence; within a component, order by the earliest slice start
-  // of any sequence they share, which for valid chunkings is the forward order.
+  // of any sequence they share, which for valid chunkings is the forward order. Flat arrays, not
+  // maps: the planner asks for the chains of every candidate several times (docs/planning.md,
+  // "Search speed").
   const int n = static_cast<int>(chunks.size());
+  struct Piece {
+    int seq;
+    int64_t start;
+    int chunk;
+  };
+  std::vector<Piece> pieces;  // every slice, by sequence, then start, then chunk
+  for (int c = 0; c < n; ++c)
+    for (const Slice& s : chunks[c].slices) pieces.push_back({s.seq, s.start, c});
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    if (a.seq != b.seq) return a.seq < b.seq;
+    if (a.start != b.start) return a.start < b.start;
+    return a.chunk < b.chunk;
+  });
+  // Per sequence, the chunk with the earlier slice comes first: an edge between neighbours in
+  // the order above (repeated when two chunks share several sequences, as counted below).
   std::vector<int> parent(n);
   std::iota(parent.begin(), parent.end(), 0);
-  std::map<int, int> first_chunk_of_seq;
-  for (int c = 0; c < n; ++c) {
-    for (const Slice& s : chunks[c].slices) {
-      auto [it, inserted] = first_chunk_of_seq.emplace(s.seq, c);
-      if (!inserted) parent[find_root(parent, c)] = find_root(parent, it->second);
-    }
+  std::vector<std::pair<int, int>> edges;
+  std::vector<int> indegree(n, 0), out_start(n + 1, 0);
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    const Piece& a = pieces[i - 1];
+    const Piece& b = pieces[i];
+    if (a.seq != b.seq) continue;
+    parent[find_root(parent, b.chunk)] = find_root(parent, a.chunk);
+    if (a.chunk == b.chunk) continue;
+    edges.push_back({a.chunk, b.chunk});
+    ++indegree[b.chunk];
+    ++out_start[a.chunk + 1];
   }
-  std::map<int, std::vector<int>> by_root;  // keyed by root; roots are visited in id order below
-  std::vector<int> root_order;
-  for (int c = 0; c < n; ++c) {
-    int r = find_root(parent, c);
-    if (by_root[r].empty()) root_order.push_back(r);
-    by_root[r].push_back(c);
+  for (int c = 0; c < n; ++c) out_start[c + 1] += out_start[c];
+  std::vector<int> after(edges.size());
+  {
+    std::vector<int> fill(out_start.begin(), out_start.end() - 1);
+    for (const auto& [from, to] : edges) after[fill[from]++] = to;
   }
-  // Order each chain topologically: per sequence, the chunk with the earlier slice comes first.
-  std::vector<std::vector<int>> after(n);
-  std::vector<int> indegree(n, 0);
-  std::map<int, std::vector<std::pair<int64_t, int>>> slices_of_seq;  // seq -> (start, chunk)
-  for (int c = 0; c < n; ++c)
-    for (const Slice& s : chunks[c].slices) slices_of_seq[s.seq].push_back({s.start, c});
-  for (auto& [seq, list] : slices_of_seq) {
-    std::sort(list.begin(), list.end());
-    for (size_t i = 1; i < list.size(); ++i) {
-      if (list[i].second == list[i - 1].second) continue;
-      after[list[i - 1].second].push_back(list[i].second);
-      ++indegree[list[i].second];
+  // Components in order of their smallest chunk, each one's chunks ascending.
+  std::vector<int> component_of_root(n, -1);
+  std::vector<std::vector<int>> members;
+  for (int c = 0; c < n; ++c) {
+    int& component = component_of_root[find_root(parent, c)];
+    if (component < 0) {
+      component = static_cast<int>(members.size());
+      members.emplace_back();
     }
+    members[component].push_back(c);
   }
   std::vector<std::vector<int>> result;
-  for (int r : root_order) {
+  for (const std::vector<int>& component : members) {
     std::vector<int> ready, order;
-    for (int c : by_root[r])
+    for (int c : component)
       if (indegree[c] == 0) ready.push_back(c);
     while (!ready.empty()) {
       std::sort(ready.begin(), ready.end(), std::greater<int>());
       int c = ready.back();
       ready.pop_back();
       order.push_back(c);
-      for (int next : after[c])
-        if (--indegree[next] == 0) ready.push_back(next);
+      for (int e = out_start[c]; e < out_start[c + 1]; ++e)
+        if (--indegree[after[e]] == 0) ready.push_back(after[e]);
     }
-    check(order.size() == by_root[r].size(),
-          "chunks " + std::to_string(by_root[r].front()) +
+    check(order.size() == component.size(),
+          "chunks " + std::to_string(component.front()) +
               "... hold slices of the same sequences in contradictory order");
     result.push_back(std::move(order));
   }
