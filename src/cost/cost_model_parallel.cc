@@ -46,6 +46,19 @@ void CostModel::set_links() {
   }
 }
 
+bool CostModel::chunk_costs_alike(int a, int b) const {
+  check_index(a >= 0 && a < num_stages(), "stage", a, num_stages());
+  check_index(b >= 0 && b < num_stages(), "stage", b, num_stages());
+  if (a == b) return true;
+  const int last = num_stages() - 1;
+  if (a == 0 || b == 0 || a == last || b == last) return false;
+  // The all-to-all link enters only with d_s > 1 (layer_alltoall_time is 0 without).
+  const bool same_link =
+      layout_.sequence == 1 || (alltoall_link_[a].bandwidth == alltoall_link_[b].bandwidth &&
+                                alltoall_link_[a].latency_s == alltoall_link_[b].latency_s);
+  return layers(a) == layers(b) && same_link;
+}
+
 double CostModel::layer_alltoall_time(const Chunk& chunk, int stage) const {
   const int d_s = layout_.sequence;
   if (d_s == 1) return 0;

@@ -47,12 +47,18 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   for (size_t c = 0; c < cand.chunks.size(); ++c)
     layer_forward[c] = cost.layer_forward_time(cand.chunks[c]);
   for (int p = 0; p < num_stages; ++p) {
-    for (size_t i = 0; i < cand.chunks.size(); ++i) {
-      const Chunk& c = cand.chunks[i];
-      cand.busy[p] += cost.forward_time_with(c, p, layer_forward[i]) +
-                      cost.backward_time_with(c, p, 0, layer_forward[i]);
-      cand.saving_rate[p] =
-          std::max(cand.saving_rate[p], cost.checkpoint_saving_bytes(c, p) / layer_forward[i]);
+    // A stage whose costs are the previous one's (chunk_costs_alike) has its sums too.
+    if (p > 0 && cost.chunk_costs_alike(p, p - 1)) {
+      cand.busy[p] = cand.busy[p - 1];
+      cand.saving_rate[p] = cand.saving_rate[p - 1];
+    } else {
+      for (size_t i = 0; i < cand.chunks.size(); ++i) {
+        const Chunk& c = cand.chunks[i];
+        cand.busy[p] += cost.forward_time_with(c, p, layer_forward[i]) +
+                        cost.backward_time_with(c, p, 0, layer_forward[i]);
+        cand.saving_rate[p] =
+            std::max(cand.saving_rate[p], cost.checkpoint_saving_bytes(c, p) / layer_forward[i]);
+      }
     }
     if (p + 1 < num_stages) {
       cand.fill[p + 1] = cand.fill[p] + cost.forward_time(first, p) + cost.p2p_time(first, p);
@@ -106,7 +112,8 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   const double sure_limit = budget_bytes * (1 + 1e-6);
   cand.never_fits_as_is = false;
   for (int p = 0; p < num_stages; ++p) {
-    for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
+    if (p == 0 || !cost.chunk_costs_alike(p, p - 1))
+      for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
     for (size_t s = 0; s < split_lengths.size(); ++s)
       kv_bytes[s] = cost.kv_buffer_bytes(split_lengths[s], p);
     std::fill(open_chunks.begin(), open_chunks.end(), 0);

@@ -131,6 +131,49 @@ TEST(CostModelParallel, SendsBetweenNodesUseTheInterNodeLink) {
   EXPECT_NEAR(old.p2p_time(chunk, 0), 1024.0 * 5120 * 2 / 200e9 + 1e-5, 1e-15);
 }
 
+// pipeline_bound reuses a stage's sums for the next stage when chunk_costs_alike says so: every
+// per-chunk cost must then be the same, bit for bit, on random chunks, with and without SP and
+// with SP groups inside and across nodes.
+TEST(CostModelParallel, AlikeStagesGiveEveryChunkTheSameCosts) {
+  std::mt19937_64 rng(3);
+  std::vector<Chunk> chunks;
+  for (int i = 0; i < 40; ++i) {
+    Chunk c;
+    const int slices = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int s = 0; s < slices; ++s) {
+      const int64_t length = std::uniform_int_distribution<int64_t>(64, 65536)(rng);
+      const int64_t start = std::uniform_int_distribution<int64_t>(0, 1)(rng) * length / 2;
+      c.slices.push_back(Slice{s, start, length, length});
+    }
+    chunks.push_back(c);
+  }
+  int alike = 0;
+  for (const CostModel& m : {model("llama-13b", 8), model("llama-13b", 32), model("llama-7b", 3),
+                             model("llama-7b", 16, layout(2)), model("llama-7b", 4, layout(8)),
+                             model("llama-7b", 8, layout(4, 2))}) {
+    const int d = m.num_stages();
+    for (int a = 0; a < d; ++a)
+      for (int b = 0; b < d; ++b) {
+        const bool edge = a == 0 || b == 0 || a == d - 1 || b == d - 1;
+        if (a != b && edge) EXPECT_FALSE(m.chunk_costs_alike(a, b)) << a << " " << b;
+        if (!m.chunk_costs_alike(a, b)) continue;
+        alike += a != b;
+        for (const Chunk& c : chunks) {
+          EXPECT_EQ(m.forward_time(c, a), m.forward_time(c, b));
+          EXPECT_EQ(m.checkpoint_saving_bytes(c, a), m.checkpoint_saving_bytes(c, b));
+          EXPECT_EQ(m.backward_workspace_bytes(c, a), m.backward_workspace_bytes(c, b));
+          for (int l : {0, 1, m.layers(a)}) {
+            EXPECT_EQ(m.backward_time(c, a, l), m.backward_time(c, b, l));
+            EXPECT_EQ(m.recompute_time(c, a, l), m.recompute_time(c, b, l));
+            EXPECT_EQ(m.alltoall_time(c, a, l), m.alltoall_time(c, b, l));
+            EXPECT_EQ(m.activation_bytes(c, a, l), m.activation_bytes(c, b, l));
+          }
+        }
+      }
+  }
+  EXPECT_GT(alike, 0) << "no two stages were alike: the test shows nothing";
+}
+
 TEST(CostModelParallel, DsMustDivideTheHeads) {
   expect_error([] { model("llama-30b", 4, layout(8)); }, {"d_s = 8", "52 heads"});
   expect_error([] { model("tiny", 2, layout(4)); }, {"d_s = 4", "2 KV heads"});

@@ -121,6 +121,12 @@ class CostModel {
   double forward_time_with(const Chunk& chunk, int stage, double layer_forward) const;
   double backward_time_with(const Chunk& chunk, int stage, int checkpointed_layers,
                             double layer_forward) const;
+  // True when every per-chunk cost of stage `a` (forward_time, backward_time, recompute_time,
+  // alltoall_time, activation_bytes, checkpoint_saving_bytes, backward_workspace_bytes) equals
+  // that of stage `b` for every chunk, bit for bit: the same layer count and all-to-all link, and
+  // neither the first stage (embedding) nor the last (head, logits) unless a == b. Lets a caller
+  // asking about every chunk on every stage reuse one stage's answers (pipeline_bound).
+  bool chunk_costs_alike(int a, int b) const;
   // Recomputing `checkpointed_layers` of the chunk's layers on the stage (part of backward_time).
   double recompute_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
   // All-to-all seconds of the chunk on the stage over its forward and backward, recompute
