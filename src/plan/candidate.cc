@@ -110,10 +110,18 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   std::vector<double> kv_bytes(split_lengths.size());
   // Sums updated by adding and subtracting: a margin keeps rounding from calling a fit a miss.
   const double sure_limit = budget_bytes * (1 + 1e-6);
-  cand.never_fits_as_is = false;
+  cand.never_fits_as_is = cand.never_fits_recomputed = false;
+  cand.never_fits_stage = -1;
+  // With every layer recomputed, what any recompute holds at the least (activation bytes fall
+  // as layers are recomputed: checkpoint_bytes <= activation_bytes).
+  std::vector<double> least_activation(n), workspace(n);
   for (int p = 0; p < num_stages; ++p) {
     if (p == 0 || !cost.chunk_costs_alike(p, p - 1))
-      for (int c = 0; c < n; ++c) activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
+      for (int c = 0; c < n; ++c) {
+        activation[c] = cost.activation_bytes(cand.chunks[c], p, 0);
+        least_activation[c] = cost.activation_bytes(cand.chunks[c], p, cost.layers(p));
+        workspace[c] = cost.backward_workspace_bytes(cand.chunks[c], p);
+      }
     for (size_t s = 0; s < split_lengths.size(); ++s)
       kv_bytes[s] = cost.kv_buffer_bytes(split_lengths[s], p);
     std::fill(open_chunks.begin(), open_chunks.end(), 0);
@@ -123,11 +131,12 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
     flying.clear();
     std::fill(place.begin(), place.end(), -1);
     std::fill(marked.begin(), marked.end(), 0);
-    double in_flight = 0, most = 0, disjoint_excess = 0;
+    double in_flight = 0, least_in_flight = 0, most = 0, disjoint_excess = 0;
     int marked_left = 0;
     for (int i = 0; i < n; ++i) {
       const int added = order.forward[i];
       in_flight += activation[added];
+      least_in_flight += least_activation[added];
       for (int k = split_of[added]; k < split_of[added + 1]; ++k)
         if (open_chunks[split_seqs[k]]++ == 0) kv_open += kv_bytes[split_seqs[k]];
       place[added] = static_cast<int>(flying.size());
@@ -135,6 +144,7 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
       if (i > warmup) {
         const int removed = order.backward[i - warmup - 1];
         in_flight -= activation[removed];
+        least_in_flight -= least_activation[removed];
         for (int k = split_of[removed]; k < split_of[removed + 1]; ++k)
           if (--open_chunks[split_seqs[k]] == 0) kv_open -= kv_bytes[split_seqs[k]];
         if (place[removed] >= 0) {
@@ -150,6 +160,23 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
       }
       most = std::max(most, in_flight);
       if (fixed + in_flight + kv_open > sure_limit) cand.never_fits_as_is = true;
+      // The backward that follows this forward (after the last warm-up forward, the oldest
+      // chunk's; all of them once every forward has run) still holds this set, and its workspace
+      // and the dK/dV buffers of its split sequences too (memory_timeline.h).
+      const int next =
+          i >= warmup ? order.backward[i - warmup] : (i == n - 1 ? order.backward[0] : -1);
+      double least = fixed + least_in_flight + kv_open;
+      if (next >= 0) {
+        least += workspace[next];
+        for (int k = split_of[next]; k < split_of[next + 1]; ++k)
+          if (std::find(split_seqs.begin() + split_of[next], split_seqs.begin() + k,
+                        split_seqs[k]) == split_seqs.begin() + k)
+            least += kv_bytes[split_seqs[k]];
+      }
+      if (least > sure_limit && !cand.never_fits_recomputed) {
+        cand.never_fits_recomputed = true;
+        cand.never_fits_stage = p;
+      }
       const double over = fixed + in_flight - budget_bytes;
       if (over > 0 && marked_left == 0) {
         disjoint_excess += over;

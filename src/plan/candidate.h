@@ -26,7 +26,13 @@ struct Candidate {
   // Over the budget without recompute for sure: pipeline_bound's floor plus the K/V buffers of
   // the split sequences in flight exceeds it on some stage (a simulation would find as much).
   bool never_fits_as_is = false;
-  double key = 0;  // what the search ranks by: see search_key
+  // The same floor with every layer recomputed (the least any recompute holds), at the moments
+  // after forwards and at the backwards that follow them (with their workspace and the dK/dV
+  // buffers they open): no recompute makes the one wave fit, so the search skips its recompute
+  // search and the grouping DP its solve (their answer would be the same).
+  bool never_fits_recomputed = false;
+  int never_fits_stage = -1;  // the first stage where it is over, when never_fits_recomputed
+  double key = 0;             // what the search ranks by: see search_key
   bool simulated = false;
   // The plan, once evaluated.
   std::vector<Wave> waves;
@@ -57,7 +63,8 @@ double search_key(const Candidate& cand);
 // the first chain's length, then one forward one backward); K/V buffers and backward
 // workspaces only add to that; never_fits_as_is adds the K/V buffers of the split sequences
 // with a slice in flight (open from their first slice's forward to its backward, which comes
-// last) and tells whether that is over the budget.
+// last) and tells whether that is over the budget; never_fits_recomputed whether that, with every
+// layer recomputed, or the backward after it, is.
 void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes);
 
 }  // namespace infinipipe::planning

@@ -150,7 +150,13 @@ bool plan_with_recompute(Candidate& cand, double time_to_beat, bool may_group,
                          const CostModel& cost, const PlannerOptions& options, std::string& reason,
                          bool& grouped) {
   Candidate one = cand;
-  const bool one_fits = one_wave_key(cand) < time_to_beat &&
+  // pipeline_bound's floor with every layer recomputed is over the budget: the recompute search
+  // would fail (most of uniform's failed candidates).
+  if (cand.never_fits_recomputed)
+    reason = label(cand.setting) + ": one wave does not fit on stage " +
+             std::to_string(cand.never_fits_stage) +
+             " even with every layer recomputed (pipeline_bound's floor)";
+  const bool one_fits = one_wave_key(cand) < time_to_beat && !cand.never_fits_recomputed &&
                         one_wave_with_recompute(one, time_to_beat, cost, options, reason);
   const double goal = one_fits ? std::min(time_to_beat, one.sim.step_time_s) : time_to_beat;
   Candidate waves = cand;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <string>
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/schedule/grouping.h"
@@ -81,11 +82,15 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   };
   // No plan of the wave alone is faster than its bound with its least recompute (pipeline_bound;
   // recompute only adds to a stage's work): the DP's lower bound, far cheaper than a solve.
+  // Waves that no recompute makes fit alone (pipeline_bound's floor with every layer
+  // recomputed): weighing them would only find that out.
+  std::map<Wave, int> hopeless;  // the stage where it is over
   const WaveCost least_time = [&](const Wave& wave) {
     return memoized(least_memo, wave, [&](const Wave& key) {
       Candidate wave_only;
       wave_only.chunks = alone(key);
       pipeline_bound(wave_only, cost, options.num_stages, options.memory_budget_bytes);
+      if (wave_only.never_fits_recomputed) hopeless.emplace(key, wave_only.never_fits_stage);
       return one_wave_key(wave_only);
     });
   };
@@ -93,9 +98,16 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   auto weigh = [&](const Wave& key) {
     // A wave that alone cannot beat the time to beat, even with its least recompute, makes every
     // grouping with it lose too: its bound is enough for the DP.
-    if (time_to_beat < kInfinity) {
-      const double least = least_time(key);
-      if (least >= time_to_beat) return least;
+    const double least = least_time(key);
+    if (time_to_beat < kInfinity && least >= time_to_beat) return least;
+    if (const auto it = hopeless.find(key); it != hopeless.end()) {
+      if (wave_reason.empty() || key.size() < wave_reason_size) {
+        wave_reason = "a wave of " + std::to_string(key.size()) + " chunks does not fit on stage " +
+                      std::to_string(it->second) +
+                      " even with every layer recomputed (pipeline_bound's floor)";
+        wave_reason_size = key.size();
+      }
+      return kInfinity;
     }
     const std::vector<Chunk> chunks = alone(key);
     check_not_cancelled(options);

@@ -152,6 +152,32 @@ TEST(PipelineBound, NoAssignmentFitsWithLessRecomputeThanTheFloor) {
   EXPECT_GE(positive_floors, 5) << "the floors compared were mostly zero: the check says little";
 }
 
+// never_fits_recomputed: the floor with every layer recomputed, said only when even full
+// recompute leaves the simulated one wave over the budget (never at a budget it fits).
+TEST(PipelineBound, NeverFitsRecomputedOnlyWhenFullRecomputeIsOver) {
+  std::mt19937_64 rng(62);
+  int said = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Instance inst = random_instance(rng);
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
+    const int d = inst.options.num_stages;
+    Recompute full(d, std::vector<int>(cand.chunks.size(), 0));
+    for (int p = 0; p < d; ++p) std::fill(full[p].begin(), full[p].end(), inst.cost.layers(p));
+    const SimResult sim =
+        simulate_quietly(one_wave_schedule(cand.chunks, d), cand.chunks, inst.cost, full);
+    const double peak =
+        *std::max_element(sim.peak_memory_bytes.begin(), sim.peak_memory_bytes.end());
+    for (double share : {0.5, 0.9, 0.99, 1.0, 1.01}) {
+      Candidate at = cand;
+      planning::pipeline_bound(at, inst.cost, d, share * peak);
+      if (share >= 1) EXPECT_FALSE(at.never_fits_recomputed) << "budget " << share << " x peak";
+      said += at.never_fits_recomputed;
+    }
+  }
+  EXPECT_GT(said, 0) << "never said: the test shows nothing";
+}
+
 TEST(SearchKeys, FromTheBoundsAsDocumented) {
   Candidate cand;
   cand.busy = {1.0, 2.0};
