@@ -106,6 +106,19 @@ class Layout:
                 if self.rank in ranks:
                     self.gradient_group = group
 
+    def destroy_groups(self) -> None:
+        """Shuts down this rank's sequence and gradient groups (local, no collective). The
+        default group is the user's and stays."""
+        groups = [g for g in (self.sequence_group, self.gradient_group) if g is not None]
+        self.sequence_group = self.gradient_group = None
+        for group in groups:
+            if not dist.is_initialized():
+                return  # the user destroyed every group already
+            try:
+                dist.destroy_process_group(group)
+            except ValueError:
+                pass  # the user destroyed this one already
+
     def rank_of(self, replica: int, stage: int, sequence_rank: int) -> int:
         p = self.parallel
         return (replica * p.pipeline + stage) * p.sequence + sequence_rank

@@ -55,6 +55,7 @@ from .stage_group import (
     CollectiveFailure,
     guarded,
     local_optimizer,
+    settle,
     sharded_optimizer,
     sum_gradients,
 )
@@ -230,6 +231,7 @@ class Trainer:
         self._tied_pending = False
         self._reduce_pending = False
         self._ahead = PlanAhead(self._plan_lengths)
+        self._closed = False
         if self.plan_config.cost_model == profiled_cost.PROFILE:
             self._calls += 1  # a collective of its own on the failure board
             with self._failures_named():
@@ -541,6 +543,7 @@ class Trainer:
             # Its step() broadcasts every shard's update over the gradient group.
             with self._failures_named():
                 guarded("the ZeRO optimizer's broadcast of the updated parameters", step)
+                settle(self.layout.gradient_group, self.device, self.timeout_s)
         else:
             step()
         self._steps += 1
@@ -549,6 +552,20 @@ class Trainer:
     def steps(self) -> int:
         """Optimizer steps taken (restored by load_checkpoint)."""
         return self._steps
+
+    def close(self) -> None:
+        """Stops planning ahead and shuts down the sequence and gradient groups the trainer
+        made; the default group stays the caller's. The trainer cannot run after this. Also
+        `with Trainer(...) as trainer:`."""
+        self._ahead.close()
+        self.layout.destroy_groups()
+        self._closed = True
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def save_checkpoint(self, path: str | os.PathLike, extra: dict | None = None) -> Any:
         """Saves the whole training state (infinipipe.checkpoint.save): every rank's stage
@@ -634,6 +651,8 @@ class Trainer:
         """The checked batch, this replica's share of it and its plan (planned ahead, planned
         here, or given), agreed by every rank; and (planning seconds, the part of them hidden
         by planning ahead)."""
+        if self._closed:
+            raise Error("this trainer was closed (Trainer.close); create a new Trainer to go on")
         planning = (0.0, 0.0)
         error, share, fingerprint = None, None, None
         try:
@@ -720,7 +739,7 @@ class Trainer:
             return
         self._reduce_pending = False
         with self._failures_named():
-            sum_gradients(self.parameters, self.layout.gradient_group, self.timeout_s)
+            sum_gradients(self.parameters, self.layout.gradient_group, self.device, self.timeout_s)
 
     def _sum_tied_gradients(self) -> None:
         """Once per accumulation (before the norm or the optimizer step), so that the twins of

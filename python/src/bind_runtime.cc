@@ -23,6 +23,7 @@
 #include "infinipipe/runtime/executor.h"
 #include "infinipipe/runtime/layer_profiler.h"
 #include "infinipipe/runtime/next_token_loss.h"
+#include "infinipipe/runtime/pipe.h"
 
 namespace py = pybind11;
 
@@ -294,6 +295,23 @@ void bind_runtime(py::module_& root) {
       "(tokens, targets) of that rank's rows, as the executor embeds and scores them: padding "
       "rows hold token 0 and target IGNORE_INDEX.");
 
+  m.def(
+      "settle_group",
+      [](const py::object& group, const std::string& device, double timeout_s) {
+        auto pg = process_group_from(group);
+        py::gil_scoped_release release;
+        // Created here and never handed to Python: Gloo keeps its last finished work alive, and
+        // a Python-owned tensor in it released at interpreter shutdown aborts the process
+        // (docs/runtime.md, "Exits").
+        std::vector<at::Tensor> probe{at::zeros({1}, at::TensorOptions().device(device))};
+        runtime::wait_collective(
+            [&] { return pg->allreduce(probe); },
+            std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)),
+            "all-reduce closing the stage group's collectives");
+      },
+      py::arg("group"), py::arg("device"), py::arg("timeout_s"),
+      "A one-element all-reduce over `group` on a tensor Python never sees, so that the "
+      "group's last work holds no Python-owned tensor; PeerError on a timeout or a lost rank.");
   m.attr("IGNORE_INDEX") = runtime::kIgnoreIndex;
   m.def("next_token_targets", &runtime::next_token_targets, py::arg("slices"), py::arg("sequences"),
         "Target ids [T] of a chunk's rows: each token's next token in its sequence, "

@@ -92,10 +92,19 @@ def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: flo
         for t in state.values()
         if torch.is_tensor(t) and t.dim() > 0
     )
+    params = {n: p.detach().clone() for n, p in trainer.module.named_parameters()}
+    trainer.close()  # its groups shut down here, not left to the exit
+    try:
+        trainer.step(bodies.make_batch(batches[0], 0))
+        after_close = "no error"
+    except infinipipe.Error as e:
+        after_close = str(e)
     return dict(
         losses=losses,
-        params={n: p.detach().clone() for n, p in trainer.module.named_parameters()},
+        params=params,
         state_bytes=state_bytes,
         stage=trainer.stage_index,
         replica=trainer.layout.replica,
+        after_close=after_close,
+        groups_left=trainer.layout.gradient_group is not None,
     )

@@ -130,7 +130,8 @@ def reference_steps(batches: list[list[int]], lr: float) -> dict[str, torch.Tens
 
 def test_optimizer_steps_keep_every_replica_equal_to_the_unpipelined_model():
     """Without and with ZeRO-1: the same parameters as the unpipelined model after three AdamW
-    steps, bitwise the same on both replicas; ZeRO-1 splits each stage's state in two."""
+    steps, bitwise the same on both replicas; ZeRO-1 splits each stage's state in two. Then
+    closed, every rank's trainer refuses to run."""
     batches, lr = [MIX, PRESSURE, [90, 80, 70, 5]], 1e-2
     expected = reference_steps(batches, lr)
     state_bytes = {}
@@ -155,6 +156,10 @@ def test_optimizer_steps_keep_every_replica_equal_to_the_unpipelined_model():
             a, b = [r["params"] for r in ranks if r["stage"] == stage]
             assert all(torch.equal(a[n], b[n]) for n in a), f"zero {zero}, stage {stage}"
         state_bytes[zero] = [r["state_bytes"] for r in ranks]
+        # Closed, a trainer shuts its groups down and refuses to run (it would skip the
+        # gradient sum over replicas), on every rank, without a hang.
+        assert all(not r["groups_left"] for r in ranks)
+        assert all("trainer was closed" in r["after_close"] for r in ranks), ranks
     # Per stage (ranks s and 2 + s: the stage in each replica), the two shards hold the whole
     # state between them, and neither more than three quarters of it.
     whole, sharded = state_bytes[0], state_bytes[1]
