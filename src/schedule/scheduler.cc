@@ -27,6 +27,7 @@ StagePart one_f_one_b(const WaveOrder& order, int warmup, std::vector<char>& for
   const int n = static_cast<int>(order.forward.size());
   StagePart part;
   std::vector<Action>& out = part.actions;
+  out.reserve(2 * static_cast<size_t>(n));
   int f = 0;
   auto forward_next = [&] {
     forwarded[order.forward[f]] = 1;
@@ -64,6 +65,7 @@ void overlap_next(std::vector<Action>& out, int cooldown, const StagePart& next)
 
 std::vector<Action> gpipe(const WaveOrder& order) {
   std::vector<Action> out;
+  out.reserve(order.forward.size() + order.backward.size());
   for (int c : order.forward) out.push_back({ActionType::kForward, c});
   for (int c : order.backward) out.push_back({ActionType::kBackward, c});
   return out;
@@ -86,7 +88,10 @@ std::vector<Action> with_communication(const std::vector<Action>& computes, int 
     }
     return false;
   };
+  // At most a RECV and a SEND per compute: reserved, since the planner builds a schedule per
+  // candidate and per wave it weighs (growing these was 5% of its time at 32 stages).
   std::vector<Action> out;
+  out.reserve(3 * computes.size());
   size_t posted = 0;  // computes whose RECV (if any) is already in `out`
   for (size_t i = 0; i < computes.size(); ++i) {
     for (; posted < computes.size() && posted <= i + kRecvLookahead; ++posted) {
@@ -172,6 +177,7 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
           "chunk " + std::to_string(id) + " is in no wave: every chunk must be in exactly one");
 
   std::vector<std::vector<Action>> computes(d);
+  for (std::vector<Action>& actions : computes) actions.reserve(2 * static_cast<size_t>(n));
   std::vector<int> cooldown(d, 0);  // of the stage's previous wave
   for (const Wave& wave : waves) {
     const WaveOrder order = order_wave(chunks, wave, options);
@@ -201,6 +207,7 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
     }
   }
   Schedule schedule;
+  schedule.stages.reserve(d);
   for (int p = 0; p < d; ++p) schedule.stages.push_back(with_communication(computes[p], p, d));
   return schedule;
 }
