@@ -43,6 +43,7 @@ the exact model state (weights, gradients, AdamW moments). Rank 0 writes the JSO
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -76,7 +77,7 @@ TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
 PACKED_ROW_FRACTIONS = (1, 2, 4, 8)
 # Methods whose loss differs from the others' by design: the packed peer's cut documents lose
 # the context before the cut.
-OWN_LOSS = ("torch_packed",)
+OWN_LOSS = ("torch_packed", "torch_packed_context")
 
 
 def parse_args() -> argparse.Namespace:
@@ -121,6 +122,18 @@ def parse_args() -> argparse.Namespace:
         "--packed-config",
         help="SCHEDULE,ROW_LENGTH,CHECKPOINT (0 or all) for the packed peer instead of tuning it "
         f"here; schedules: {', '.join(SCHEDULES)}",
+    )
+    p.add_argument(
+        "--packed-context-config",
+        help="SCHEDULE,CHECKPOINT: also run the packed peer with rows of the whole context (the "
+        "fewest cut documents), as a row of its own",
+    )
+    p.add_argument(
+        "--packed-tried",
+        type=Path,
+        help="with --packed-config: a JSON list of the configurations an earlier run of this "
+        "case tried (schedule, row_length, checkpoint, peak_bytes, fits, step0_s), kept in the "
+        "output",
     )
     p.add_argument(
         "--skip-torch",
@@ -326,6 +339,8 @@ def pick_fastest(configs, build, dominated, batches, args, name) -> tuple[dict, 
         fits = peak <= budget
         out, step_s = timed(lambda: runner.step(batches[0])) if fits else ({}, math.inf)
         tried.append(dict(c, peak_bytes=peak, fits=fits, step0_s=step_s))
+        runner = None
+        gc.collect()  # a peer's stages, schedules and buffers, before the next one is built
         if "cut_tokens" in out:  # the share of step 0's tokens cut from their earlier context
             tried[-1]["cut_share"] = out["cut_tokens"] / sum(t.numel() for t in batches[0])
         if dist.get_rank() == 0:
@@ -437,10 +452,19 @@ def main() -> int:
             schedule, row, ckpt = args.packed_config.split(",")
             packed = dict(schedule=schedule, row_length=int(row), checkpoint=checkpoint_arg(ckpt))
             packed_tried = [dict(given=args.packed_config)]
+            if args.packed_tried:
+                packed_tried += json.loads(args.packed_tried.read_text())
         else:
             packed, packed_tried = pick_packed_config(batches, config, args)
         runners["torch_packed"] = TorchRunner(packed_pipe(config, **packed))
         packed_config = dict(packed, tried=packed_tried)
+        if args.packed_context_config:
+            schedule, ckpt = args.packed_context_config.split(",")
+            context = dict(
+                schedule=schedule, row_length=args.context, checkpoint=checkpoint_arg(ckpt)
+            )
+            runners["torch_packed_context"] = TorchRunner(packed_pipe(config, **context))
+            packed_config["context_row"] = context
     reference = Unpipelined(config) if rank == 0 else None
 
     def unpipelined_step(batch):

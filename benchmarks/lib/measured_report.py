@@ -25,6 +25,7 @@ LABELS = {
     "chunkflow": "ChunkFlow (static)",
     "torch_1f1b": "torch.distributed.pipelining Schedule1F1B (padded)",
     "torch_packed": "torch.distributed.pipelining (packed documents)",
+    "torch_packed_context": "torch.distributed.pipelining (packed, rows of the context)",
     "unpipelined": "unpipelined, one process",
 }
 
@@ -59,6 +60,8 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
     pc = res.get("packed_config")
     if pc:
         settings["torch_packed"] = packed_setting(pc)
+        if "context_row" in pc:
+            settings["torch_packed_context"] = packed_setting(pc["context_row"])
     settings["epp"] = "planned per step"
     settings["unpipelined"] = "rank 0 alone"
     for name, e in s.items():
@@ -77,6 +80,8 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
         "time.",
         "",
     ]
+    if res.get("note"):
+        out += [f"This run: {res['note']}.", ""]
     out += tried_text(
         tc.get("tried", []),
         "torch.distributed.pipelining's padded configuration",
@@ -138,7 +143,9 @@ def packed_text(res: dict, pc: dict) -> list[str]:
         f"next token of its document, also across a cut), so the loss has the same targets and "
         f"normaliser as the other methods'. What differs is the context: "
         f"{100 * p.get('cut_share', 0):.0f}% of the tokens lie after a cut in their document "
-        f"at the chosen rows and do not see what came before it, so its first-step loss is "
+        f"at the chosen rows and do not see what came before it "
+        f"({100 * pad_share(res, 'torch_packed'):.0f}% of its rows' tokens are padding), so its "
+        f"first-step loss is "
         f"{loss['torch_packed']:.6f} against {loss['epp']:.6f} (EPP), and it does less "
         f"attention work than the methods that keep every document whole. Chosen: "
         f"{packed_setting(pc)}, the fastest configuration whose measured memory fits, over "
@@ -146,8 +153,9 @@ def packed_text(res: dict, pc: dict) -> list[str]:
         f"ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble with 2 stages per rank, "
         f"ScheduleZBVZeroBubble), rows of the context and its halves to eighths, and no or full "
         f"checkpointing (a longer row of a schedule and checkpointing that went over was not "
-        f"tried).",
+        f"tried; the cut share is of step 0's tokens).",
         "",
+        *context_row_text(res, pc),
         *tried_text(
             pc["tried"],
             "The packed peer's configuration",
@@ -157,6 +165,31 @@ def packed_text(res: dict, pc: dict) -> list[str]:
                 + (f" ({100 * t['cut_share']:.0f}% cut)" if "cut_share" in t else "")
             ),
         ),
+    ]
+
+
+def pad_share(res: dict, name: str) -> float:
+    """The share of a packed peer's row tokens that are padding, over the run's steps."""
+    rows = sum(step["ranks"][0]["padded_tokens"] for step in res["rows"][name])
+    return 1 - sum(map(sum, res["lengths"])) / rows
+
+
+def context_row_text(res: dict, pc: dict) -> list[str]:
+    """EPP against the packed peer with rows of the whole context, when the run has it."""
+    if "context_row" not in pc:
+        return []
+    s, loss = res["summary"], res["first_step_loss"]
+    c = s["torch_packed_context"]
+    return [
+        f"With rows of the whole context ({packed_setting(pc['context_row'])}, the fastest "
+        f"configuration with rows that long that fitted in the tuning), the packed peer cuts only "
+        f"{100 * c.get('cut_share', 0):.0f}% of the tokens from their earlier context (first-step "
+        f"loss {loss['torch_packed_context']:.6f}), but "
+        f"{100 * pad_share(res, 'torch_packed_context'):.0f}% of its rows' tokens are padding "
+        f"(a row's unfilled tail, and whole rows where a step has fewer rows than the schedule "
+        f"needs microbatches): EPP {c['epp_speedup']:.2f}x its throughput, its peak "
+        f"{c['peak_memory_mib']:.0f} MiB.",
+        "",
     ]
 
 

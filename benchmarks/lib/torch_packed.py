@@ -87,12 +87,15 @@ def row_tensors(
     return tokens, targets
 
 
+PAD_SLICE = 64  # padding attends in blocks this long: next to nothing, whatever its length
+
+
 def row_context(row: list[Piece], row_length: int) -> llama.ChunkContext:
     """One slice per piece, as a whole sequence of its own (so attention stays inside it and
-    positions start at 0), and one for the padding."""
+    positions start at 0), and the padding in slices of PAD_SLICE tokens."""
     lengths = [end - start for _, start, end in row]
-    if sum(lengths) < row_length:
-        lengths.append(row_length - sum(lengths))
+    pad = row_length - sum(lengths)
+    lengths += [PAD_SLICE] * (pad // PAD_SLICE) + ([pad % PAD_SLICE] if pad % PAD_SLICE else [])
     return llama.ChunkContext([(i, 0, n) for i, n in enumerate(lengths)])
 
 

@@ -109,15 +109,16 @@ def test_packing_rows_tokens_and_masks():
     assert int((targets != llama.IGNORE_INDEX).sum()) == llama.count_targets(PACKED_LENGTHS)
 
     # The row's attention against a dense mask: causal within the same piece of a document
-    # (padding a piece of its own), nothing across documents or across a cut.
+    # (padding in pieces of PAD_SLICE tokens), nothing across documents or across a cut.
     g = torch.Generator().manual_seed(1)
     for row in rows:
         ctx = tp.row_context(row, PACKED_ROW)
-        piece = torch.full((PACKED_ROW,), len(row))
+        piece = torch.empty(PACKED_ROW, dtype=torch.long)
         at = 0
         for k, (_, s, e) in enumerate(row):
             piece[at : at + e - s] = k
             at += e - s
+        piece[at:] = len(row) + torch.arange(PACKED_ROW - at) // tp.PAD_SLICE
         q = torch.randn(PACKED_ROW, 4, 32, generator=g, dtype=torch.float64)
         k, v = (torch.randn(PACKED_ROW, 2, 32, generator=g, dtype=torch.float64) for _ in "kv")
         i = torch.arange(PACKED_ROW)
