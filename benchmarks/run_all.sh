@@ -3,7 +3,8 @@
 #   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs,
 #      beside one neighbour process doing the same work, as the other rank does)
 #   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions
-#   3. measured comparison: EPP, its baselines and torch.distributed.pipelining, side by side,
+#   3. measured comparison: EPP, its baselines and torch.distributed.pipelining (padded batches
+#      and packed documents), side by side,
 #      and MEASURED_REPEATS (default 2) repeats of it
 #   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case, and the measured
 #      setup simulated over more steps and other budgets
