@@ -84,6 +84,7 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --torch-config 1,all --packed-config {packed} --output benchmarks/results/measured_repeat_1.json --note "repeat 1"  # and _2
+.venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --skip-torch --packed-config interleaved_1f1b,8192,all --output benchmarks/results/measured_packed_context.json
 .venv/bin/torchrun --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured_sp2.json
 .venv/bin/torchrun --nproc_per_node=4 benchmarks/measured_comparison.py --replicas 2 --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured_dp2.json
 .venv/bin/python benchmarks/cpu_simulated.py --cost-model benchmarks/results/cost_cpu.json
@@ -365,7 +366,9 @@ def main() -> int:
     )
     text += ["## Calibration", "", CALIBRATION, ""] + calibration_section(meta)
     text += ["## Simulator validation", "", VALIDATION, ""] + validation_section(val)
-    text += ["## Measured comparison", "", MEASURED, ""] + measured_section(res, args.docs)
+    text += ["## Measured comparison", "", MEASURED, ""] + measured_section(
+        res, args.docs, load(r / "measured_packed_context.json")
+    )
     text += kept_runs_section(repeats, history)
     text += layout_sections(r)
     text += ["## The measured setup, simulated further", ""] + horizon_section(

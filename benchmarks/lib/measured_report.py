@@ -30,7 +30,7 @@ LABELS = {
 }
 
 
-def measured_section(res: dict | None, docs: Path) -> list[str]:
+def measured_section(res: dict | None, docs: Path, context_run: dict | None = None) -> list[str]:
     if res is None:
         return ["No measured comparison.\n"]
     s, case = res["summary"], res["case"]
@@ -90,6 +90,8 @@ def measured_section(res: dict | None, docs: Path) -> list[str]:
     )
     if pc:
         out += packed_text(res, pc)
+    if context_run:
+        out += context_run_text(context_run)
     plot_throughput(s, docs / "img" / "measured_throughput.png")
     out.append("![throughput by method](img/measured_throughput.png)\n")
     return out
@@ -189,6 +191,26 @@ def context_row_text(res: dict, pc: dict) -> list[str]:
         f"(a row's unfilled tail, and whole rows where a step has fewer rows than the schedule "
         f"needs microbatches): EPP {c['epp_speedup']:.2f}x its throughput, its peak "
         f"{c['peak_memory_mib']:.0f} MiB.",
+        "",
+    ]
+
+
+def context_run_text(run: dict) -> list[str]:
+    """A run of the packed peer alone, with rows of the whole context
+    (benchmarks/results/measured_packed_context.json)."""
+    s, pc = run["summary"], run["packed_config"]
+    p, e = s["torch_packed"], s["epp"]
+    others = ", ".join(
+        f"{s[m]['epp_speedup']:.2f}x {LABELS[m]}" for m in ("seq1f1b", "batch", "chunkflow")
+    )
+    return [
+        f"A separate run of the same case with the packed peer at rows of the whole context "
+        f"only ({packed_setting(pc)}; benchmarks/results/measured_packed_context.json; "
+        f"{run.get('note', '')}): EPP {p['epp_speedup']:.2f}x its throughput, peaks "
+        f"{e['peak_memory_mib']:.0f} MiB (EPP) and {p['peak_memory_mib']:.0f} MiB (packed), "
+        f"{100 * p.get('cut_share', 0):.0f}% of the tokens cut and "
+        f"{100 * pad_share(run, 'torch_packed'):.0f}% of its rows' tokens padding; in that run "
+        f"EPP was {others}.",
         "",
     ]
 
