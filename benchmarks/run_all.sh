@@ -54,6 +54,11 @@ for i in $(seq 1 "${MEASURED_REPEATS:-2}"); do
     --torch-config "$TORCH_CONFIG" --packed-config "$PACKED_CONFIG" --output "$R/measured_repeat_$i.json" \
     --note "repeat $i, $(date -u '+%Y-%m-%d %H:%M UTC'): the same command with the main run's torch configurations ($TORCH_CONFIG; packed $PACKED_CONFIG)"
 done
+# The packed peer with rows of the whole context (the fewest documents cut) in a run of its own,
+# at the configuration its tuning chose (docs/benchmarks.md, measured_packed_tuning.json).
+$TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model "$R/cost_cpu.json" \
+  --skip-torch --packed-config interleaved_1f1b,8192,all --output "$R/measured_packed_context.json" \
+  --note "$(date -u '+%Y-%m-%d %H:%M UTC'): the packed peer with rows of the context only, the padded peer left out"
 # The paper's layout on 4 processes: pipeline 2 x sequence 2, pipeline 2 x data 2.
 $TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 \
   --cost-model "$R/cost_cpu.json" --output "$R/measured_sp2.json"
