@@ -45,6 +45,11 @@ ModelShape ModelShape::builtin(const std::string& name) {
   if (name == "llama-7b") return {name, 32, 4096, 32, 32, 11008, 32000, 2};
   if (name == "llama-13b") return {name, 40, 5120, 40, 40, 13824, 32000, 2};
   if (name == "llama-30b") return {name, 60, 6656, 52, 52, 17920, 32000, 2};
+  // LLaMA-3-8B: Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3 (32 layers, dimension
+  // 4096, FFN 14336, 32 heads, 8 KV heads); vocabulary 128256, the released config's vocab_size
+  // (the paper's 128K tokens plus 256 reserved special tokens). Its LM head is about two decoder
+  // layers of GEMM work, which makes the last pipeline stage's imbalance large.
+  if (name == "llama3-8b") return {name, 32, 4096, 32, 8, 14336, 128256, 2};
   // Small enough to train on the CPU in tests and examples; kv_heads < heads so GQA is exercised,
   // fp32 because CPU kernels have no fast bf16 path.
   if (name == "tiny") return {name, 8, 128, 4, 2, 352, 512, 4};
@@ -55,7 +60,7 @@ ModelShape ModelShape::builtin(const std::string& name) {
 }
 
 std::vector<std::string> ModelShape::builtin_names() {
-  return {"llama-7b", "llama-13b", "llama-30b", "tiny"};
+  return {"llama-7b", "llama-13b", "llama-30b", "llama3-8b", "tiny"};
 }
 
 void to_json(nlohmann::json& j, const ModelShape& s) {

@@ -34,6 +34,8 @@ TEST(ModelShape, LargerLlamasMatchPublishedSizes) {
   // Table 2 of the LLaMA paper: 13.0B and 32.5B.
   EXPECT_NEAR(total_params(ModelShape::builtin("llama-13b")) / 1e9, 13.0, 0.05);
   EXPECT_NEAR(total_params(ModelShape::builtin("llama-30b")) / 1e9, 32.5, 0.05);
+  // LLaMA-3-8B's released checkpoint: 8,030,261,248 parameters (untied LM head).
+  EXPECT_EQ(total_params(ModelShape::builtin("llama3-8b")), 8030261248);
 }
 
 TEST(ModelShape, TinyUsesGroupedQueryAttentionInFp32) {

@@ -27,7 +27,8 @@ struct ModelShape {
   // hidden, kv_heads not dividing heads).
   void validate() const;
 
-  // "llama-7b", "llama-13b", "llama-30b" (the paper's models) and "tiny" (tests, CPU examples).
+  // "llama-7b", "llama-13b", "llama-30b" (the paper's models), "llama3-8b" (a 128K vocabulary)
+  // and "tiny" (tests, CPU examples).
   static ModelShape builtin(const std::string& name);
   static std::vector<std::string> builtin_names();
 };
