@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "infinipipe/data/length_file.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/plan/planner.h"
+#include "infinipipe/plan/stage_balance.h"
 #include "infinipipe/plan/static_baseline.h"
 #include "infinipipe/sim/simulator.h"
 #include "plan_replicas.h"
@@ -304,6 +306,43 @@ void print_row(std::ostream& out, const Row& row, double budget) {
     out << "      all-to-all s per stage " << list(a2a, 3) << "\n";
 }
 
+// The layer splits --layers-per-stage balanced weighed, in JSON and as text.
+nlohmann::json candidates_json(const ip::LayerSplitChoice& choice) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ip::LayerSplitCandidate& c : choice.candidates) {
+    nlohmann::json j = {{"name", c.name},
+                        {"layers_per_stage", c.split},
+                        {"bound_s", c.bound_s},
+                        {"planned", c.planned},
+                        {"chosen", c.split == choice.split}};
+    if (c.planned) {
+      j["feasible_steps"] = c.feasible_steps;
+      if (!c.reason.empty())
+        j["reason"] = c.reason;
+      else
+        j["mean_step_s"] = c.mean_step_s;
+    }
+    out.push_back(j);
+  }
+  return out;
+}
+
+void print_candidates(std::ostream& out, const ip::LayerSplitChoice& choice) {
+  out << "layer splits weighed (EPP over the steps; bound: the busiest stage's compute)\n";
+  for (const ip::LayerSplitCandidate& c : choice.candidates) {
+    out << "  " << (c.split == choice.split ? "* " : "  ") << c.name << ":";
+    for (int l : c.split) out << " " << l;
+    out << ", bound " << fixed(c.bound_s, 3) << " s";
+    if (!c.planned)
+      out << ", not planned (the bound is no better than the best plan)";
+    else if (!c.reason.empty())
+      out << ", feasible on " << c.feasible_steps << " steps";
+    else
+      out << ", mean step " << fixed(c.mean_step_s, 3) << " s";
+    out << "\n";
+  }
+}
+
 // A number option's value must be finite and within its range: CLI11 reads "nan", "inf" and
 // "1e400" as doubles, and a budget of NaN would compare false everywhere and plan with no limit.
 void check_finite(const CLI::Option* option, double value, bool zero_allowed,
@@ -382,8 +421,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   auto* memory_opt = app.add_option(
       "--memory-gib", args.memory_gib,
       "memory budget per stage in GiB, model state included (default: the device memory)");
-  app.add_option("--layers-per-stage", args.layers_per_stage,
-                 "layers of each stage, comma separated (default: as even as possible)")
+  std::vector<std::string> layers_typed;
+  app.add_option("--layers-per-stage", layers_typed,
+                 "layers of each stage, comma separated, or 'balanced': chosen from per-stage "
+                 "costs (the head's stage lighter) over the sampled steps, every method then "
+                 "planned on it (default: as even as possible)")
       ->delimiter(',');
   app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")
       ->capture_default_str();
@@ -417,6 +459,23 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return ip::tools::kExitPlanned;
+  }
+  if (layers_typed.size() == 1 && layers_typed[0] == "balanced") {
+    args.balanced = true;
+  } else {
+    for (const std::string& typed : layers_typed) {
+      size_t used = 0;
+      int value = 0;
+      try {
+        value = std::stoi(typed, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      ip::check(used == typed.size() && used > 0,
+                "--layers-per-stage " + typed +
+                    ": expected layer counts, comma separated, or 'balanced'");
+      args.layers_per_stage.push_back(value);
+    }
   }
   args.memory_given = memory_opt->count() > 0;
   args.layout_given = sp_opt->count() + dp_opt->count() + zero_opt->count() + gpus_opt->count() > 0;
@@ -462,7 +521,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   else
     methods.push_back(ip::parse_method(args.method));
 
-  const ip::CostModel cost = build_cost_model(args);
+  ip::CostModel cost = build_cost_model(args);
   const double memory_gib = args.memory_given ? args.memory_gib : default_memory_gib(args);
   ip::PlannerOptions options;
   options.num_stages = args.stages;
@@ -476,14 +535,28 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   // With --dp each replica's share is planned as a step of its own; a static baseline setting
   // is chosen over all of them (one setting for every replica and step).
   const int replicas = cost.layout().data;
+  // --layers-per-stage balanced: the split EPP plans the steps fastest on (plan/stage_balance.h),
+  // chosen on each replica's share of the even split's data split; every method then runs on it.
+  std::string split_name = args.layers_per_stage.empty() ? "even" : "given";
+  std::optional<ip::LayerSplitChoice> choice;
+  if (args.balanced) {
+    choice = ip::choose_layer_split(ip::tools::split_steps(steps, cost, replicas).planned, cost,
+                                    options);
+    if (choice->split != cost.layers_per_stage()) cost = ip::with_layer_split(cost, choice->split);
+    split_name = choice->name;
+  }
   const ip::tools::ReplicaSteps split = ip::tools::split_steps(steps, cost, replicas);
   const int planned = static_cast<int>(split.planned.size());
 
   std::vector<ip::PlanResult> epp(planned);
   std::vector<ip::BaselineComparison> baselines;
+  // The choice planned every share with EPP on the chosen split already (the same data split,
+  // which depends on the split only through the cost model: reuse only when it is the same).
+  const bool reuse = choice && replicas == 1;
   for (ip::Method m : methods) {
     if (m == ip::Method::kEpp) {
-      for (int i = 0; i < planned; ++i) epp[i] = ip::plan_epp(split.planned[i], cost, options);
+      for (int i = 0; i < planned; ++i)
+        epp[i] = reuse ? choice->plans[i] : ip::plan_epp(split.planned[i], cost, options);
     } else {
       baselines.push_back(ip::compare_baseline(m, split.planned, cost, options));
     }
@@ -520,6 +593,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       nlohmann::json j = row_json(row, steps[row.step], options.memory_budget_bytes);
       if (row.result->feasible)
         ip::tools::add_layout_fields(j, by_replica[k], cost, split, row.step);
+      j["layers_per_stage"] = cost.layers_per_stage();
+      j["layer_split"] = split_name;
+      if (choice && row.step == 0) j["layer_split_candidates"] = candidates_json(*choice);
       if (row.method == ip::Method::kEpp && row.result->feasible &&
           row.result->plan.recompute_s > 0)
         j["checkpoint_compare"] = checkpoint_comparison(
@@ -529,10 +605,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   } else {
     out << cost.shape().name << ", " << args.stages << " stages (layers";
     for (int l : cost.layers_per_stage()) out << " " << l;
-    out << "), budget " << fixed(memory_gib, 1) << " GiB per "
+    out << ", " << split_name << "), budget " << fixed(memory_gib, 1) << " GiB per "
         << (cost.layout() == ip::ParallelLayout{} ? "stage" : "rank") << "\n";
     if (cost.layout() != ip::ParallelLayout{})
       out << "layout " << cost.layout().describe(args.stages) << "\n";
+    if (choice) print_candidates(out, *choice);
     for (int i = 0; i < n; ++i) {
       const auto& lengths = steps[i];
       out << "\nstep " << i;

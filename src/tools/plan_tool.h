@@ -33,7 +33,8 @@ struct PlanToolArgs {
   bool layout_given = false;  // any of the four above on the command line
   bool memory_given = false;  // without --memory-gib, the hardware's device memory
   double memory_gib = 0;
-  std::vector<int> layers_per_stage;
+  std::vector<int> layers_per_stage;  // empty: even, unless balanced
+  bool balanced = false;              // --layers-per-stage balanced (plan/stage_balance.h)
   std::string method = "all";
   int max_k = 0;            // set from PlannerOptions
   int64_t search_work = 0;  // set from PlannerOptions
