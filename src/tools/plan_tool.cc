@@ -423,9 +423,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       "memory budget per stage in GiB, model state included (default: the device memory)");
   std::vector<std::string> layers_typed;
   app.add_option("--layers-per-stage", layers_typed,
-                 "layers of each stage, comma separated, or 'balanced': chosen from per-stage "
-                 "costs (the head's stage lighter) over the sampled steps, every method then "
-                 "planned on it (default: as even as possible)")
+                 "layers of each stage, comma separated, or 'balanced': the split with the least "
+                 "busiest stage (the head's stage lighter) or a neighbour, whichever EPP plans "
+                 "the steps fastest on; every method then runs on it (default: as even as "
+                 "possible)")
       ->delimiter(',');
   app.add_option("--method", args.method, "epp, batch, seq1f1b, chunkflow or all")
       ->capture_default_str();
