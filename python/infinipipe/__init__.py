@@ -20,6 +20,8 @@ _EXPORTS = {
     "LlamaStageAdapter": "stage_adapter",
     "model_shape_json": "cost",
     "cost_model_for": "cost",
+    "balanced_layer_split": "stage_balance",
+    "choose_layer_split": "stage_balance",
 }
 
 __all__ = list(_EXPORTS)

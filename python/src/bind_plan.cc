@@ -22,6 +22,7 @@
 #include "infinipipe/plan/data_split.h"
 #include "infinipipe/plan/plan.h"
 #include "infinipipe/plan/planner.h"
+#include "infinipipe/plan/stage_balance.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/schedule/validator.h"
 #include "infinipipe/sim/memory_timeline.h"
@@ -355,6 +356,43 @@ void bind_plan(py::module_& root) {
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
         "(chunk_tokens) use the setting given. Error when nothing fits the budget.",
         py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "balanced_layer_split",
+      [](const std::vector<std::vector<int64_t>>& steps, const CostModel& cost) {
+        return balanced_layer_split(steps, cost);
+      },
+      py::arg("steps"), py::arg("cost"),
+      "Layers per stage with the least busiest stage's compute over the steps (each a list of "
+      "sequence lengths) on the cost model's stages, the first embedding and the last running "
+      "the head (plan/stage_balance.h); the cost model's own split is not used.");
+  m.def(
+      "choose_layer_split",
+      [](const std::vector<std::vector<int64_t>>& steps, const CostModel& cost,
+         double memory_budget_bytes) {
+        const LayerSplitChoice choice = choose_layer_split(
+            steps, cost, PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes));
+        py::list candidates;
+        for (const LayerSplitCandidate& c : choice.candidates) {
+          py::dict d;
+          d["name"] = c.name;
+          d["layers_per_stage"] = c.split;
+          d["bound_s"] = c.bound_s;
+          d["planned"] = c.planned;
+          d["feasible_steps"] = c.feasible_steps;
+          d["mean_step_s"] = c.mean_step_s;
+          d["reason"] = c.reason;
+          candidates.append(d);
+        }
+        py::dict out;
+        out["layers_per_stage"] = choice.split;
+        out["name"] = choice.name;
+        out["candidates"] = candidates;
+        return out;
+      },
+      py::arg("steps"), py::arg("cost"), py::arg("memory_budget_bytes"),
+      "The layer split EPP (the trainer's options) plans the steps fastest on, among the even "
+      "split, the balanced one and its neighbours (plan/stage_balance.h): a dict with "
+      "layers_per_stage, name and every candidate weighed.");
   m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
         py::arg("cost"), py::arg("recompute") = Recompute{}, py::arg("overlap_waves") = false,
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
