@@ -32,10 +32,99 @@ double search_key(const Candidate& cand) {
   return std::min(one_wave_key(cand), waves_key(cand));
 }
 
-void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes) {
+namespace {
+
+// The split sequences of each chunk (split_of[c] .. split_of[c + 1] in seqs), numbered
+// 0 .. lengths.size() - 1.
+struct SplitIndex {
+  std::vector<int> split_of, seqs;
+  std::vector<int64_t> lengths;
+  explicit SplitIndex(const std::vector<Chunk>& chunks) : split_of(chunks.size() + 1, 0) {
+    std::vector<int> number;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      for (const Slice& s : chunks[c].slices) {
+        if (s.whole()) continue;
+        if (s.seq >= static_cast<int>(number.size())) number.resize(s.seq + 1, -1);
+        if (number[s.seq] < 0) {
+          number[s.seq] = static_cast<int>(lengths.size());
+          lengths.push_back(s.seq_length);
+        }
+        seqs.push_back(number[s.seq]);
+      }
+      split_of[c + 1] = static_cast<int>(seqs.size());
+    }
+  }
+};
+
+// The 1F1B order of one wave of all chunks and k_max, the first chain's length (a warm-up
+// stage p runs (d - 1 - p) + (k_max - 1) forwards).
+WaveOrder one_wave_order(const std::vector<Chunk>& chunks, int num_stages, int& k_max) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = num_stages;
-  const WaveOrder order = order_wave(cand.chunks, all_chunks(cand.chunks.size()), schedule_options);
+  WaveOrder order = order_wave(chunks, all_chunks(chunks.size()), schedule_options);
+  int split_seq = -1;
+  for (const Slice& s : chunks[order.forward.front()].slices)
+    if (!s.whole()) split_seq = s.seq;
+  k_max = 1;
+  if (split_seq >= 0) {
+    k_max = 0;
+    for (const Chunk& c : chunks)
+      for (const Slice& s : c.slices) k_max += s.seq == split_seq;
+  }
+  return order;
+}
+
+}  // namespace
+
+bool never_fits_as_is(const std::vector<Chunk>& chunks, const CostModel& cost, int num_stages,
+                      double budget_bytes) {
+  int k_max = 1;
+  const WaveOrder order = one_wave_order(chunks, num_stages, k_max);
+  const SplitIndex split(chunks);
+  const int n = static_cast<int>(chunks.size());
+  // pipeline_bound's walk, its sums added and subtracted in the same order (so the same answer
+  // bit for bit), each chunk's bytes computed only once it is reached, stopping at the first
+  // moment over the budget.
+  std::vector<double> activation(n);
+  std::vector<char> known(n);
+  std::vector<int> open_chunks(split.lengths.size());
+  std::vector<double> kv_bytes(split.lengths.size());
+  const double sure_limit = budget_bytes * (1 + 1e-6);
+  for (int p = 0; p < num_stages; ++p) {
+    if (p > 0 && !cost.chunk_costs_alike(p, p - 1)) std::fill(known.begin(), known.end(), 0);
+    for (size_t s = 0; s < split.lengths.size(); ++s)
+      kv_bytes[s] = cost.kv_buffer_bytes(split.lengths[s], p);
+    std::fill(open_chunks.begin(), open_chunks.end(), 0);
+    double kv_open = 0, in_flight = 0;
+    const int warmup = std::min(n, (num_stages - 1 - p) + (k_max - 1));
+    const double fixed = cost.model_state_bytes(p);
+    auto bytes = [&](int c) {
+      if (!known[c]) {
+        activation[c] = cost.activation_bytes(chunks[c], p, 0);
+        known[c] = 1;
+      }
+      return activation[c];
+    };
+    for (int i = 0; i < n; ++i) {
+      const int added = order.forward[i];
+      in_flight += bytes(added);
+      for (int k = split.split_of[added]; k < split.split_of[added + 1]; ++k)
+        if (open_chunks[split.seqs[k]]++ == 0) kv_open += kv_bytes[split.seqs[k]];
+      if (i > warmup) {
+        const int removed = order.backward[i - warmup - 1];
+        in_flight -= bytes(removed);
+        for (int k = split.split_of[removed]; k < split.split_of[removed + 1]; ++k)
+          if (--open_chunks[split.seqs[k]] == 0) kv_open -= kv_bytes[split.seqs[k]];
+      }
+      if (fixed + in_flight + kv_open > sure_limit) return true;
+    }
+  }
+  return false;
+}
+
+void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes) {
+  int k_max = 1;
+  const WaveOrder order = one_wave_order(cand.chunks, num_stages, k_max);
   const Chunk& first = cand.chunks[order.forward.front()];
   const Chunk& last = cand.chunks[order.backward.back()];
   cand.busy.assign(num_stages, 0);
@@ -68,15 +157,6 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   cand.bound = bound_with(cand, std::vector<double>(num_stages, 0));
   cand.optimistic = cand.bound;
 
-  int split_seq = -1;
-  for (const Slice& s : first.slices)
-    if (!s.whole()) split_seq = s.seq;
-  int k_max = 1;
-  if (split_seq >= 0) {
-    k_max = 0;
-    for (const Chunk& c : cand.chunks)
-      for (const Slice& s : c.slices) k_max += s.seq == split_seq;
-  }
   const int n = static_cast<int>(cand.chunks.size());
   cand.excess.assign(num_stages, 0);
   // Recompute of l layers of chunk c saves l * saving(c) bytes at every moment c is in flight
@@ -90,22 +170,11 @@ void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, doub
   // The chunks in flight, unordered, with each one's place in the list: marking them all costs
   // the list's length, not n (n^2 over a step of thousands of chunks).
   std::vector<int> flying, place(n, -1);
-  // The split sequences of each chunk (split_of[c] .. split_of[c + 1] in split_seqs), numbered
-  // 0 .. split_lengths.size() - 1, and how many of each one's chunks are in flight.
-  std::vector<int> split_of(n + 1, 0), split_seqs, split_number;
-  std::vector<int64_t> split_lengths;
-  for (int c = 0; c < n; ++c) {
-    for (const Slice& s : cand.chunks[c].slices) {
-      if (s.whole()) continue;
-      if (s.seq >= static_cast<int>(split_number.size())) split_number.resize(s.seq + 1, -1);
-      if (split_number[s.seq] < 0) {
-        split_number[s.seq] = static_cast<int>(split_lengths.size());
-        split_lengths.push_back(s.seq_length);
-      }
-      split_seqs.push_back(split_number[s.seq]);
-    }
-    split_of[c + 1] = static_cast<int>(split_seqs.size());
-  }
+  // The split sequences of each chunk, and how many of each one's chunks are in flight.
+  const SplitIndex split(cand.chunks);
+  const std::vector<int>& split_of = split.split_of;
+  const std::vector<int>& split_seqs = split.seqs;
+  const std::vector<int64_t>& split_lengths = split.lengths;
   std::vector<int> open_chunks(split_lengths.size());
   std::vector<double> kv_bytes(split_lengths.size());
   // Sums updated by adding and subtracting: a margin keeps rounding from calling a fit a miss.

@@ -67,4 +67,9 @@ double search_key(const Candidate& cand);
 // layer recomputed, or the backward after it, is.
 void pipeline_bound(Candidate& cand, const CostModel& cost, int num_stages, double budget_bytes);
 
+// pipeline_bound's never_fits_as_is alone, the same answer bit for bit, for a fraction of its
+// cost when it is true: it stops at the first moment over the budget and computes nothing else.
+bool never_fits_as_is(const std::vector<Chunk>& chunks, const CostModel& cost, int num_stages,
+                      double budget_bytes);
+
 }  // namespace infinipipe::planning

@@ -121,8 +121,20 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       return false;
     }
   };
+  // A candidate over the budget as it is, with more chunks than any recompute is tried on, is
+  // never simulated (below): never_fits_as_is says so at the first moment over the budget, and
+  // its bound (the walk over every stage and chunk, up to 52,000 chunks on a uniform step) is
+  // left unknown. unbounded[i]: candidate i's is.
+  std::vector<char> unbounded;
   auto add = [&](Candidate cand) {
-    pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
+    const bool doomed =
+        cand.chunks.size() > kMaxRecomputeChunks &&
+        never_fits_as_is(cand.chunks, cost, options.num_stages, options.memory_budget_bytes);
+    if (doomed)
+      cand.never_fits_as_is = true;
+    else
+      pipeline_bound(cand, cost, options.num_stages, options.memory_budget_bytes);
+    unbounded.push_back(doomed);
     candidates.push_back(std::move(cand));
   };
   for (int k = 1; k <= options.max_k && k <= longest; ++k) {
@@ -194,13 +206,22 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   // stops because no waiting key beats the best plan (pruned by its bound).
   PlannerReport& counts = call.report;
   counts.candidates = static_cast<int>(candidates.size());
-  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) queue.push(i);
   // Recompute and grouping only for candidates of at most kMaxRecomputeChunks chunks, or of the
   // fewest chunks any candidate has when all have more.
   size_t fewest_chunks = candidates.empty() ? 0 : candidates.front().chunks.size();
   for (const Candidate& cand : candidates)
     fewest_chunks = std::min(fewest_chunks, cand.chunks.size());
   const size_t recompute_chunk_limit = std::max<size_t>(kMaxRecomputeChunks, fewest_chunks);
+  // The unbounded candidates would be popped and dropped unsimulated (over the budget, too many
+  // chunks for recompute): they never enter the queue, and count as pruned. Those within the
+  // limit after all (every candidate has more than kMaxRecomputeChunks) get their bound.
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    if (unbounded[i] && candidates[i].chunks.size() <= recompute_chunk_limit) {
+      pipeline_bound(candidates[i], cost, options.num_stages, options.memory_budget_bytes);
+      unbounded[i] = 0;
+    }
+    if (!unbounded[i]) queue.push(i);
+  }
   bool have_best = false, have_own = false;
   Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
   int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'

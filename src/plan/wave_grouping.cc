@@ -1,7 +1,9 @@
 #include "wave_grouping.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -94,8 +96,8 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
       return one_wave_key(wave_only);
     });
   };
-  // A wave weighed: its simulated time with the greedy recompute it needs alone.
-  auto weigh = [&](const Wave& key) {
+  // What weigh gives a wave without a solve (its bound alone decides), or NaN when it needs one.
+  auto unsolved_cost = [&](const Wave& key) {
     // A wave that alone cannot beat the time to beat, even with its least recompute, makes every
     // grouping with it lose too: its bound is enough for the DP.
     const double least = least_time(key);
@@ -109,6 +111,11 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
       }
       return kInfinity;
     }
+    return std::numeric_limits<double>::quiet_NaN();
+  };
+  // A wave weighed: its simulated time with the greedy recompute it needs alone.
+  auto weigh = [&](const Wave& key) {
+    if (const double known = unsolved_cost(key); !std::isnan(known)) return known;
     const std::vector<Chunk> chunks = alone(key);
     check_not_cancelled(options);
     // Out of work with a plan to fall back on: this wave is not weighed (the DP then only
@@ -127,7 +134,29 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
     return kInfinity;
   };
   const WaveCost wave_cost = [&](const Wave& wave) { return memoized(memo, wave, weigh); };
+  // A group that every allowed wave holding it gives +infinity without a solve makes the DP fail
+  // whatever else it weighs (every grouping has a wave holding it): found from the waves' bounds
+  // before any solve. A group's own wave first, which usually settles it. Uniform's failed
+  // candidates spent most of their DP solving waves that could never be part of a grouping.
+  auto groups_wave = [&](int first, int end) {
+    Wave wave;  // ascending, as the memo's keys
+    for (int c = 0; c < n; ++c)
+      if (group_of[c] >= first && group_of[c] < end) wave.push_back(c);
+    return wave;
+  };
+  auto never_finite = [&](const Wave& wave) {
+    return !allowed(wave) || unsolved_cost(wave) == kInfinity;
+  };
+  bool blocked = false;
+  for (int g = 0; g < groups && !blocked; ++g) {
+    if (!never_finite(groups_wave(g, g + 1))) continue;
+    blocked = true;
+    for (int first = g; first >= 0 && blocked; --first)
+      for (int end = g + 1; end <= groups && blocked; ++end)
+        if (!never_finite(groups_wave(first, end))) blocked = false;
+  }
   try {
+    if (blocked) throw Error("a group of chains fits in no wave");
     cand.waves = group_into_waves(cand.chunks, wave_cost, least_time);
   } catch (const Error& e) {
     // Finer waves may fit where the coarse ones do not; the full DP also explains a failure.

@@ -152,6 +152,18 @@ TEST(PipelineBound, NoAssignmentFitsWithLessRecomputeThanTheFloor) {
   EXPECT_GE(positive_floors, 5) << "the floors compared were mostly zero: the check says little";
 }
 
+// The simulated one wave's highest peak over the stages, with every layer recomputed or none.
+double one_wave_peak(const Instance& inst, const std::vector<Chunk>& chunks, bool recomputed) {
+  const int d = inst.options.num_stages;
+  Recompute recompute(d, std::vector<int>(chunks.size(), 0));
+  if (recomputed)
+    for (int p = 0; p < d; ++p)
+      std::fill(recompute[p].begin(), recompute[p].end(), inst.cost.layers(p));
+  const SimResult sim =
+      simulate_quietly(one_wave_schedule(chunks, d), chunks, inst.cost, recompute);
+  return *std::max_element(sim.peak_memory_bytes.begin(), sim.peak_memory_bytes.end());
+}
+
 // never_fits_recomputed: the floor with every layer recomputed, said only when even full
 // recompute leaves the simulated one wave over the budget (never at a budget it fits).
 TEST(PipelineBound, NeverFitsRecomputedOnlyWhenFullRecomputeIsOver) {
@@ -162,12 +174,7 @@ TEST(PipelineBound, NeverFitsRecomputedOnlyWhenFullRecomputeIsOver) {
     const Candidate cand = candidate(inst, some_setting(inst, trial));
     SCOPED_TRACE(described(inst, cand.setting));
     const int d = inst.options.num_stages;
-    Recompute full(d, std::vector<int>(cand.chunks.size(), 0));
-    for (int p = 0; p < d; ++p) std::fill(full[p].begin(), full[p].end(), inst.cost.layers(p));
-    const SimResult sim =
-        simulate_quietly(one_wave_schedule(cand.chunks, d), cand.chunks, inst.cost, full);
-    const double peak =
-        *std::max_element(sim.peak_memory_bytes.begin(), sim.peak_memory_bytes.end());
+    const double peak = one_wave_peak(inst, cand.chunks, true);
     for (double share : {0.5, 0.9, 0.99, 1.0, 1.01}) {
       Candidate at = cand;
       planning::pipeline_bound(at, inst.cost, d, share * peak);
@@ -176,6 +183,30 @@ TEST(PipelineBound, NeverFitsRecomputedOnlyWhenFullRecomputeIsOver) {
     }
   }
   EXPECT_GT(said, 0) << "never said: the test shows nothing";
+}
+
+// never_fits_as_is (the search's early check) answers as pipeline_bound's walk does, at budgets
+// either side of the simulated peak.
+TEST(PipelineBound, NeverFitsAsIsAloneAgreesWithTheWalk) {
+  std::mt19937_64 rng(63);
+  int said = 0, denied = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Instance inst = random_instance(rng);
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
+    const int d = inst.options.num_stages;
+    const double peak = one_wave_peak(inst, cand.chunks, false);
+    for (double share : {0.3, 0.7, 0.95, 1.0, 1.05}) {
+      Candidate at = cand;
+      planning::pipeline_bound(at, inst.cost, d, share * peak);
+      EXPECT_EQ(planning::never_fits_as_is(cand.chunks, inst.cost, d, share * peak),
+                at.never_fits_as_is)
+          << "budget " << share << " x peak";
+      (at.never_fits_as_is ? said : denied) += 1;
+    }
+  }
+  EXPECT_GT(said, 0) << "never said: the test shows nothing";
+  EXPECT_GT(denied, 0) << "always said: the test shows nothing";
 }
 
 TEST(SearchKeys, FromTheBoundsAsDocumented) {
