@@ -6,9 +6,11 @@ Runs the built `infinipipe-plan` (analytic A800 coefficients, Wikipedia lengths,
 docs/cluster_study.md, docs/img/cluster_speedup.png and benchmarks/results/cluster_study.json.
 The plan tool's rows are summarised per case by lib/simulated_case.py and rendered by
 lib/cluster_tables.py and lib/cluster_target.py. `--smoke` runs one small case for CI and writes
-into a temporary directory only.
+into a temporary directory only. `--balance` runs only the balanced-stages section (lib/
+balance_study.py: LLaMA-7B, LLaMA-13B and LLaMA-3-8B at 96K on 8 stages, the even layer split and
+the balanced one) and replaces that section of the page and the results JSON's "balance".
 
-Usage: python benchmarks/cluster_study.py [build/infinipipe-plan] [--smoke]
+Usage: python benchmarks/cluster_study.py [build/infinipipe-plan] [--smoke | --balance]
 """
 
 import datetime
@@ -17,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from lib import plan_tool, results
+from lib import balance_study, plan_tool, results
 from lib.cluster_tables import (
     case_name,
     cell,
@@ -207,26 +209,79 @@ def write_all(cases, meta, out_dir, tool):
         os.makedirs(os.path.dirname(p), exist_ok=True)
     meta["timeline"] = timeline(tool, meta["timeline_case"], paths["timeline"])
     text = markdown(cases, meta)
-    # The sections other scripts write (cluster_sp_study.py: with sequence parallelism;
-    # flexsp_study.py: against FlexSP) stay as they were.
+    # The sections written apart (--balance: balanced stages; cluster_sp_study.py: with sequence
+    # parallelism; flexsp_study.py: against FlexSP) stay as they were.
     old = open(paths["md"]).read() if os.path.exists(paths["md"]) else ""
-    for name in ("sp-study", "flexsp-study"):
+    for name in (balance_study.MARK, "sp-study", "flexsp-study"):
         start, end = f"<!-- {name}: start -->", f"<!-- {name}: end -->"
         if start in old and end in old:
             kept = old[old.index(start) : old.index(end) + len(end)]
             text = text.rstrip("\n") + "\n\n" + kept + "\n"
     with open(paths["md"], "w") as f:
         f.write(text)
-    results.write(paths["json"], {"meta": meta, "cases": cases})
+    kept = (results.load(paths["json"]) or {}).get("balance")  # --balance's, written apart
+    results.write(
+        paths["json"], dict({"meta": meta, "cases": cases}, **({"balance": kept} if kept else {}))
+    )
     plot_speedups(cases, paths["png"])
     return paths
+
+
+def splice(old, section, mark, before):
+    """`old` page text with the section between `mark`'s markers replaced by `section`, or
+    inserted before the marker `before` (appended when neither is there)."""
+    start, end = f"<!-- {mark}: start -->", f"<!-- {mark}: end -->"
+    if start in old and end in old:
+        return old[: old.index(start)] + section + old[old.index(end) + len(end) + 1 :]
+    at = f"<!-- {before}: start -->"
+    if at in old:
+        return old[: old.index(at)] + section + "\n" + old[old.index(at) :]
+    return old.rstrip("\n") + "\n\n" + section
+
+
+def run_balance(tool):
+    """The balanced-stages section alone, spliced into the page and the results JSON."""
+    started = time.monotonic()
+    cases = balance_study.run(tool, BASE, log=lambda m: print(m, file=sys.stderr))
+    model, cores = machine()
+    case = dict(BASE, model="MODEL", stages=8, context=98304)
+    meta = dict(
+        BASE,
+        context=98304,
+        stages=8,
+        seconds=time.monotonic() - started,
+        machine=model,
+        cores=cores,
+        date=datetime.date.today().isoformat(),
+        command="nice -n 10 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan "
+        "--balance",
+        tool_command=" ".join(["infinipipe-plan"] + tool_args(case, "all"))
+        + " [--layers-per-stage balanced]",
+    )
+    path = os.path.join(ROOT, "benchmarks", "results", "cluster_study.json")
+    data = results.load(path) or {}
+    data["balance"] = {"meta": meta, "cases": cases}
+    results.write(path, data)
+    md = os.path.join(ROOT, "docs", "cluster_study.md")
+    text = "".join(balance_study.section(cases, meta))
+    with open(md) as f:
+        old = f.read()
+    with open(md, "w") as f:
+        f.write(splice(old, text, balance_study.MARK, "sp-study"))
+    print("cluster_study --balance: %d cases in %.0f s" % (len(cases), meta["seconds"]))
 
 
 def main():
     parser = plan_tool.parser(
         __doc__.splitlines()[0], "one small case for CI, written to a temp dir"
     )
+    parser.add_argument(
+        "--balance", action="store_true", help="only the balanced-stages section (issue 13)"
+    )
     args = plan_tool.parse(parser, "cluster_study")
+    if args.balance:
+        run_balance(args.tool)
+        return
     grid = (
         [SMOKE]
         if args.smoke

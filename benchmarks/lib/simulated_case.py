@@ -47,14 +47,17 @@ def compute_bound(epp_rows):
         "bound_s": mean([max(w) for w in work]),
         "stage_compute_s": per_stage,
         "busiest_stage": per_stage.index(max(per_stage)),
+        # The physical limit: the same compute spread evenly over the stages.
+        "physical_limit_s": mean([sum(w) / len(w) for w in work]),
     }
 
 
-def run_case(tool, case):
+def run_case(tool, case, extra=()):
+    """The case planned with every method (`extra`: more plan tool arguments), summarised."""
     steps = case["steps"]
     started = time.monotonic()
     try:
-        rows = run_tool([tool] + tool_args(case, "all"))
+        rows = run_tool([tool] + tool_args(case, "all") + list(extra))
     except SystemExit as failure:  # the tool refused the whole case: report it, go on
         return {"error": str(failure.code), "seconds": time.monotonic() - started}
     epp, static, best = collect(rows, steps)
@@ -64,6 +67,10 @@ def run_case(tool, case):
         "tokens": [epp[i]["tokens"] for i in range(steps)],
         "methods": {},
     }
+    if "layers_per_stage" in rows[0]:  # plan tools before stage_balance did not say
+        result["layers_per_stage"] = rows[0]["layers_per_stage"]
+        result["layer_split"] = rows[0]["layer_split"]
+        result["layer_split_candidates"] = rows[0].get("layer_split_candidates")
     for key, method, kind in kinds():
         by_step = tables[kind] if kind == "epp" else tables[kind].get(method, {})
         result["methods"][key] = summarise(by_step, steps, method, kind)
