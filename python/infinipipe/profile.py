@@ -26,6 +26,14 @@ the layer beside the others, and rank 0 writes the files:
 
     torchrun --nproc_per_node=2 -m infinipipe profile --sequence 2 --grid training
 
+--refit META fits the runs an earlier profile kept in its .meta.json again, with this version's
+fit (the context term a3 was added after benchmarks/results/cost_cpu.json was measured), and
+writes the cost JSON and its .meta.json as that profile would have, keeping its measurement's
+details (date, machine, grid, neighbours, activation bytes) and noting the refit:
+
+    python -m infinipipe profile --layers-per-stage 4,4 \
+        --refit benchmarks/results/cost_cpu.meta.json --output benchmarks/results/cost_cpu.json
+
 --stage python (default) profiles the Python LlamaStage the Python trainer runs, through the
 same adapter the executor drives; --stage cpp the C++ LlamaStage (build/infinipipe-profile does
 the same without Python).
@@ -316,6 +324,81 @@ def profile(
     )
 
 
+def pct(v: float) -> str:
+    return "n/a" if v != v else f"{v:.1%}"
+
+
+def print_fit(cal: Any, activation_bytes_per_token: float) -> None:
+    """The fitted coefficients and their held-out errors, as the CLI prints them."""
+    c = json.loads(cal.to_json())
+    print(
+        f"forward a1={c['a1']:.4g} a2={c['a2']:.4g} b={c['b']:.4g} a3={c['a3']:.4g}; backward "
+        f"a1={c['backward_a1']:.4g} a2={c['backward_a2']:.4g} b={c['backward_b']:.4g} "
+        f"a3={c['backward_a3']:.4g}; g={c['backward_ratio']:.3f} "
+        f"embedding={c['embedding_s_per_token']:.3g} s/token head={c['head_s_per_token']:.3g} "
+        f"s/token activation_bytes/token/layer={activation_bytes_per_token:.0f}"
+    )
+    print(
+        f"held-out forward error: median {pct(cal.forward_median_error)}, max "
+        f"{pct(cal.forward_max_error)}; backward: median {pct(cal.backward_median_error)}, "
+        f"max {pct(cal.backward_max_error)} ({len(cal.held_out)} of "
+        f"{len(cal.held_out) + len(cal.fit)} points)"
+    )
+
+
+# What a refit keeps of the measured profile's .meta.json (the fit's own fields are new).
+MEASUREMENT_FIELDS = (
+    "date",
+    "cpu",
+    "threads",
+    "torch",
+    "stage",
+    "grid",
+    "repeats",
+    "dtype",
+    "neighbours",
+    "statistic",
+    "clock",
+)
+
+
+def refit(args: argparse.Namespace, config: llama.LlamaConfig, split: list[int]) -> int:
+    """--refit: the runs of an earlier profile fitted again, its cost JSON and meta rewritten."""
+    measured = json.loads(args.refit.read_text())
+    if "alltoall" in measured:
+        raise SystemExit("profile --refit: an all-to-all profile's link is not refitted here")
+    statistic = measured.get("statistic", args.statistic)
+    runs = measured["runs"]
+    fits = {s: fit(runs, s, args.holdout, args.seed) for s in STATISTICS}
+    cal = fits[statistic]
+    cost = cost_json(config, split, cal, measured["activation_bytes"])
+    args.output.write_text(json.dumps(cost, indent=2))
+    _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
+    meta = {k: measured[k] for k in MEASUREMENT_FIELDS if k in measured}
+    meta.update(
+        refit=dict(
+            date=datetime.datetime.now(datetime.UTC).isoformat(),
+            of=str(args.refit),
+            torch=torch.__version__,
+            holdout=args.holdout,
+            seed=args.seed,
+        ),
+        **json.loads(cal.to_json()),
+        activation_bytes=measured["activation_bytes"],
+        activation_bytes_detail=measured.get("activation_bytes_detail"),
+        heldout_errors_by_statistic={
+            s: {k: v for k, v in json.loads(c.to_json()).items() if k.endswith(("_median", "_max"))}
+            for s, c in fits.items()
+        },
+        runs=runs,
+    )
+    meta_path = args.output.with_suffix(".meta.json")
+    meta_path.write_text(json.dumps(meta, indent=2))
+    print_fit(cal, measured["activation_bytes"])
+    print(f"refitted {args.refit}; wrote {args.output} and {meta_path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m infinipipe profile", description=__doc__.split("\n\n")[0]
@@ -383,6 +466,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--timeout", type=float, default=300, help="seconds any wait of the all-to-all may take"
     )
     p.add_argument("--output", type=Path, default=Path("cost.json"))
+    p.add_argument(
+        "--refit",
+        type=Path,
+        help="fit the runs of an earlier profile's .meta.json again instead of measuring "
+        "(the model shape and --layers-per-stage must be that profile's)",
+    )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
 
@@ -405,6 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         split = [int(x) for x in args.layers_per_stage.split(",")]
     else:
         split = llama.even_layer_split(config.layers, 2 if config.layers > 1 else 1)
+    if args.refit is not None:
+        return refit(args, config, split)
     rank, alltoall = 0, None
     if args.sequence > 1:  # first, while the processes are in step
         try:
@@ -460,21 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta_path = args.output.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta, indent=2))
 
-    def pct(v: float) -> str:
-        return "n/a" if v != v else f"{v:.1%}"
-
-    print(
-        f"forward a1={cal.a1:.4g} a2={cal.a2:.4g} b={cal.b:.4g}; backward a1={cal.backward_a1:.4g} "
-        f"a2={cal.backward_a2:.4g} b={cal.backward_b:.4g}; g={cal.backward_ratio:.3f} "
-        f"embedding={cal.embedding_s_per_token:.3g} s/token head={cal.head_s_per_token:.3g} "
-        f"s/token activation_bytes/token/layer={result['activation_bytes']:.0f}"
-    )
-    print(
-        f"held-out forward error: median {pct(cal.forward_median_error)}, max "
-        f"{pct(cal.forward_max_error)}; backward: median {pct(cal.backward_median_error)}, "
-        f"max {pct(cal.backward_max_error)} ({len(cal.held_out)} of "
-        f"{len(cal.held_out) + len(cal.fit)} points)"
-    )
+    print_fit(cal, result["activation_bytes"])
     if alltoall is not None:
         f = alltoall["fit"]
         print(

@@ -15,10 +15,10 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The regressors of a1, a2 and b: (c+s)^2 - c^2 (as s(2c+s), as the cost model), s, 1.
+// The regressors of a1, a2, b and a3: (c+s)^2 - c^2 (as s(2c+s), as the cost model), s, 1, c.
 std::vector<double> regressors(int64_t tokens, int64_t context) {
   const double s = double(tokens), c = double(context);
-  return {s * (2 * c + s), s, 1.0};
+  return {s * (2 * c + s), s, 1.0, c};
 }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -142,12 +142,12 @@ double robust_time(std::vector<double> runs, Statistic statistic) {
 
 double Calibration::forward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
-  return a1 * x[0] + a2 * x[1] + b * x[2];
+  return a1 * x[0] + a2 * x[1] + b * x[2] + a3 * x[3];
 }
 
 double Calibration::backward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
-  return backward_a1 * x[0] + backward_a2 * x[1] + backward_b * x[2];
+  return backward_a1 * x[0] + backward_a2 * x[1] + backward_b * x[2] + backward_a3 * x[3];
 }
 
 namespace {
@@ -183,22 +183,27 @@ std::vector<double> nonnegative_fit(const std::vector<std::vector<double>>& cols
   return best;
 }
 
-// Non-negative relative least squares of a1, a2, b against the times `time_of(sample)`.
+// Non-negative relative least squares of a1, a2, b, a3 against the times `time_of(sample)`; a3
+// only when the samples determine it beside the other three (else 0).
 template <typename TimeOf>
 std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, TimeOf time_of) {
   check(samples.size() >= 3, "calibration: " + std::to_string(samples.size()) +
                                  " samples are fewer than the 3 unknowns a1, a2, b");
   // Relative least squares: row i is divided by its measured time, so the target is all ones.
-  std::vector<std::vector<double>> cols(3);
+  std::vector<std::vector<double>> cols(4);
   const std::vector<double> ones(samples.size(), 1.0);
   for (const LayerSample& s : samples) {
     const std::vector<double> x = regressors(s.tokens, s.context);
-    for (int j = 0; j < 3; ++j) cols[j].push_back(x[j] / time_of(s));
+    for (int j = 0; j < 4; ++j) cols[j].push_back(x[j] / time_of(s));
   }
+  if (samples.size() >= 4 && least_squares(cols, ones).has_value()) return nonnegative_fit(cols);
+  cols.pop_back();
   check(least_squares(cols, ones).has_value(),
         "calibration: the samples do not determine a1, a2 and b: profile at least three "
         "different token counts, or two with more than one context");
-  return nonnegative_fit(cols);
+  std::vector<double> coef = nonnegative_fit(cols);
+  coef.push_back(0.0);
+  return coef;
 }
 
 }  // namespace
@@ -280,9 +285,10 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
     fit.push_back(layer[i]);
   }
   const std::vector<double> coef = fit_forward(fit);
-  cal.a1 = coef[0], cal.a2 = coef[1], cal.b = coef[2];
+  cal.a1 = coef[0], cal.a2 = coef[1], cal.b = coef[2], cal.a3 = coef[3];
   const std::vector<double> back = fit_backward(fit);
   cal.backward_a1 = back[0], cal.backward_a2 = back[1], cal.backward_b = back[2];
+  cal.backward_a3 = back[3];
   // g against the fitted forward (not the measured one): the planner predicts the embedding's
   // and the head's backward as g times their predicted forward.
   std::vector<double> predicted, backward;
@@ -357,10 +363,12 @@ CostModel apply_calibration(const CostModel& base, const Calibration& calibratio
   c.a1 = calibration.a1;
   c.a2 = calibration.a2;
   c.b = calibration.b;
+  c.a3 = calibration.a3;
   c.backward_ratio = calibration.backward_ratio;
   c.backward_a1 = calibration.backward_a1;
   c.backward_a2 = calibration.backward_a2;
   c.backward_b = calibration.backward_b;
+  c.backward_a3 = calibration.backward_a3;
   if (calibration.embedding_s_per_token)
     c.embedding_s_per_token = *calibration.embedding_s_per_token;
   if (calibration.head_s_per_token) c.head_s_per_token = *calibration.head_s_per_token;
@@ -375,10 +383,12 @@ void to_json(nlohmann::json& j, const Calibration& c) {
   j = nlohmann::json{{"a1", c.a1},
                      {"a2", c.a2},
                      {"b", c.b},
+                     {"a3", c.a3},
                      {"backward_ratio", c.backward_ratio},
                      {"backward_a1", c.backward_a1},
                      {"backward_a2", c.backward_a2},
                      {"backward_b", c.backward_b},
+                     {"backward_a3", c.backward_a3},
                      {"embedding_s_per_token", optional(c.embedding_s_per_token)},
                      {"head_s_per_token", optional(c.head_s_per_token)},
                      {"fit", c.fit},

@@ -115,10 +115,12 @@ void CostCoefficients::validate() const {
   at_least_zero(a1, "a1");
   at_least_zero(a2, "a2");
   at_least_zero(b, "b");
+  at_least_zero(a3, "a3");
   positive(backward_ratio, "backward_ratio");
   at_least_zero(backward_a1, "backward_a1");
   at_least_zero(backward_a2, "backward_a2");
   at_least_zero(backward_b, "backward_b");
+  at_least_zero(backward_a3, "backward_a3");
   at_least_zero(embedding_s_per_token, "embedding_s_per_token");
   at_least_zero(head_s_per_token, "head_s_per_token");
   at_least_zero(activation_bytes, "activation_bytes");
@@ -163,7 +165,11 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
                      {"p2p_latency_s", c.p2p_latency_s},
                      {"inter_node_bandwidth", c.inter_node_bandwidth},
                      {"inter_node_latency_s", c.inter_node_latency_s}};
-  // Written only when measured, so files (and fingerprints) without it stay as they were.
+  // Written only when measured, so files (and fingerprints) without them stay as they were.
+  if (c.a3 > 0 || c.backward_a3 > 0) {
+    j["a3"] = c.a3;
+    j["backward_a3"] = c.backward_a3;
+  }
   if (c.alltoall_bandwidth > 0) {
     j["alltoall_bandwidth"] = c.alltoall_bandwidth;
     j["alltoall_latency_s"] = c.alltoall_latency_s;
@@ -179,6 +185,8 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get_optional("backward_a1", c.backward_a1);  // absent in files written before they existed
   f.get_optional("backward_a2", c.backward_a2);
   f.get_optional("backward_b", c.backward_b);
+  f.get_optional("a3", c.a3);  // absent in files written before it existed: 0
+  f.get_optional("backward_a3", c.backward_a3);
   f.get("embedding_s_per_token", c.embedding_s_per_token);
   f.get("head_s_per_token", c.head_s_per_token);
   f.get("activation_bytes", c.activation_bytes);
@@ -241,7 +249,8 @@ void check_stage(const CostModel& m, int stage) {
 double CostModel::slice_layer_time(int64_t context, int64_t length) const {
   const double c = double(context), s = double(length);
   // (c+s)^2 - c^2 written as s(2c+s), which does not cancel catastrophically for long contexts.
-  return coefficients_.a1 * s * (2 * c + s) + coefficients_.a2 * s;
+  // a3 * c is added last, so a model without it (a3 = 0) gives the same bits as before.
+  return coefficients_.a1 * s * (2 * c + s) + coefficients_.a2 * s + coefficients_.a3 * c;
 }
 
 double CostModel::layer_forward_time(const Chunk& chunk) const {
@@ -261,7 +270,7 @@ double CostModel::layer_backward_time(const Chunk& chunk) const {
   double t = k.backward_b;
   for (const Slice& s : chunk.slices) {
     const double c = double(s.context()), n = double(s.length());
-    t += (k.backward_a1 * n * (2 * c + n) + k.backward_a2 * n) / d_s;
+    t += (k.backward_a1 * n * (2 * c + n) + k.backward_a2 * n + k.backward_a3 * c) / d_s;
   }
   return t;
 }

@@ -88,6 +88,48 @@ TEST(Calibration, BackwardFittedOnItsOwn) {
   EXPECT_NEAR(got.layer_backward_time(chunk), cal.backward_s(512, 256), 1e-15);
 }
 
+TEST(Calibration, ContextTerm) {
+  // A slice's context costs a3 per token on top of a1's share (the CPU attention reads it once per
+  // slice): recovered exactly, in the forward and the backward, and charged per slice by the
+  // cost model.
+  constexpr double kA3 = 1.4e-7;
+  std::vector<LayerSample> samples = synthetic(0, 0);
+  for (LayerSample& s : samples) {
+    s.forward_s += kA3 * double(s.context);
+    s.backward_s = 2 * s.forward_s;
+  }
+  const Calibration cal = calibrate({samples});
+  EXPECT_NEAR(cal.a1, kA1, 1e-9 * kA1);
+  EXPECT_NEAR(cal.a2, kA2, 1e-9 * kA2);
+  EXPECT_NEAR(cal.b, kB, 1e-9 * kB);
+  EXPECT_NEAR(cal.a3, kA3, 1e-9 * kA3);
+  EXPECT_NEAR(cal.backward_a3, 2 * kA3, 1e-9 * kA3);
+  EXPECT_LT(cal.forward_max_error, 1e-9);
+  nlohmann::json j = cal;
+  EXPECT_EQ(j["a3"], cal.a3);
+  EXPECT_EQ(j["backward_a3"], cal.backward_a3);
+
+  const CostModel base =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  const CostModel got = apply_calibration(base, cal);
+  EXPECT_EQ(got.coefficients().a3, cal.a3);
+  Chunk chunk;  // a slice at context 4096 and a whole sequence
+  chunk.slices.push_back(Slice{0, 4096, 4608, 8192});
+  chunk.slices.push_back(Slice{1, 0, 300, 300});
+  EXPECT_NEAR(got.layer_forward_time(chunk),
+              cal.forward_s(512, 4096) + cal.forward_s(300, 0) - cal.b, 1e-15);
+  EXPECT_NEAR(got.layer_backward_time(chunk),
+              cal.backward_s(512, 4096) + cal.backward_s(300, 0) - cal.backward_b, 1e-15);
+
+  // One context only: a3 is not determined beside b, so it is 0 and the rest still fits.
+  std::vector<LayerSample> flat;
+  for (const LayerSample& s : samples)
+    if (s.context == 1024) flat.push_back(s);
+  const std::vector<double> coef = fit_forward(flat);
+  ASSERT_EQ(coef.size(), 4u);
+  EXPECT_EQ(coef[3], 0);
+}
+
 TEST(Calibration, HeldOutSplit) {
   const std::vector<LayerSample> samples = synthetic(0, 0);  // 6 x 6 grid
   const CalibrationOptions options{0.25, 7};
@@ -126,13 +168,15 @@ TEST(Calibration, NonNegative) {
   EXPECT_EQ(coef[2], 0);
   EXPECT_GT(coef[0], 0);
   EXPECT_GT(coef[1], 0);
-  // With b = 0 the best a1, a2 are the unconstrained fit of the two columns, so the fit must
-  // be no worse than any other non-negative a1, a2 nearby.
+  // With b = 0 the best a1, a2 (at the fitted a3) are the unconstrained fit of their columns, so
+  // the fit must be no worse than any other non-negative a1, a2 nearby.
   auto loss = [&](double a1, double a2) {
     double sum = 0;
     for (const LayerSample& s : samples) {
       const double r =
-          (a1 * s.tokens * double(2 * s.context + s.tokens) + a2 * s.tokens) / s.forward_s - 1;
+          (a1 * s.tokens * double(2 * s.context + s.tokens) + a2 * s.tokens + coef[3] * s.context) /
+              s.forward_s -
+          1;
       sum += r * r;
     }
     return sum;

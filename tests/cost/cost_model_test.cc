@@ -287,6 +287,24 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   write(j.dump(2));
   EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("backward_b"), std::string::npos);
 
+  // The context term: absent (files before it, the analytic model) is 0 and not written back;
+  // measured, it survives the round trip and is charged per slice; negative is refused.
+  j = llama7b(2);
+  EXPECT_FALSE(j["coefficients"].contains("a3"));
+  j["coefficients"]["a3"] = 1.5e-7;
+  j["coefficients"]["backward_a3"] = 6e-8;
+  write(j.dump(2));
+  const CostModel with_a3 = load_cost_model(path_);
+  EXPECT_EQ(with_a3.coefficients().a3, 1.5e-7);
+  EXPECT_EQ(nlohmann::json(with_a3)["coefficients"]["backward_a3"], 6e-8);
+  const CostModel without = llama7b(2);
+  EXPECT_NEAR(with_a3.slice_layer_time(4096, 512) - without.slice_layer_time(4096, 512),
+              1.5e-7 * 4096, 1e-12);
+  EXPECT_EQ(with_a3.slice_layer_time(0, 512), without.slice_layer_time(0, 512));
+  j["coefficients"]["a3"] = -1;
+  write(j.dump(2));
+  EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("a3"), std::string::npos);
+
   j = llama7b(2);
   j["layers_per_stage"] = {16, 15};
   write(j.dump(2));

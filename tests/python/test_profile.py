@@ -137,6 +137,28 @@ def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
     assert meta["stage"] == stage and meta["threads"] == 1 and meta["torch"] == torch.__version__
     assert len(meta["held_out"]) >= 1 and len(meta["runs"]["layer"]) == 9
     assert set(meta["heldout_errors_by_statistic"]) == set(profile.STATISTICS)
+    if stage != "python":
+        return
+    # --refit: the same runs fitted again give the same coefficients and keep the measurement's
+    # details, with the refit noted.
+    again = tmp_path / "again.json"
+    proc = run_cli(
+        "profile",
+        "--refit",
+        str(out.with_suffix(".meta.json")),
+        "--layers-per-stage",
+        "3,5",
+        "--output",
+        str(again),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    refit = json.loads(again.with_suffix(".meta.json").read_text())
+    assert json.loads(again.read_text()) == json.loads(out.read_text())
+    assert refit["runs"] == meta["runs"] and refit["date"] == meta["date"]
+    assert refit["refit"]["of"] == str(out.with_suffix(".meta.json"))
+    for key in ("a1", "a2", "b", "a3", "backward_a3", "held_out", "forward_heldout_median"):
+        assert refit[key] == meta[key]
 
 
 def test_main_lists_commands():

@@ -5,8 +5,9 @@
 // runtime/layer_profiler.h; this part has no LibTorch).
 //
 // From samples {tokens s, context c, forward, backward} of one layer it fits
-//   T_fwd = a1  * ((c+s)^2 - c^2) + a2  * s + b     (non-negative least squares)
-//   T_bwd = a1' * ((c+s)^2 - c^2) + a2' * s + b'    (the same, on the backward times)
+//   T_fwd = a1  * ((c+s)^2 - c^2) + a2  * s + b  + a3  * c   (non-negative least squares)
+//   T_bwd = a1' * ((c+s)^2 - c^2) + a2' * s + b' + a3' * c   (the same, on the backward times)
+// (a3, the context's per-slice cost, only when the samples have more than one context; else 0)
 // and g, the backward over the fitted forward (for the embedding's and the head's backward),
 // all by relative least squares (each residual divided by its measured time), because the
 // planner needs the same relative accuracy for a 64-token chunk as for a 4096-token one. A seeded
@@ -71,9 +72,9 @@ struct CalibrationOptions {
 };
 
 struct Calibration {
-  double a1 = 0, a2 = 0, b = 0;
+  double a1 = 0, a2 = 0, b = 0, a3 = 0;
   double backward_ratio = 0;
-  double backward_a1 = 0, backward_a2 = 0, backward_b = 0;
+  double backward_a1 = 0, backward_a2 = 0, backward_b = 0, backward_a3 = 0;
   std::optional<double> embedding_s_per_token;
   std::optional<double> head_s_per_token;
   std::vector<int> fit;       // indices into samples.layer used by the fit
@@ -87,9 +88,10 @@ struct Calibration {
 };
 
 // The parts of calibrate(), exposed for tests.
-// Non-negative relative least squares for {a1, a2, b} over all `samples`' forward (backward)
-// times. Error when the samples do not determine three coefficients (fewer than 3 points, or too
-// few distinct token counts).
+// Non-negative relative least squares for {a1, a2, b, a3} over all `samples`' forward (backward)
+// times; a3 is 0 when the samples do not determine it beside the others (one context only).
+// Error when they do not determine a1, a2, b (fewer than 3 points, or too few distinct token
+// counts).
 std::vector<double> fit_forward(const std::vector<LayerSample>& samples);
 std::vector<double> fit_backward(const std::vector<LayerSample>& samples);
 // r minimising sum_i ((y_i - r * x_i) / y_i)^2; x_i, y_i > 0.

@@ -4,10 +4,11 @@
 // that every consumer (sequence processor, checkpoint planner, simulator) sees one model.
 //
 // Per stage with l layers, a chunk whose slices have lengths s_i and contexts c_i costs
-//   T_fwd = l * (sum_i [a1 * ((c_i + s_i)^2 - c_i^2) + a2 * s_i] + b) + extras(first/last stage)
+//   T_fwd = l * (sum_i [a1 * ((c_i + s_i)^2 - c_i^2) + a2 * s_i + a3 * c_i] + b)
+//           + extras(first/last stage)
 //   T_bwd = g * T_fwd + ckpt_layers * (per-layer forward time)
 // or, when the layer's backward was measured apart (the profiler fits it like the forward),
-//   T_bwd = l * (sum_i [a1' * ((c_i + s_i)^2 - c_i^2) + a2' * s_i] + b') + g * extras
+//   T_bwd = l * (sum_i [a1' * ((c_i + s_i)^2 - c_i^2) + a2' * s_i + a3' * c_i] + b') + g * extras
 //           + ckpt_layers * (per-layer forward time)
 // With a parallel layout of d_s sequence-parallel ranks per stage (parallel_layout.h) every
 // time and byte is one rank's: the slice terms and the extras are divided by d_s (each rank has
@@ -33,9 +34,15 @@ namespace infinipipe {
 
 struct CostCoefficients {
   // Time, per layer.
-  double a1 = 0;              // s per unit of ((c+s)^2 - c^2): causal attention over the prefix
-  double a2 = 0;              // s per token: the layer's GEMMs and element-wise work
-  double b = 0;               // s per chunk: fixed overhead of running a layer on one chunk
+  double a1 = 0;  // s per unit of ((c+s)^2 - c^2): causal attention over the prefix
+  double a2 = 0;  // s per token: the layer's GEMMs and element-wise work
+  double b = 0;   // s per chunk: fixed overhead of running a layer on one chunk
+  // s per token of a slice's context: what attending over the context costs beyond a1's share of
+  // the work, paid once per slice (the CPU attention reads the context's keys and values once
+  // per slice, and a slice with context runs a second kernel call and merges the two): it makes
+  // a short slice far into its sequence dearer than a1 alone says. Zero in the analytic model
+  // and in files written before it existed; the profiler fits it (cost/calibration.h).
+  double a3 = 0;
   double backward_ratio = 2;  // g: backward time over forward time
   // The layer's backward on its own (a1', a2', b' above), when measured. All zero (the analytic
   // model) means g times the layer's forward. They exist because a measured backward does not
@@ -44,6 +51,7 @@ struct CostCoefficients {
   double backward_a1 = 0;
   double backward_a2 = 0;
   double backward_b = 0;
+  double backward_a3 = 0;  // a3 of the backward
   // Time of the parts outside the layers, per token.
   double embedding_s_per_token = 0;  // first stage
   double head_s_per_token = 0;       // last stage: final norm, LM head, loss (forward only)
@@ -72,7 +80,9 @@ struct CostCoefficients {
   // Analytic coefficients: FLOPs over achieved FLOP/s, bytes from the shape.
   static CostCoefficients analytic(const ModelShape& shape, const Hardware& hw);
 
-  bool has_layer_backward() const { return backward_a1 > 0 || backward_a2 > 0 || backward_b > 0; }
+  bool has_layer_backward() const {
+    return backward_a1 > 0 || backward_a2 > 0 || backward_b > 0 || backward_a3 > 0;
+  }
 
   // Throws Error naming the field when a value is negative, not finite, or (bandwidth, state
   // bytes, backward ratio) zero.
@@ -101,8 +111,8 @@ class CostModel {
   const ParallelLayout& layout() const { return layout_; }
 
   // --- time (seconds), of one rank ---
-  // One layer, one slice, without the per-chunk overhead: a1 * ((c+s)^2 - c^2) + a2 * s, the
-  // work of the whole slice (all SP ranks together): the chunking balances with it.
+  // One layer, one slice, without the per-chunk overhead: a1 * ((c+s)^2 - c^2) + a2 * s + a3 * c,
+  // the work of the whole slice (all SP ranks together): the chunking balances with it.
   double slice_layer_time(int64_t context, int64_t length) const;
   // One layer's compute on one chunk: sum of its slices (over d_s) plus b. No all-to-all.
   double layer_forward_time(const Chunk& chunk) const;
