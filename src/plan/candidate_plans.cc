@@ -14,7 +14,7 @@
 namespace infinipipe::planning {
 
 void one_wave_without_recompute(Candidate& cand, const CostModel& cost,
-                                const PlannerOptions& options) {
+                                const PlannerOptions& options, double stop_above) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = options.num_stages;
   cand.waves = {all_chunks(cand.chunks.size())};
@@ -23,10 +23,18 @@ void one_wave_without_recompute(Candidate& cand, const CostModel& cost,
   cand.checkpoint.feasible = true;
   cand.checkpoint.solver = "none needed";
   cand.checkpoint.recompute.assign(cost.num_stages(), std::vector<int>(cand.chunks.size(), 0));
+  // Each stage's compute without recompute (pipeline_bound's busy, the simulator's durations
+  // summed in another order) and the last chunk's backward through the stages before it: a
+  // relative margin far above their rounding keeps the stop sure.
+  std::vector<double> floor;
+  if (stop_above < kInfinity && cand.busy.size() == static_cast<size_t>(cost.num_stages()))
+    for (size_t p = 0; p < cand.busy.size(); ++p)
+      floor.push_back((cand.busy[p] + cand.drain[p]) * (1 - 1e-9));
   cand.sim = predict(cand.schedule, cand.chunks, cost, cand.checkpoint.recompute,
-                     options.memory_budget_bytes);
+                     options.memory_budget_bytes, stop_above, std::move(floor));
   cand.optimistic = cand.sim.step_time_s;
   cand.simulated = true;
+  if (cand.sim.stopped_early) return;
   // The simulated peaks count buffers and workspaces too.
   for (size_t p = 0; p < cand.excess.size(); ++p) {
     cand.excess[p] =

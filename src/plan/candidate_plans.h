@@ -1,6 +1,7 @@
 #pragma once
 // A candidate made into a plan, in the order the search looks closer (internal to the plan
 // part): one wave without recompute, one wave with recompute, several waves.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,12 @@
 namespace infinipipe::planning {
 
 // The candidate's chunks in one wave without recompute: its exact plan when the simulator finds
-// it within the budget; else the optimistic time, which recompute can only lengthen.
+// it within the budget; else the optimistic time, which recompute can only lengthen. With
+// `stop_above`, the simulation may stop once the step is known to be slower than that
+// (cand.sim.stopped_early): neither its time nor its memory is then known.
 void one_wave_without_recompute(Candidate& cand, const CostModel& cost,
-                                const PlannerOptions& options);
+                                const PlannerOptions& options,
+                                double stop_above = std::numeric_limits<double>::infinity());
 
 // The candidate in one wave with recompute (search_checkpointing). False when it does not fit.
 bool one_wave_with_recompute(Candidate& cand, double time_to_beat, const CostModel& cost,

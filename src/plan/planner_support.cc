@@ -81,10 +81,13 @@ bool search_work_exhausted(const PlannerOptions& options) {
 }
 
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
-                  const Recompute& recompute, double budget) {
+                  const Recompute& recompute, double budget, double stop_above,
+                  std::vector<double> stop_floor) {
   search_work() += static_cast<int64_t>(chunks.size()) * schedule.num_stages();
   SimOptions sim_options;
   sim_options.memory_budget_bytes = budget;
+  sim_options.stop_above = stop_above;
+  sim_options.stop_floor = std::move(stop_floor);
   sim_options.record_events = false;
   return simulate(schedule, chunks, cost, recompute, sim_options);
 }

@@ -43,8 +43,11 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
 int64_t& search_work();
 bool search_work_exhausted(const PlannerOptions& options);
 // The simulator without events, checking `budget`; counts its work.
+// With `stop_above`, it may stop once the step is known to take longer (SimResult::stopped_early).
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
-                  const Recompute& recompute, double budget);
+                  const Recompute& recompute, double budget,
+                  double stop_above = std::numeric_limits<double>::infinity(),
+                  std::vector<double> stop_floor = {});
 // Shortest slice of a mesh; short slices under-use the device, so the search stops before them.
 int64_t shortest_slice(const SplitMesh& mesh);
 std::string label(const Setting& setting);  // an EPP setting's text

@@ -338,6 +338,14 @@ SimResult Simulation::run() {
         ++pc_[p];
         ++done;
       }
+      const double least_end =
+          clock_[p] +
+          (options_.stop_floor.empty() ? 0.0 : options_.stop_floor[p] - result_.busy_s[p]);
+      if (std::max(clock_[p], least_end) > options_.stop_above) {
+        result_.step_time_s = std::max(clock_[p], least_end);
+        result_.stopped_early = true;
+        return std::move(result_);
+      }
     }
     if (done == before) deadlock();
   }

@@ -64,6 +64,40 @@ TEST(OneWaveWithoutRecompute, ExactWhenItFitsAndMoreExcessWhenNot) {
   EXPECT_GE(over, 5);
 }
 
+// With a time to beat, the simulation stops only when the step is slower than it (the stage's
+// clock, its compute left and the last chunk's way back say so), and otherwise is the full one.
+TEST(OneWaveWithoutRecompute, StopsEarlyOnlyWhenSlowerThanTheTimeToBeat) {
+  std::mt19937_64 rng(91);
+  int stopped = 0, before_the_end = 0, full = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Instance inst = random_instance(rng);
+    const Candidate bounded = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, bounded.setting));
+    Candidate whole = bounded;
+    planning::one_wave_without_recompute(whole, inst.cost, inst.options);
+    const double time = whole.sim.step_time_s;
+    for (double share : {0.5, 0.9, 0.99, 1.0, 1.01}) {
+      Candidate cand = bounded;
+      planning::one_wave_without_recompute(cand, inst.cost, inst.options, share * time);
+      if (cand.sim.stopped_early) {
+        ++stopped;
+        EXPECT_GT(time, share * time);
+        EXPECT_GT(cand.sim.step_time_s, share * time);
+        EXPECT_LE(cand.sim.step_time_s, time * (1 + 1e-9));
+        before_the_end += cand.sim.step_time_s < time;
+      } else {
+        ++full;
+        EXPECT_EQ(cand.sim.step_time_s, time);
+        EXPECT_EQ(cand.sim.peak_memory_bytes, whole.sim.peak_memory_bytes);
+        EXPECT_EQ(cand.key, whole.key);
+      }
+    }
+  }
+  EXPECT_GE(stopped, 20);
+  EXPECT_GE(before_the_end, 5) << "the floor never stopped a run before its last stage did";
+  EXPECT_GE(full, 40);
+}
+
 TEST(OneWaveWithRecompute, FitsTheBudgetAndCostsAtLeastTheOptimisticTime) {
   std::mt19937_64 rng(91);
   int fitted = 0, failed = 0;

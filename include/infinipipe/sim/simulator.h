@@ -18,6 +18,13 @@ namespace infinipipe {
 struct SimOptions {
   double memory_budget_bytes = std::numeric_limits<double>::infinity();  // per stage
   bool record_events = true;  // keep the timeline (for traces); planners turn it off for speed
+  // A planner that only needs to know whether the step beats a time: once the step surely takes
+  // longer, the run stops (SimResult::stopped_early) without measuring memory. Surely: some
+  // stage's clock passes it, or, with stop_floor (per stage: no more than its compute in all plus
+  // the time the step surely lasts after its last action), its clock plus the compute it has
+  // left plus that tail does.
+  double stop_above = std::numeric_limits<double>::infinity();
+  std::vector<double> stop_floor;
 };
 
 struct SimEvent {
@@ -44,6 +51,9 @@ struct SimResult {
   std::vector<SimEvent> events;
   bool over_budget = false;
   std::string over_budget_message;  // names the stage, the moment and the bytes
+  // Stopped at SimOptions::stop_above: step_time_s is the clock that passed it (the step takes
+  // at least that), the memory and the other sums are not measured.
+  bool stopped_early = false;
 
   double mean_bubble_fraction() const;
   double total_recompute_s() const;
