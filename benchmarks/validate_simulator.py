@@ -6,11 +6,18 @@
 Every rank runs the same steps (2 stages, Gloo, CPU, one thread per rank, the tiny LLaMA). Each
 case is a length mix (a built-in distribution, batch size, context), a method and a memory
 budget; the trainer plans it with the given (calibrated) cost model, and the plan carries the
-simulator's predicted step time, per-stage busy time and activation peak. The case then runs
-`--repeats` times with timing only, and once more with the memory meter on (its saved-tensor
-hooks cost time, so that run is not timed). Measured step time: the slowest rank's executor
-time (planning and the optimizer step are outside the simulated part). Rank 0 writes one JSON
-with every case and prints the median errors.
+simulator's predicted step time, per-stage busy time and activation peak. Then heavy steps
+(lib/validation.py, heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192; the two steps
+hold 41% of their tokens in cut sequences), each planned by every method at 192 MiB. Every case
+runs `--repeats` times with timing only, in rounds: one timed step of every case, in order, then
+the next round, so that the machine's load (other work shares its cores) falls on every case
+alike and a heavy step's methods run one after the other on the same step; then once more each
+with the memory meter on (its saved-tensor hooks cost time, so that run is not timed). Measured
+step time: the slowest rank's executor time (planning and the optimizer step are outside the
+simulated part); busy: per stage, the executor's forward and backward wall time and the rank's
+thread CPU time in those actions. Rank 0 writes one JSON with every case and prints the median
+errors, overall and per method. --compare-cost OTHER.json also predicts every measured plan with
+another cost model (an earlier fit) and gives its errors per method beside.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -25,9 +33,11 @@ import torch.distributed as dist
 from lib import results, training
 from lib.ranks import gathered, leave
 from lib.results import MIB
-from lib.validation import errors
+from lib.validation import errors, heavy_lengths, per_method, predict_again
 
 import infinipipe
+from infinipipe import _C
+from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
 
 # (distribution, batch, context, method, budget MiB or None for no memory pressure). Varied on
@@ -48,6 +58,13 @@ CASES = [
     ("extreme", 12, 4096, "seq1f1b", None),
 ]
 SMOKE_CASES = [("wikipedia", 6, 512, "epp", None), ("extreme", 4, 1024, "seq1f1b", 48)]
+# Heavy steps (issue 12, item 6): the seeds of heavy_lengths, each run by every method at this
+# budget; the baselines at the settings the validation gives them (k=4, chunks of 1024 tokens,
+# the step's longest sequence as the token cap, uniform recompute as the step needs).
+HEAVY_SEEDS = [0, 39]
+HEAVY_METHODS = ["epp", "seq1f1b", "batch", "chunkflow"]
+HEAVY_BUDGET_MIB = 192
+SMOKE_HEAVY = [0]  # with 3 sequences
 
 
 def plan_config(
@@ -63,27 +80,52 @@ def plan_config(
     )
 
 
-def run_case(case, index: int, args, config: LlamaConfig) -> dict:
-    distribution, batch_size, context, method, budget_mib = case
+def prepare(case, index: int, args, config: LlamaConfig) -> dict:
+    """A case's trainer, batch and plan. case: (distribution, batch, context, method, budget MiB,
+    seed); distribution "heavy" draws heavy_lengths(seed)."""
+    distribution, batch_size, context, method, budget_mib, seed = case
     trainer = training.trainer(config, plan_config(method, budget_mib, args.cost_model))
-    lengths, batch = training.sampled_batch(
-        distribution, batch_size, context, args.seed + index, config.vocab, index
-    )
+    if distribution == "heavy":
+        lengths = heavy_lengths(seed, batch_size)
+        batch = synthetic_batch(lengths, config.vocab, torch.Generator().manual_seed(seed))
+    else:
+        lengths, batch = training.sampled_batch(
+            distribution, batch_size, context, seed, config.vocab, index
+        )
     plan = trainer.plan(batch)
-    summary = plan.summary()
-    if index == 0:  # warm-up: the process's first step pays for allocator and kernel set-up
-        trainer.step(batch, plan=plan)
-    measured = []
-    for _ in range(args.repeats):
-        result = trainer.step(batch, plan=plan)
-        measured.append(gathered(result.stats))
-    memory = gathered(trainer.step(batch, plan=plan, measure_memory=True).stats)
+    return dict(case=case, trainer=trainer, batch=batch, lengths=lengths, plan=plan, measured=[])
+
+
+def timed_step(c: dict) -> None:
+    """One timed step; besides the executor's wall-clock stats, this rank's thread CPU time in
+    its forward and backward actions (the actions' ends marked by the executor's after_action
+    probe; the first action counts from the step's start), which other work on the machine
+    inflates far less than the wall clock."""
+    executor = c["trainer"].executor
+    marks = [("start", time.thread_time())]
+    executor.set_after_action(lambda action: marks.append((action, time.thread_time())))
+    try:
+        stats = dict(c["trainer"].step(c["batch"], plan=c["plan"]).stats)
+    finally:
+        executor.set_after_action(None)
+    stats["compute_cpu_s"] = sum(
+        t - marks[i - 1][1] for i, (a, t) in enumerate(marks) if i and a[0] in "FB"
+    )
+    c["measured"].append(gathered(stats))
+
+
+def result_row(c: dict) -> dict:
+    distribution, batch_size, context, method, budget_mib, seed = c["case"]
+    summary = c["plan"].summary()
+    measured = c["measured"]
+    memory = gathered(c["trainer"].step(c["batch"], plan=c["plan"], measure_memory=True).stats)
     step_s = [max(s["total_s"] for s in ranks) for ranks in measured]
     # Per stage, the fastest repeat's compute (other work on the machine only adds to it).
     busy = [
         min(ranks[p]["forward_s"] + ranks[p]["backward_s"] for ranks in measured)
         for p in range(len(measured[0]))
     ]
+    busy_cpu = [min(ranks[p]["compute_cpu_s"] for ranks in measured) for p in range(len(busy))]
     return dict(
         case=dict(
             distribution=distribution,
@@ -91,10 +133,16 @@ def run_case(case, index: int, args, config: LlamaConfig) -> dict:
             context=context,
             method=method,
             budget_mib=budget_mib,
-            seed=args.seed + index,
+            seed=seed,
         ),
-        lengths=list(lengths),
+        lengths=list(c["lengths"]),
         setting=summary["setting"],
+        # the plan's structure, to predict the same plan again with another cost model
+        # (lib/validation.py, predict_again)
+        plan_hash=c["plan"].hash(),
+        plan_chunks=[list(map(list, chunk)) for chunk in c["plan"].chunks],
+        plan_waves=[list(w) for w in c["plan"].waves],
+        plan_recompute=[list(r) for r in c["plan"].recompute],
         chunks=summary["chunks"],
         chunk_kinds=summary["chunk_kinds"],
         waves=summary["waves"],
@@ -103,8 +151,29 @@ def run_case(case, index: int, args, config: LlamaConfig) -> dict:
         measured_step_s=step_s,
         predicted_busy_s=summary["predicted_busy_s"],
         measured_busy_s=busy,
+        # per stage, the fastest repeat's thread CPU time in forward and backward actions
+        measured_busy_cpu_s=busy_cpu,
+        # per repeat and rank: its executor's wall time waiting on peers, and its compute
+        measured_wait_s=[[s["wait_s"] for s in ranks] for ranks in measured],
         predicted_activation_bytes=[s["predicted_activation_bytes"] for s in memory],
         measured_activation_bytes=[s["measured_activation_bytes"] for s in memory],
+    )
+
+
+def compared(rows: list, cost_model: str | None, compare_cost: str | None) -> dict:
+    """With --compare-cost: every row's plan predicted with that cost model too, and the errors
+    per method under it."""
+    if not compare_cost or not cost_model:
+        return {}
+    reference = _C.plan.CostModel.load(cost_model)
+    other = _C.plan.CostModel.load(compare_cost)
+    for r in rows:
+        r["predicted_step_s_compare"], r["predicted_busy_s_compare"] = predict_again(
+            r, other, reference
+        )
+    return dict(
+        compare_cost=compare_cost,
+        per_method_compare=per_method(rows, "predicted_step_s_compare", "predicted_busy_s_compare"),
     )
 
 
@@ -118,22 +187,40 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--output", type=Path, help="JSON with every case (rank 0 writes it)")
     p.add_argument("--smoke", action="store_true", help="two tiny cases, one repeat (CI)")
+    p.add_argument(
+        "--compare-cost",
+        help="another cost JSON (an earlier fit): every measured plan is also predicted with it "
+        "(predicted_*_compare) and its errors per method are given beside",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     config = LlamaConfig.tiny()
-    cases = SMOKE_CASES if args.smoke else CASES
+    cases = [c + (args.seed + i,) for i, c in enumerate(SMOKE_CASES if args.smoke else CASES)]
+    heavy_batch = 3 if args.smoke else 16
+    for seed in SMOKE_HEAVY if args.smoke else HEAVY_SEEDS:
+        cases += [("heavy", heavy_batch, 8192, m, HEAVY_BUDGET_MIB, seed) for m in HEAVY_METHODS]
     if args.smoke:
         args.repeats = 1
+    prepared = [prepare(case, i, args, config) for i, case in enumerate(cases)]
+    # warm-up: the process's first step pays for allocator and kernel set-up
+    prepared[0]["trainer"].step(prepared[0]["batch"], plan=prepared[0]["plan"])
+    for r in range(args.repeats):
+        for c in prepared:
+            timed_step(c)
+        if dist.get_rank() == 0:
+            print(f"round {r + 1} of {args.repeats} done", flush=True)
     rows = []
-    for i, case in enumerate(cases):
-        rows.append(run_case(case, i, args, config))
+    for i, c in enumerate(prepared):
+        rows.append(result_row(c))
         e = errors(rows[-1])
         if dist.get_rank() == 0:
             print(
-                f"{i:2d} {case}: step predicted {rows[-1]['predicted_step_s']:.3f} s, measured "
-                f"{statistics.median(rows[-1]['measured_step_s']):.3f} s ({e['step']:+.1%}); "
-                f"activation memory {', '.join(f'{m:+.1%}' for m in e['memory'])}; busy "
-                f"{', '.join(f'{b:+.1%}' for b in e['busy'])}",
+                f"{i:2d} {c['case']}: step predicted {rows[-1]['predicted_step_s']:.3f} s, "
+                f"measured {statistics.median(rows[-1]['measured_step_s']):.3f} s "
+                f"({e['step']:+.1%}); activation memory "
+                f"{', '.join(f'{m:+.1%}' for m in e['memory'])}; busy "
+                f"{', '.join(f'{b:+.1%}' for b in e['busy'])}; busy (CPU time) "
+                f"{', '.join(f'{b:+.1%}' for b in e['busy_cpu'])}",
                 flush=True,
             )
     if dist.get_rank() == 0:
@@ -146,6 +233,10 @@ def main() -> int:
             max_abs_step_error=max(step_err),
             median_abs_memory_error=statistics.median(mem_err),
             max_abs_memory_error=max(mem_err),
+            per_method=per_method(rows),
+            **compared(rows, args.cost_model, args.compare_cost),
+            heavy_seeds=[] if args.smoke else HEAVY_SEEDS,
+            rounds="interleaved: every case's timed step in turn, --repeats rounds",
         )
         print(
             f"step time: median |error| {result['median_abs_step_error']:.1%}, max "
@@ -153,6 +244,12 @@ def main() -> int:
             f"median |error| {result['median_abs_memory_error']:.1%}, max "
             f"{result['max_abs_memory_error']:.1%} over {len(mem_err)} stage peaks"
         )
+        for m, e in result["per_method"].items():
+            print(
+                f"{m}: median step error {e['median_step_error']:+.1%}, median |error| "
+                f"{e['median_abs_step_error']:.1%} over {e['cases']} cases; busy CPU time "
+                f"{e['median_busy_cpu_error']:+.1%}"
+            )
         if args.output:
             results.write(args.output, result)
     leave()
