@@ -8,7 +8,7 @@ neighbour processes, the fit, activation bytes, the cost JSON) read best togethe
 Times the forward and backward of one layer of the model with the runtime's profiler
 (_C.runtime.profile_layer: at every (tokens, context) of the grid, a chunk holding one slice,
 run through the executor's chunk attention and K/V buffers), and the embedding and the head with
-its loss per token; fits a1, a2, b, the backward ratio and the per-token times with the C++ fit
+its loss per token; fits a1, a2, b, a3, the backward ratio and the per-token times with the C++ fit
 (_C.plan.calibrate) and reports its error on grid points held out of the fit; measures the bytes
 a layer keeps for its backward per token with saved-tensor hooks on the same path. Writes the
 cost JSON that PlanConfig(cost_model=...) and infinipipe-plan --model load, and next to it a
