@@ -4,21 +4,20 @@
         --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
 
 Every rank runs the same steps (2 stages, Gloo, CPU, one thread per rank, the tiny LLaMA). Each
-case is a length mix (a built-in distribution, batch size, context), a method and a memory
-budget; the trainer plans it with the given (calibrated) cost model, and the plan carries the
-simulator's predicted step time, per-stage busy time and activation peak. Then heavy steps
-(lib/validation.py, heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192; the two steps
-hold 41% of their tokens in cut sequences), each planned by every method at 192 MiB. Every case
-runs `--repeats` times with timing only, in rounds: one timed step of every case, in order, then
-the next round, so that the machine's load (other work shares its cores) falls on every case
-alike and a heavy step's methods run one after the other on the same step; then once more each
-with the memory meter on (its saved-tensor hooks cost time, so that run is not timed). Measured
-step time: the slowest rank's executor time (planning and the optimizer step are outside the
-simulated part); busy: per stage, the executor's forward and backward wall time and the rank's
-thread CPU time in those actions. Rank 0 writes one JSON with every case and prints the median
-errors, overall and per method. --compare-cost OTHER.json also predicts every measured plan with
-another cost model (an earlier fit) and gives its errors per method beside.
-"""
+case is a length mix (a built-in distribution, batch size, context), a method and a memory budget;
+the trainer plans it with the given (calibrated) cost model, and the plan carries the simulator's
+predicted step time, per-stage busy time and activation peak. Then heavy steps (lib/validation.py,
+heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192; the two steps hold 41% of their tokens in
+cut sequences), each planned by every method at 192 MiB. Every case runs `--repeats` times with
+timing only, in rounds: one timed step of every case (odd rounds backwards), then the next round,
+so that the machine's load (other work shares its cores) falls on every case alike and a heavy
+step's methods run one after the other on the same step; then once more each with the memory meter
+on (its saved-tensor hooks cost time, so that run is not timed). Measured step time: the slowest
+rank's executor time (planning and the optimizer step are outside the simulated part); busy: per
+stage, the executor's forward and backward wall time and the rank's thread CPU time in those
+actions. Rank 0 writes one JSON with every case and prints the median errors, overall and per
+method. --compare-cost OTHER.json also predicts every measured plan with another cost model (an
+earlier fit) and gives its errors per method beside."""
 
 from __future__ import annotations
 
@@ -205,7 +204,9 @@ def main() -> int:
     # warm-up: the process's first step pays for allocator and kernel set-up
     prepared[0]["trainer"].step(prepared[0]["batch"], plan=prepared[0]["plan"])
     for r in range(args.repeats):
-        for c in prepared:
+        # Odd rounds run the cases backwards, so a load that comes or goes during a round does
+        # not fall on the same cases (the first ones) every round.
+        for c in prepared if r % 2 == 0 else reversed(prepared):
             timed_step(c)
         if dist.get_rank() == 0:
             print(f"round {r + 1} of {args.repeats} done", flush=True)
@@ -236,7 +237,8 @@ def main() -> int:
             per_method=per_method(rows),
             **compared(rows, args.cost_model, args.compare_cost),
             heavy_seeds=[] if args.smoke else HEAVY_SEEDS,
-            rounds="interleaved: every case's timed step in turn, --repeats rounds",
+            rounds="interleaved: every case's timed step in turn, --repeats rounds, odd ones "
+            "backwards",
         )
         print(
             f"step time: median |error| {result['median_abs_step_error']:.1%}, max "
