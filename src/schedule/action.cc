@@ -18,9 +18,12 @@ struct TypeName {
 };
 // Longest prefixes first, so that "F" does not claim what is not a plain forward.
 constexpr TypeName kTypeNames[] = {
-    {ActionType::kSendForward, "SEND_F"},  {ActionType::kRecvForward, "RECV_F"},
-    {ActionType::kSendBackward, "SEND_B"}, {ActionType::kRecvBackward, "RECV_B"},
-    {ActionType::kForward, "F"},           {ActionType::kBackward, "B"},
+    {ActionType::kSendHeadGrad, "SEND_HG"}, {ActionType::kRecvHeadGrad, "RECV_HG"},
+    {ActionType::kSendHead, "SEND_H"},      {ActionType::kRecvHead, "RECV_H"},
+    {ActionType::kSendForward, "SEND_F"},   {ActionType::kRecvForward, "RECV_F"},
+    {ActionType::kSendBackward, "SEND_B"},  {ActionType::kRecvBackward, "RECV_B"},
+    {ActionType::kForward, "F"},            {ActionType::kBackward, "B"},
+    {ActionType::kHead, "H"},
 };
 
 const char* prefix_of(ActionType type) {
@@ -30,7 +33,14 @@ const char* prefix_of(ActionType type) {
 }
 
 const char* const kForms =
-    "F<k>, B<k>, SEND_F<k>, RECV_F<k>, SEND_B<k> or RECV_B<k>, k a chunk id >= 0";
+    "F<k>, B<k>, SEND_F<k>, RECV_F<k>, SEND_B<k>, RECV_B<k>, H<k>, or SEND_H<k>@<s>, "
+    "RECV_H<k>@<s>, SEND_HG<k>@<s>, RECV_HG<k>@<s>; k a chunk id >= 0, s a stage >= 0";
+
+bool all_digits(const std::string& text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+}
 
 }  // namespace
 
@@ -42,30 +52,56 @@ int Action::peer(int stage) const {
     case ActionType::kRecvForward:
     case ActionType::kSendBackward:
       return stage - 1;
+    case ActionType::kSendHead:
+    case ActionType::kRecvHead:
+    case ActionType::kSendHeadGrad:
+    case ActionType::kRecvHeadGrad:
+      return peer_stage;
     default:
       break;
   }
   throw Error("peer() asked of the compute action " + text() + ": only SEND and RECV have a peer");
 }
 
-std::string Action::text() const { return prefix_of(type) + std::to_string(chunk); }
+std::string Action::text() const {
+  std::string out = prefix_of(type) + std::to_string(chunk);
+  if (is_head_transfer()) out += "@" + std::to_string(peer_stage);
+  return out;
+}
 
 Action Action::parse(const std::string& text) {
   for (const TypeName& t : kTypeNames) {
     const std::string prefix = t.prefix;
     if (text.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = text.substr(prefix.size());
+    Action action{t.type, 0};
+    std::string digits = text.substr(prefix.size());
+    if (action.is_head_transfer()) {
+      const size_t at = digits.find('@');
+      check(at != std::string::npos,
+            "\"" + text + "\" names no peer stage: head transfers are written like " +
+                prefix + "3@5 (chunk 3, stage 5)");
+      const std::string stage = digits.substr(at + 1);
+      digits.resize(at);
+      check(all_digits(stage) && stage.size() <= 9,
+            "\"" + text + "\" is not an action: expected " + kForms);
+      action.peer_stage = std::stoi(stage);
+    }
     // Strict digits only: "F+3", "F 3" and "F3x" are typos, not actions.
-    const bool all_digits =
-        !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
-          return std::isdigit(static_cast<unsigned char>(c));
-        });
-    check(all_digits, "\"" + text + "\" is not an action: expected " + kForms);
+    check(all_digits(digits), "\"" + text + "\" is not an action: expected " + kForms);
     check(digits.size() <= 9,
           "\"" + text + "\": chunk id " + digits + " is too large (at most 999999999)");
-    return Action{t.type, std::stoi(digits)};
+    action.chunk = std::stoi(digits);
+    return action;
   }
   throw Error("\"" + text + "\" is not an action: expected " + kForms);
+}
+
+std::vector<int> Schedule::head_stages(int num_chunks) const {
+  std::vector<int> stage_of(num_chunks, -1);
+  for (int s = 0; s < num_stages(); ++s)
+    for (const Action& a : stages[s])
+      if (a.type == ActionType::kHead && a.chunk >= 0 && a.chunk < num_chunks) stage_of[a.chunk] = s;
+  return stage_of;
 }
 
 std::string Schedule::text() const {

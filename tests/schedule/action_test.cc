@@ -13,9 +13,19 @@
 namespace infinipipe {
 namespace {
 
-const ActionType kAllTypes[] = {ActionType::kForward,      ActionType::kBackward,
-                                ActionType::kSendForward,  ActionType::kRecvForward,
-                                ActionType::kSendBackward, ActionType::kRecvBackward};
+const ActionType kAllTypes[] = {
+    ActionType::kForward,      ActionType::kBackward,     ActionType::kSendForward,
+    ActionType::kRecvForward,  ActionType::kSendBackward, ActionType::kRecvBackward,
+    ActionType::kHead,         ActionType::kSendHead,     ActionType::kRecvHead,
+    ActionType::kSendHeadGrad, ActionType::kRecvHeadGrad};
+static_assert(sizeof(kAllTypes) / sizeof(kAllTypes[0]) == kActionTypes);
+
+// A head transfer carries its peer stage; every other action has none.
+Action make(ActionType type, int chunk) {
+  Action a{type, chunk};
+  if (a.is_head_transfer()) a.peer_stage = 5;
+  return a;
+}
 
 TEST(Action, TextFormsAreTheDocumentedOnes) {
   EXPECT_EQ((Action{ActionType::kForward, 3}).text(), "F3");
@@ -24,12 +34,17 @@ TEST(Action, TextFormsAreTheDocumentedOnes) {
   EXPECT_EQ((Action{ActionType::kRecvForward, 3}).text(), "RECV_F3");
   EXPECT_EQ((Action{ActionType::kSendBackward, 3}).text(), "SEND_B3");
   EXPECT_EQ((Action{ActionType::kRecvBackward, 12}).text(), "RECV_B12");
+  EXPECT_EQ((Action{ActionType::kHead, 3}).text(), "H3");
+  EXPECT_EQ((Action{ActionType::kSendHead, 3, 5}).text(), "SEND_H3@5");
+  EXPECT_EQ((Action{ActionType::kRecvHead, 3, 7}).text(), "RECV_H3@7");
+  EXPECT_EQ((Action{ActionType::kSendHeadGrad, 3, 7}).text(), "SEND_HG3@7");
+  EXPECT_EQ((Action{ActionType::kRecvHeadGrad, 30, 0}).text(), "RECV_HG30@0");
 }
 
 TEST(Action, TextRoundTripsForEveryType) {
   for (ActionType type : kAllTypes) {
     for (int chunk : {0, 1, 9, 10, 4711, 999999999}) {
-      const Action a{type, chunk};
+      const Action a = make(type, chunk);
       EXPECT_EQ(Action::parse(a.text()), a) << a.text();
     }
   }
@@ -37,7 +52,9 @@ TEST(Action, TextRoundTripsForEveryType) {
 
 TEST(Action, ParseRejectsWhatIsNotATextForm) {
   for (const char* bad : {"", "F", "B", "SEND_F", "X3", "F-1", "F+1", "F3x", "f3", "send_f3",
-                          "SEND_3", "SEND_X3", " F3", "F3 ", "F 3", "RECV_F3.0", "F9999999999"}) {
+                          "SEND_3", "SEND_X3", " F3", "F3 ", "F 3", "RECV_F3.0", "F9999999999",
+                          "SEND_H3", "RECV_HG3", "SEND_H3@", "SEND_H3@x", "SEND_H@3", "H3@5",
+                          "F3@5", "SEND_HG3@-1", "h3"}) {
     EXPECT_THROW(Action::parse(bad), Error) << '"' << bad << '"';
   }
   try {
@@ -55,11 +72,31 @@ TEST(Action, PeerIsTheNeighbourTheMessageGoesToOrComesFrom) {
   EXPECT_EQ((Action{ActionType::kRecvBackward, 0}).peer(2), 3);
   EXPECT_THROW((Action{ActionType::kForward, 0}).peer(2), Error);
   EXPECT_THROW((Action{ActionType::kBackward, 0}).peer(2), Error);
+  EXPECT_THROW((Action{ActionType::kHead, 0}).peer(2), Error);
+  // Head transfers go to the stage their text names, not to a neighbour.
+  EXPECT_EQ(Action::parse("SEND_H0@5").peer(7), 5);
+  EXPECT_EQ(Action::parse("RECV_HG0@0").peer(7), 0);
+  EXPECT_EQ(Action::parse("RECV_H0@7").peer(2), 7);
+}
+
+TEST(Action, ParseOfAHeadTransferWithoutAPeerSaysHowToWriteIt) {
+  try {
+    Action::parse("SEND_H3");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SEND_H3@5"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Schedule, HeadStagesNameTheStageRunningEachChunksHead) {
+  const Schedule s = testing::parse_schedule(
+      {"H1 F0 F1", "F0 SEND_H1@0 F1"});
+  EXPECT_EQ(s.head_stages(3), (std::vector<int>{-1, 0, -1}));
 }
 
 TEST(Action, PredicatesPartitionTheTypes) {
   for (ActionType type : kAllTypes) {
-    const Action a{type, 0};
+    const Action a = make(type, 0);
     EXPECT_EQ(int(a.is_compute()) + int(a.is_send()) + int(a.is_recv()), 1) << a.text();
   }
 }

@@ -5,6 +5,14 @@
 //   RECV_F3  post the receive of chunk 3's activation from the previous stage
 //   SEND_B3  send chunk 3's input gradient to the previous stage
 //   RECV_B3  post the receive of chunk 3's output gradient from the next stage
+// Spread head (docs/design.md, "Spread head"): chunk 3's LM head and loss run on stage 5, not on
+// the last stage 7. The last stage's F3/B3 then cover its layers only, and
+//   H3          on stage 5: the head's forward, the loss and the head's backward of chunk 3
+//   SEND_H3@5   on stage 7: send chunk 3's last hidden state to stage 5
+//   RECV_H3@7   on stage 5: post its receive from stage 7
+//   SEND_HG3@7  on stage 5: send that hidden state's gradient back to stage 7
+//   RECV_HG3@5  on stage 7: post its receive from stage 5
+// (with the head on the last stage itself, H3 runs there and nothing is sent).
 // Communication semantics (what the validator and the simulator assume, and what the executor
 // guarantees or exceeds): a RECV only posts the receive, the compute that needs the data waits
 // for it; a SEND blocks until the peer has posted the matching RECV (rendezvous). Messages on
@@ -22,19 +30,36 @@ enum class ActionType {
   kSendForward,
   kRecvForward,
   kSendBackward,
-  kRecvBackward
+  kRecvBackward,
+  kHead,          // spread head: forward, loss and backward of the chunk's LM head
+  kSendHead,      // last stage -> head stage: the chunk's last hidden state
+  kRecvHead,      // head stage <- last stage
+  kSendHeadGrad,  // head stage -> last stage: that hidden state's gradient
+  kRecvHeadGrad,  // last stage <- head stage
 };
+
+constexpr int kActionTypes = 11;  // the values of ActionType
 
 struct Action {
   ActionType type = ActionType::kForward;
   int chunk = 0;
+  int peer_stage = -1;  // head transfers only (the @ of their text): the other stage
 
-  bool is_compute() const { return type == ActionType::kForward || type == ActionType::kBackward; }
+  bool is_compute() const {
+    return type == ActionType::kForward || type == ActionType::kBackward ||
+           type == ActionType::kHead;
+  }
   bool is_send() const {
-    return type == ActionType::kSendForward || type == ActionType::kSendBackward;
+    return type == ActionType::kSendForward || type == ActionType::kSendBackward ||
+           type == ActionType::kSendHead || type == ActionType::kSendHeadGrad;
   }
   bool is_recv() const {
-    return type == ActionType::kRecvForward || type == ActionType::kRecvBackward;
+    return type == ActionType::kRecvForward || type == ActionType::kRecvBackward ||
+           type == ActionType::kRecvHead || type == ActionType::kRecvHeadGrad;
+  }
+  bool is_head_transfer() const {
+    return type == ActionType::kSendHead || type == ActionType::kRecvHead ||
+           type == ActionType::kSendHeadGrad || type == ActionType::kRecvHeadGrad;
   }
   // The stage a SEND goes to or a RECV comes from, seen from `stage`.
   int peer(int stage) const;
@@ -42,7 +67,9 @@ struct Action {
   std::string text() const;
   static Action parse(const std::string& text);  // Error on anything that is not a text form
 
-  bool operator==(const Action& o) const { return type == o.type && chunk == o.chunk; }
+  bool operator==(const Action& o) const {
+    return type == o.type && chunk == o.chunk && peer_stage == o.peer_stage;
+  }
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
 
@@ -51,6 +78,9 @@ struct Schedule {
   std::vector<std::vector<Action>> stages;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
+  // Per chunk, the stage that runs its H action, or -1 where the last stage's F computes the
+  // head and the loss itself (every chunk when the head is not spread).
+  std::vector<int> head_stages(int num_chunks) const;
   // One line per stage: "stage 0: F0 SEND_F0 F1 ...".
   std::string text() const;
   // The grid: one column per stage, one row per step of each stage's list; `mark_stage` and
