@@ -18,11 +18,16 @@ struct TypeName {
 };
 // Longest prefixes first, so that "F" does not claim what is not a plain forward.
 constexpr TypeName kTypeNames[] = {
-    {ActionType::kSendHeadGrad, "SEND_HG"}, {ActionType::kRecvHeadGrad, "RECV_HG"},
-    {ActionType::kSendHead, "SEND_H"},      {ActionType::kRecvHead, "RECV_H"},
-    {ActionType::kSendForward, "SEND_F"},   {ActionType::kRecvForward, "RECV_F"},
-    {ActionType::kSendBackward, "SEND_B"},  {ActionType::kRecvBackward, "RECV_B"},
-    {ActionType::kForward, "F"},            {ActionType::kBackward, "B"},
+    {ActionType::kSendHeadGrad, "SEND_HG"},
+    {ActionType::kRecvHeadGrad, "RECV_HG"},
+    {ActionType::kSendHead, "SEND_H"},
+    {ActionType::kRecvHead, "RECV_H"},
+    {ActionType::kSendForward, "SEND_F"},
+    {ActionType::kRecvForward, "RECV_F"},
+    {ActionType::kSendBackward, "SEND_B"},
+    {ActionType::kRecvBackward, "RECV_B"},
+    {ActionType::kForward, "F"},
+    {ActionType::kBackward, "B"},
     {ActionType::kHead, "H"},
 };
 
@@ -78,8 +83,8 @@ Action Action::parse(const std::string& text) {
     if (action.is_head_transfer()) {
       const size_t at = digits.find('@');
       check(at != std::string::npos,
-            "\"" + text + "\" names no peer stage: head transfers are written like " +
-                prefix + "3@5 (chunk 3, stage 5)");
+            "\"" + text + "\" names no peer stage: head transfers are written like " + prefix +
+                "3@5 (chunk 3, stage 5)");
       const std::string stage = digits.substr(at + 1);
       digits.resize(at);
       check(all_digits(stage) && stage.size() <= 9,
@@ -100,7 +105,8 @@ std::vector<int> Schedule::head_stages(int num_chunks) const {
   std::vector<int> stage_of(num_chunks, -1);
   for (int s = 0; s < num_stages(); ++s)
     for (const Action& a : stages[s])
-      if (a.type == ActionType::kHead && a.chunk >= 0 && a.chunk < num_chunks) stage_of[a.chunk] = s;
+      if (a.type == ActionType::kHead && a.chunk >= 0 && a.chunk < num_chunks)
+        stage_of[a.chunk] = s;
   return stage_of;
 }
 

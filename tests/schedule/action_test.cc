@@ -51,10 +51,11 @@ TEST(Action, TextRoundTripsForEveryType) {
 }
 
 TEST(Action, ParseRejectsWhatIsNotATextForm) {
-  for (const char* bad : {"", "F", "B", "SEND_F", "X3", "F-1", "F+1", "F3x", "f3", "send_f3",
-                          "SEND_3", "SEND_X3", " F3", "F3 ", "F 3", "RECV_F3.0", "F9999999999",
-                          "SEND_H3", "RECV_HG3", "SEND_H3@", "SEND_H3@x", "SEND_H@3", "H3@5",
-                          "F3@5", "SEND_HG3@-1", "h3"}) {
+  for (const char* bad :
+       {"",         "F",         "B",           "SEND_F",      "X3",       "F-1",      "F+1",
+        "F3x",      "f3",        "send_f3",     "SEND_3",      "SEND_X3",  " F3",      "F3 ",
+        "F 3",      "RECV_F3.0", "F9999999999", "SEND_H3",     "RECV_HG3", "SEND_H3@", "SEND_H3@x",
+        "SEND_H@3", "H3@5",      "F3@5",        "SEND_HG3@-1", "h3"}) {
     EXPECT_THROW(Action::parse(bad), Error) << '"' << bad << '"';
   }
   try {
@@ -89,8 +90,7 @@ TEST(Action, ParseOfAHeadTransferWithoutAPeerSaysHowToWriteIt) {
 }
 
 TEST(Schedule, HeadStagesNameTheStageRunningEachChunksHead) {
-  const Schedule s = testing::parse_schedule(
-      {"H1 F0 F1", "F0 SEND_H1@0 F1"});
+  const Schedule s = testing::parse_schedule({"H1 F0 F1", "F0 SEND_H1@0 F1"});
   EXPECT_EQ(s.head_stages(3), (std::vector<int>{-1, 0, -1}));
 }
 
