@@ -9,7 +9,6 @@ namespace infinipipe {
 
 namespace {
 
-
 [[noreturn]] void fail(const Schedule& schedule, int stage, int index, const std::string& reason) {
   throw Error("invalid schedule: " + reason + "\n" + schedule.grid(stage, index));
 }
@@ -30,7 +29,8 @@ int pos(const Positions& p, int stage, ActionType type, int chunk) {
 // result it sends.
 Positions check_structure(const Schedule& schedule, int num_chunks) {
   const int d = schedule.num_stages();
-  Positions positions(d, std::vector<std::vector<int>>(kActionTypes, std::vector<int>(num_chunks, -1)));
+  Positions positions(
+      d, std::vector<std::vector<int>>(kActionTypes, std::vector<int>(num_chunks, -1)));
   for (int p = 0; p < d; ++p) {
     const std::vector<Action>& list = schedule.stages[p];
     for (int i = 0; i < static_cast<int>(list.size()); ++i) {
