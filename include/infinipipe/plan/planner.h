@@ -49,6 +49,10 @@ struct PlannerOptions {
   bool overlap_waves = true;
   int max_recompute_candidates = 6;
   int max_wave_groupings = 2;
+  // Run chunks' LM heads on the stages the planner assigns (docs/design.md, "Spread head"), for
+  // EPP and the baselines alike; false keeps every head on the last stage. The executor needs
+  // the head's replica on every stage (the trainer's spread_head).
+  bool spread_head = false;
   // EPP: the search's work limit, counted in chunk-stages, not seconds, so every rank stops at
   // the same candidate: every simulation and every checkpoint program (of a candidate, or of a
   // wave the grouping weighs) adds its chunks x stages. Once reached with a plan found, the
