@@ -218,6 +218,153 @@ TEST_F(Validator, FindsTheDeadlockOfReceivesPostedJustBeforeTheirCompute) {
   }
 }
 
+// Spread head schedules written by hand (docs/design.md, "Spread head"), packed chunks.
+// Two stages: chunk 0's head on stage 0, chunk 1's on the last stage itself.
+const std::vector<std::string> kSpreadTwo = {
+    "RECV_H0@1 F0 SEND_F0 RECV_B0 F1 SEND_F1 H0 SEND_HG0@1 RECV_B1 B0 B1",
+    "RECV_F0 RECV_F1 F0 RECV_HG0@0 SEND_H0@0 F1 H1 B0 SEND_B0 B1 SEND_B1"};
+// Three stages: chunk c's head on stage c.
+const std::vector<std::string> kSpreadThree = {
+    "RECV_H0@2 F0 SEND_F0 RECV_B0 F1 SEND_F1 RECV_B1 F2 SEND_F2 H0 SEND_HG0@2 RECV_B2 B0 B1 B2",
+    "RECV_F0 RECV_H1@2 F0 SEND_F0 RECV_F1 F1 SEND_F1 RECV_F2 F2 SEND_F2 RECV_B0 H1 SEND_HG1@2 "
+    "RECV_B1 B0 SEND_B0 RECV_B2 B1 SEND_B1 B2 SEND_B2",
+    "RECV_F0 RECV_F1 RECV_F2 RECV_HG0@0 RECV_HG1@1 F0 SEND_H0@0 F1 SEND_H1@1 F2 H2 B0 SEND_B0 B1 "
+    "SEND_B1 B2 SEND_B2"};
+
+class SpreadHead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    two = parse_schedule(kSpreadTwo);
+    three = parse_schedule(kSpreadThree);
+    ASSERT_NO_THROW(validate_schedule(two, packed_step(2).chunks));
+    ASSERT_NO_THROW(validate_schedule(three, packed_step(3).chunks));
+  }
+  // Validation of `three` fails with "<action> at stage <p> step <its index> <what>", marked at
+  // that action.
+  void expect_invalid_action(int p, const std::string& action, const std::string& what) {
+    const int index = index_of(three.stages[p], action);
+    expect_invalid(
+        three, packed_step(3).chunks, p, index,
+        action + " at stage " + std::to_string(p) + " step " + std::to_string(index) + " " + what);
+  }
+  void move_to(int p, const std::string& action, int index) {
+    erase_action(three.stages[p], action);
+    three.stages[p].insert(three.stages[p].begin() + index, Action::parse(action));
+  }
+  Schedule two, three;
+};
+
+TEST_F(SpreadHead, HandWrittenSchedulesPass) {
+  EXPECT_EQ(two.head_stages(2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(three.head_stages(3), (std::vector<int>{0, 1, 2}));
+}
+
+TEST_F(SpreadHead, CatchesAHeadRunTwice) {
+  three.stages[1].push_back(Action::parse("H0"));
+  expect_invalid_action(1, "H0", "runs again: stage 0 already runs it");
+}
+
+TEST_F(SpreadHead, CatchesATransferForAChunkWithoutHead) {
+  erase_action(two.stages[1], "H1");
+  two.stages[0].insert(two.stages[0].begin(), Action::parse("RECV_H1@1"));
+  expect_invalid(two, packed_step(2).chunks, 0, 0,
+                 "RECV_H1@1 at stage 0 step 0 moves chunk 1's head data, but no stage runs H1");
+}
+
+TEST_F(SpreadHead, CatchesATransferForAHeadOnTheLastStage) {
+  two.stages[1].push_back(Action::parse("SEND_H1@0"));
+  const int i = static_cast<int>(two.stages[1].size()) - 1;
+  expect_invalid(two, packed_step(2).chunks, 1, i,
+                 "SEND_H1@0 at stage 1 step " + std::to_string(i) +
+                     " moves head data, but H1 runs on the last stage (stage 1) itself");
+}
+
+TEST_F(SpreadHead, CatchesATransferOnTheWrongStage) {
+  erase_action(three.stages[2], "SEND_H0@0");
+  three.stages[1].push_back(Action::parse("SEND_H0@0"));
+  expect_invalid_action(1, "SEND_H0@0", "belongs on stage 2: the last stage sends");
+  three = parse_schedule(kSpreadThree);
+  erase_action(three.stages[1], "RECV_H1@2");
+  three.stages[0].insert(three.stages[0].begin(), Action::parse("RECV_H1@2"));
+  expect_invalid_action(0, "RECV_H1@2", "belongs on stage 1: the stage running H1");
+}
+
+TEST_F(SpreadHead, CatchesInconsistentPeers) {
+  three.stages[2][index_of(three.stages[2], "SEND_H0@0")] = Action::parse("SEND_H0@1");
+  expect_invalid_action(2, "SEND_H0@1", "names stage 1, but its peer is stage 0 (H0 runs there)");
+  three = parse_schedule(kSpreadThree);
+  three.stages[1][index_of(three.stages[1], "SEND_HG1@2")] = Action::parse("SEND_HG1@0");
+  expect_invalid_action(1, "SEND_HG1@0", "names stage 0, but its peer is stage 2 (the last stage");
+}
+
+TEST_F(SpreadHead, CatchesAMissingHiddenStateSend) {
+  erase_action(three.stages[2], "SEND_H0@0");
+  erase_action(three.stages[0], "RECV_H0@2");
+  expect_invalid_action(2, "F0", "is never followed by SEND_H0@0: H0 runs on stage 0");
+}
+
+TEST_F(SpreadHead, CatchesASendBeforeItsCompute) {
+  move_to(2, "SEND_H0@0", 0);
+  expect_invalid_action(2, "SEND_H0@0", "sends a hidden state before F0 computed it");
+  three = parse_schedule(kSpreadThree);
+  move_to(1, "SEND_HG1@2", 0);
+  expect_invalid_action(1, "SEND_HG1@2", "sends a gradient before H1 computed it");
+}
+
+TEST_F(SpreadHead, CatchesAMissingOrLateReceive) {
+  move_to(2, "RECV_HG1@1", static_cast<int>(three.stages[2].size()) - 1);
+  expect_invalid_action(2, "B1", "has no RECV_HG1@1 before it: its output gradient from stage 1");
+  three = parse_schedule(kSpreadThree);
+  move_to(0, "RECV_H0@2", static_cast<int>(three.stages[0].size()) - 1);
+  expect_invalid_action(0, "H0", "has no RECV_H0@2 before it: its hidden state from stage 2");
+}
+
+TEST_F(SpreadHead, CatchesAMissingGradientSend) {
+  erase_action(three.stages[1], "SEND_HG1@2");
+  expect_invalid_action(1, "H1", "is never followed by SEND_HG1@2");
+}
+
+TEST_F(SpreadHead, CatchesAHeadOnTheLastStageOutOfOrder) {
+  move_to(2, "H2", index_of(three.stages[2], "F2"));
+  expect_invalid_action(2, "H2", "runs before F2");
+  three = parse_schedule(kSpreadThree);
+  move_to(2, "H2", index_of(three.stages[2], "B2") + 1);
+  expect_invalid_action(2, "B2", "runs before H2");
+}
+
+TEST_F(SpreadHead, CatchesHeadChannelOrderMismatch) {
+  // Both heads on stage 0: the last stage sends chunk 0's hidden state first.
+  const Schedule good =
+      parse_schedule({"RECV_H0@1 RECV_H1@1 F0 SEND_F0 F1 SEND_F1 H0 SEND_HG0@1 H1 SEND_HG1@1 "
+                      "RECV_B0 RECV_B1 B0 B1",
+                      "RECV_F0 RECV_F1 RECV_HG0@0 RECV_HG1@0 F0 SEND_H0@0 F1 SEND_H1@0 B0 SEND_B0 "
+                      "B1 SEND_B1"});
+  ASSERT_NO_THROW(validate_schedule(good, packed_step(2).chunks));
+  Schedule s = good;
+  swap_actions(s.stages[0], "RECV_H0@1", "RECV_H1@1");
+  expect_invalid(s, packed_step(2).chunks, 0, 0,
+                 "RECV_H1@1 at stage 0 step 0 is stage 0's 1st head receive from stage 1, but "
+                 "that stage's 1st head send is SEND_H0@0");
+}
+
+TEST_F(SpreadHead, FindsADeadlockOfHeadMessages) {
+  // Stage 0 blocks in SEND_F1 until stage 1 posts RECV_F1, which stage 1 does only after its
+  // SEND_H0@0, which blocks until stage 0 posts RECV_H0@1, after its SEND_F1.
+  const Schedule s =
+      parse_schedule({"F0 SEND_F0 F1 SEND_F1 RECV_H0@1 H0 SEND_HG0@1 RECV_B0 RECV_B1 B0 B1",
+                      "RECV_F0 RECV_HG0@0 F0 SEND_H0@0 RECV_F1 F1 H1 B0 SEND_B0 B1 SEND_B1"});
+  expect_invalid(s, packed_step(2).chunks, 0, 3,
+                 "deadlock, no stage can move: stage 0 step 3 SEND_F1 waits for stage 1 to post "
+                 "RECV_F1; stage 1 step 3 SEND_H0@0 waits for stage 0 to post RECV_H0@1");
+  // The last stage's backward waiting for a head gradient that comes after it.
+  const Schedule t =
+      parse_schedule({"RECV_H0@1 F0 SEND_F0 F1 SEND_F1 RECV_B0 RECV_B1 B0 H0 SEND_HG0@1 B1",
+                      "RECV_F0 RECV_F1 RECV_HG0@0 F0 SEND_H0@0 F1 H1 B0 SEND_B0 B1 SEND_B1"});
+  expect_invalid(t, packed_step(2).chunks, 0, 7,
+                 "stage 0 step 7 B0 waits for stage 1 to send SEND_B0; stage 1 step 7 B0 waits "
+                 "for stage 0 to send SEND_HG0@1");
+}
+
 TEST_F(Validator, AcceptsAnEmptyStepAndRejectsNoStages) {
   Schedule s;
   EXPECT_THROW(validate_schedule(s, {}), Error);

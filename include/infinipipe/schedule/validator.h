@@ -14,8 +14,13 @@ namespace infinipipe {
 //   and backwards before, the chunks holding its earlier slices;
 // - every compute has its input: a RECV_F before F (not on stage 0), a RECV_B before B (not on
 //   the last stage); every SEND matched by a RECV on the peer, in the same order per channel;
+// - spread head (docs/design.md, "Spread head"): H c on at most one stage o; with o != d-1 the
+//   last stage runs F c, then SEND_H c@o, and posts RECV_HG c@o before B c, while stage o posts
+//   RECV_H c@d-1 before H c and sends SEND_HG c@d-1 after it; with o = d-1, H c runs between F c
+//   and B c on the last stage and nothing is sent; no head transfer for a chunk without H, nor
+//   on another stage or naming another peer;
 // - no deadlock under the semantics of action.h (RECV posts, compute waits for data, SEND waits
-//   for the posted RECV).
+//   for the posted RECV), head messages included, each (sender, receiver, kind) channel in order.
 void validate_schedule(const Schedule& schedule, const std::vector<Chunk>& chunks);
 
 }  // namespace infinipipe
