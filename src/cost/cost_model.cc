@@ -275,23 +275,39 @@ double CostModel::layer_backward_time(const Chunk& chunk) const {
   return t;
 }
 
-double CostModel::compute_forward_time(const Chunk& chunk, int stage, double layer_forward) const {
+double CostModel::compute_forward_time(const Chunk& chunk, int stage, double layer_forward,
+                                       bool with_head) const {
   check_stage(*this, stage);
   const double d_s = layout_.sequence;
   double t = layers(stage) * layer_forward;
   const double tokens = double(chunk.tokens());
   if (stage == 0) t += tokens * coefficients_.embedding_s_per_token / d_s;
-  if (stage == num_stages() - 1) t += tokens * coefficients_.head_s_per_token / d_s;
+  if (with_head && stage == num_stages() - 1) t += head_forward_time(chunk);
   return t;
+}
+
+double CostModel::head_forward_time(const Chunk& chunk) const {
+  return double(chunk.tokens()) * coefficients_.head_s_per_token / layout_.sequence;
+}
+
+double CostModel::head_time(const Chunk& chunk) const {
+  const double forward = head_forward_time(chunk);
+  return forward + coefficients_.backward_ratio * forward;
+}
+
+double CostModel::head_logits_bytes(const Chunk& chunk) const {
+  return (double(chunk.tokens()) * coefficients_.logits_bytes + kLossTotalWeightBytes) /
+         layout_.sequence;
 }
 
 double CostModel::forward_time(const Chunk& chunk, int stage) const {
   return forward_time_with(chunk, stage, layer_forward_time(chunk));
 }
 
-double CostModel::forward_time_with(const Chunk& chunk, int stage, double layer_forward) const {
+double CostModel::forward_time_with(const Chunk& chunk, int stage, double layer_forward,
+                                    bool with_head) const {
   // Adding 0.0 (d_s = 1: no all-to-all) is exact.
-  return compute_forward_time(chunk, stage, layer_forward) +
+  return compute_forward_time(chunk, stage, layer_forward, with_head) +
          layers(stage) * layer_alltoall_time(chunk, stage);
 }
 
@@ -300,7 +316,7 @@ double CostModel::backward_time(const Chunk& chunk, int stage, int checkpointed_
 }
 
 double CostModel::backward_time_with(const Chunk& chunk, int stage, int checkpointed_layers,
-                                     double layer_forward) const {
+                                     double layer_forward, bool with_head) const {
   check_stage(*this, stage);
   if (checkpointed_layers < 0 || checkpointed_layers > layers(stage))
     throw Error("cost model: " + std::to_string(checkpointed_layers) +
@@ -312,7 +328,7 @@ double CostModel::backward_time_with(const Chunk& chunk, int stage, int checkpoi
   // q, k, v back). Written as a last term so that d_s = 1 adds an exact 0.0.
   const double alltoall = layers(stage) * layer_alltoall;
   const double g = coefficients_.backward_ratio;
-  const double forward = compute_forward_time(chunk, stage, layer_forward);
+  const double forward = compute_forward_time(chunk, stage, layer_forward, with_head);
   if (!coefficients_.has_layer_backward()) return g * forward + recompute + alltoall;
   // The embedding's and the head's backward stay g times their forward.
   const double extras = forward - layers(stage) * layer_forward;

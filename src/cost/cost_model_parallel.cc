@@ -118,4 +118,28 @@ double CostModel::model_state_bytes(int stage) const {
   return bytes;
 }
 
+double CostModel::head_transfer_time(const Chunk& chunk, int stage) const {
+  const int last = num_stages() - 1;
+  check_index(stage >= 0 && stage < last, "head stage", stage, num_stages());
+  double slowest = p2p_time(chunk, stage);
+  for (int boundary = stage + 1; boundary < last; ++boundary)
+    slowest = std::max(slowest, p2p_time(chunk, boundary));
+  return slowest;
+}
+
+double CostModel::head_replica_bytes() const {
+  // The same parameters as the last stage's head in model_state_bytes.
+  const double params = double(shape_.embedding_params()) + shape_.hidden;
+  double bytes = model_state_bytes_per_rank(params, coefficients_.model_state_bytes_per_param,
+                                            shape_.bytes_per_element, layout_);
+  if (layout_.zero == 3 && layout_.gradient_group() > 1) {
+    // The stage already reserves a layer's gathered unit; the head's may be larger.
+    const double larger =
+        std::max(0.0, double(shape_.embedding_params()) - double(shape_.params_per_layer()));
+    const double w = shape_.bytes_per_element;
+    bytes += larger * (kGatheredUnits * w + w);
+  }
+  return bytes;
+}
+
 }  // namespace infinipipe

@@ -22,6 +22,15 @@ struct SplitSequence {
 
 }  // namespace
 
+double stage_model_state_bytes(const Schedule& schedule, int stage, const CostModel& cost) {
+  double bytes = cost.model_state_bytes(stage);
+  if (stage == schedule.num_stages() - 1) return bytes;  // its own head
+  const std::vector<Action>& actions = schedule.stages[stage];
+  const bool runs_heads = std::any_of(actions.begin(), actions.end(),
+                                      [](const Action& a) { return a.type == ActionType::kHead; });
+  return runs_heads ? bytes + cost.head_replica_bytes() : bytes;
+}
+
 void for_each_memory_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
                             const CostModel& cost, const MomentVisitor& visit,
                             const double* weights) {
@@ -50,7 +59,7 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   std::vector<int> in_flight;
   double weight_sum = 0;
 
-  const double model_state = cost.model_state_bytes(stage);
+  const double model_state = stage_model_state_bytes(schedule, stage, cost);
   // Whole numbers of bytes (the analytic model's are) add up exactly in any order while every
   // partial sum stays below 2^53: then a running sum, added to as buffers open and subtracted
   // from as they close, equals the sum in opening order bit for bit. Otherwise the open buffers
@@ -120,6 +129,12 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       in_flight.push_back(action.chunk);
       if (weights) weight_sum += weights[action.chunk];
       visit(index, buffer_bytes(), in_flight, weight_sum);
+      continue;
+    }
+
+    // H: the chunk's logits and loss are held while it runs, nothing in flight changes.
+    if (action.type == ActionType::kHead) {
+      visit(index, buffer_bytes() + cost.head_logits_bytes(chunk), in_flight, weight_sum);
       continue;
     }
 
@@ -231,7 +246,7 @@ double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chu
 double observable_activation_peak(const Schedule& schedule, int stage,
                                   const std::vector<Chunk>& chunks, const CostModel& cost,
                                   const Recompute& recompute) {
-  const double model_state = cost.model_state_bytes(stage);
+  const double model_state = stage_model_state_bytes(schedule, stage, cost);
   double peak = 0;
   for_each_memory_moment(
       schedule, stage, chunks, cost,

@@ -23,9 +23,10 @@ std::string gib(double bytes) {
   return text;
 }
 
-// Every directed link carries one kind of message, so a channel is named by the stage that
-// receives and the direction: forward data into stage q is channel q, backward data into stage
-// q is channel d + q.
+// A channel is one kind of message between two stages, named by the stage that receives (or,
+// for head gradients, sends) and the kind: forward data into stage q is channel q, backward data
+// into stage q is channel d + q, a hidden state into head stage o channel 2d + o, its gradient
+// from o to the last stage channel 3d + o.
 struct Channel {
   std::vector<int> posted_chunks;  // RECVs posted by the receiver, in order
   std::vector<double> posted_at;
@@ -43,13 +44,22 @@ class Simulation {
         recompute_(recompute),
         options_(options),
         d_(schedule.num_stages()),
-        n_(static_cast<int>(chunks.size())) {}
+        n_(static_cast<int>(chunks.size())),
+        virtual_head_(options.virtual_head_stage) {}
 
   SimResult run();
 
  private:
   enum class Step { kDone, kBlocked };
   Step execute(int stage, const Action& action);
+  Step execute_head(int stage, const Action& action);
+  Step execute_send(int stage, const Action& action);
+  int channel_of(int stage, const Action& action) const;
+  bool is_virtual(int stage) const { return virtual_head_ && stage == d_ - 1; }
+  // The last stage's F and B leave the chunk's head out when an H (or the virtual stage) runs it.
+  bool with_head(int stage, int chunk) const {
+    return !(virtual_head_ || head_stage_[chunk] != -1) || stage != cost_.num_stages() - 1;
+  }
   void check_chunk(int stage, int index, const Action& action) const;
   [[noreturn]] void fail(int stage, int index, const std::string& what) const;
   [[noreturn]] void deadlock() const;
@@ -67,6 +77,7 @@ class Simulation {
   const SimOptions& options_;
   const int d_;
   const int n_;
+  const bool virtual_head_;
 
   std::vector<int> pc_;
   std::vector<double> clock_;
@@ -74,7 +85,11 @@ class Simulation {
   std::vector<double> arrive_backward_;  // per (stage, chunk): when the output gradient is there
   std::vector<char> forwarded_;
   std::vector<char> backwarded_;
-  std::vector<double> layer_forward_;  // per chunk: its slices summed once, for every stage
+  std::vector<int> head_stage_;           // per chunk: the stage of its H, or -1
+  std::vector<char> headed_;              // per chunk: its H has run
+  std::vector<double> arrive_head_;       // per chunk: its hidden state at its head stage
+  std::vector<double> arrive_head_grad_;  // per chunk: that state's gradient at the last stage
+  std::vector<double> layer_forward_;     // per chunk: its slices summed once, for every stage
   std::vector<Channel> channels_;
   // Per stage and action: end of a forward, start of a backward (the times of memory moments).
   std::vector<std::vector<double>> moment_time_;
@@ -96,6 +111,8 @@ void Simulation::check_chunk(int stage, int index, const Action& action) const {
                       (action.type == ActionType::kRecvBackward && stage == d_ - 1) ||
                       (action.type == ActionType::kSendBackward && stage == 0) ||
                       (action.type == ActionType::kRecvForward && stage == 0);
+  if (action.is_head_transfer())
+    peer_missing = action.peer_stage < 0 || action.peer_stage >= d_ || action.peer_stage == stage;
   if (peer_missing) fail(stage, index, action.text() + " has no peer stage");
 }
 
@@ -123,29 +140,43 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
         start = std::max(start, arrival);
       }
       if (forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
-      double duration = cost_.forward_time_with(chunks_[c], p, layer_forward_[c]);
+      const double duration =
+          is_virtual(p)
+              ? cost_.head_time(chunks_[c])
+              : cost_.forward_time_with(chunks_[c], p, layer_forward_[c], with_head(p, c));
       clock = start + duration;
       result_.busy_s[p] += duration;
       forwarded_[cell(p, c)] = 1;
+      if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
       moment_time_[p][pc_[p]] = clock;
       record(p, a, "forward", start, clock);
       return Step::kDone;
     }
     case ActionType::kBackward: {
       double start = clock;
-      if (p < d_ - 1) {
-        double arrival = arrive_backward_[cell(p, c)];
+      const int head = head_stage_[c];
+      if (p < d_ - 1 || (head != -1 && head != p)) {
+        double arrival = p < d_ - 1 ? arrive_backward_[cell(p, c)] : arrive_head_grad_[c];
         if (arrival == kUnknown) return Step::kBlocked;
         start = std::max(start, arrival);
       }
       if (!forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs before its forward");
       if (backwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
+      if (p == d_ - 1 && head == p && !headed_[c]) fail(p, pc_[p], a.text() + " runs before its H");
+      if (is_virtual(p)) {  // the head's backward is part of its F, the virtual H
+        backwarded_[cell(p, c)] = 1;
+        if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
+        clock = start;
+        return Step::kDone;
+      }
       int layers = recompute_layers(recompute_, p, c);
-      double duration = cost_.backward_time_with(chunks_[c], p, layers, layer_forward_[c]);
+      double duration =
+          cost_.backward_time_with(chunks_[c], p, layers, layer_forward_[c], with_head(p, c));
       double recompute = layers > 0 ? cost_.recompute_time(chunks_[c], p, layers) : 0.0;
       clock = start + duration;
       result_.busy_s[p] += duration;
       result_.recompute_s[p] += recompute;
+      if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
       result_.alltoall_s[p] += cost_.alltoall_time(chunks_[c], p, layers);
       backwarded_[cell(p, c)] = 1;
       moment_time_[p][pc_[p]] = start;
@@ -154,37 +185,121 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       return Step::kDone;
     }
     case ActionType::kRecvForward:
-    case ActionType::kRecvBackward: {
-      Channel& channel = channels_[a.type == ActionType::kRecvForward ? p : d_ + p];
+    case ActionType::kRecvBackward:
+    case ActionType::kRecvHead:
+    case ActionType::kRecvHeadGrad: {
+      Channel& channel = channels_[channel_of(p, a)];
       channel.posted_chunks.push_back(c);
       channel.posted_at.push_back(clock);
+      if (options_.record_starts) result_.start_s[p][pc_[p]] = clock;
       return Step::kDone;
     }
     case ActionType::kSendForward:
-    case ActionType::kSendBackward: {
-      bool forward = a.type == ActionType::kSendForward;
-      int peer = forward ? p + 1 : p - 1;
-      Channel& channel = channels_[forward ? peer : d_ + peer];
-      if (channel.matched >= channel.posted_chunks.size()) return Step::kBlocked;
-      int posted = channel.posted_chunks[channel.matched];
-      if (posted != c)
-        fail(p, pc_[p],
-             a.text() + " meets " + (forward ? "RECV_F" : "RECV_B") + std::to_string(posted) +
-                 " on stage " + std::to_string(peer) + " (messages on a link match in order)");
-      if (!(forward ? forwarded_ : backwarded_)[cell(p, c)])
-        fail(p, pc_[p], a.text() + " sends before the compute that produces it");
-      clock = std::max(clock, channel.posted_at[channel.matched]);
-      ++channel.matched;
-      double start = std::max(clock, channel.free_at);
-      const double transfer = cost_.p2p_time(chunks_[c], std::min(p, peer));
-      double arrival = start + transfer;
-      result_.p2p_s[p] += transfer;
-      channel.free_at = arrival;
-      (forward ? arrive_forward_ : arrive_backward_)[cell(peer, c)] = arrival;
-      record(p, a, "send", start, arrival);
-      return Step::kDone;
-    }
+    case ActionType::kSendBackward:
+    case ActionType::kSendHead:
+    case ActionType::kSendHeadGrad:
+      return execute_send(p, a);
+    case ActionType::kHead:
+      return execute_head(p, a);
   }
+  return Step::kDone;
+}
+
+int Simulation::channel_of(int p, const Action& a) const {
+  switch (a.type) {
+    case ActionType::kRecvForward:
+      return p;
+    case ActionType::kSendForward:
+      return p + 1;
+    case ActionType::kRecvBackward:
+      return d_ + p;
+    case ActionType::kSendBackward:
+      return d_ + p - 1;
+    case ActionType::kRecvHead:
+      return 2 * d_ + p;
+    case ActionType::kSendHead:
+      return 2 * d_ + a.peer_stage;
+    case ActionType::kRecvHeadGrad:
+      return 3 * d_ + a.peer_stage;
+    case ActionType::kSendHeadGrad:
+      return 3 * d_ + p;
+    default:
+      return -1;
+  }
+}
+
+// H c: the head's forward, loss and backward on one stage, once its hidden state has arrived
+// (or, on the last stage, after F c).
+Simulation::Step Simulation::execute_head(int p, const Action& a) {
+  const int c = a.chunk;
+  double start = clock_[p];
+  if (p != d_ - 1) {
+    if (arrive_head_[c] == kUnknown) return Step::kBlocked;
+    start = std::max(start, arrive_head_[c]);
+  } else if (!forwarded_[cell(p, c)]) {
+    fail(p, pc_[p], a.text() + " runs before F" + std::to_string(c));
+  }
+  if (headed_[c]) fail(p, pc_[p], a.text() + " runs twice");
+  const double duration = cost_.head_time(chunks_[c]);
+  clock_[p] = start + duration;
+  result_.busy_s[p] += duration;
+  headed_[c] = 1;
+  moment_time_[p][pc_[p]] = start;
+  if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
+  record(p, a, "head", start, clock_[p]);
+  return Step::kDone;
+}
+
+Simulation::Step Simulation::execute_send(int p, const Action& a) {
+  const int c = a.chunk;
+  const int peer = a.peer(p);
+  Channel& channel = channels_[channel_of(p, a)];
+  if (channel.matched >= channel.posted_chunks.size()) return Step::kBlocked;
+  const int posted = channel.posted_chunks[channel.matched];
+  Action recv{a.type == ActionType::kSendForward    ? ActionType::kRecvForward
+              : a.type == ActionType::kSendBackward ? ActionType::kRecvBackward
+              : a.type == ActionType::kSendHead     ? ActionType::kRecvHead
+                                                    : ActionType::kRecvHeadGrad,
+              posted};
+  if (a.is_head_transfer()) recv.peer_stage = p;
+  if (posted != c)
+    fail(p, pc_[p],
+         a.text() + " meets " + recv.text() + " on stage " + std::to_string(peer) +
+             " (messages on a link match in order)");
+  const bool produced = a.type == ActionType::kSendBackward   ? backwarded_[cell(p, c)]
+                        : a.type == ActionType::kSendHeadGrad ? headed_[c]
+                                                              : forwarded_[cell(p, c)];
+  if (!produced) fail(p, pc_[p], a.text() + " sends before the compute that produces it");
+  double& clock = clock_[p];
+  clock = std::max(clock, channel.posted_at[channel.matched]);
+  ++channel.matched;
+  const double start = std::max(clock, channel.free_at);
+  // Sends to and from the virtual head stage go over the last real boundary's link.
+  const int last_boundary = cost_.num_stages() - 2;
+  const double transfer = a.is_head_transfer()
+                              ? cost_.head_transfer_time(chunks_[c], std::min(p, peer))
+                          : std::min(p, peer) > last_boundary
+                              ? (last_boundary >= 0 ? cost_.p2p_time(chunks_[c], last_boundary) : 0)
+                              : cost_.p2p_time(chunks_[c], std::min(p, peer));
+  const double arrival = start + transfer;
+  result_.p2p_s[p] += transfer;
+  channel.free_at = arrival;
+  switch (a.type) {
+    case ActionType::kSendForward:
+      arrive_forward_[cell(peer, c)] = arrival;
+      break;
+    case ActionType::kSendBackward:
+      arrive_backward_[cell(peer, c)] = arrival;
+      break;
+    case ActionType::kSendHead:
+      arrive_head_[c] = arrival;
+      break;
+    default:
+      arrive_head_grad_[c] = arrival;
+      break;
+  }
+  if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
+  record(p, a, "send", start, arrival);
   return Step::kDone;
 }
 
@@ -200,6 +315,14 @@ std::string Simulation::waiting_for(int p) const {
       return "waits for stage " + std::to_string(p + 1) + " to post RECV_F" + chunk;
     case ActionType::kSendBackward:
       return "waits for stage " + std::to_string(p - 1) + " to post RECV_B" + chunk;
+    case ActionType::kHead:
+      return "waits for chunk " + chunk + "'s hidden state from stage " + std::to_string(d_ - 1);
+    case ActionType::kSendHead:
+      return "waits for stage " + std::to_string(a.peer_stage) + " to post RECV_H" + chunk + "@" +
+             std::to_string(p);
+    case ActionType::kSendHeadGrad:
+      return "waits for stage " + std::to_string(a.peer_stage) + " to post RECV_HG" + chunk + "@" +
+             std::to_string(p);
     default:
       return "cannot run";
   }
@@ -271,7 +394,7 @@ void Simulation::measure_memory(int p) {
         });
   }
   // A stage with nothing to run still holds its model state.
-  if (peak_index < 0) peak = cost_.model_state_bytes(p);
+  if (peak_index < 0) peak = stage_model_state_bytes(schedule_, p, cost_);
   result_.peak_memory_bytes[p] = peak;
   if (peak > options_.memory_budget_bytes) {
     result_.over_budget_message +=
@@ -284,14 +407,17 @@ void Simulation::measure_memory(int p) {
 }
 
 SimResult Simulation::run() {
-  check(d_ == cost_.num_stages(),
+  const int real_stages = d_ - (virtual_head_ ? 1 : 0);
+  check(real_stages == cost_.num_stages(),
         "simulate: the schedule has " + std::to_string(d_) + " stages but the cost model " +
-            std::to_string(cost_.num_stages()) + "; build both for the same pipeline");
+            std::to_string(cost_.num_stages()) +
+            (virtual_head_ ? " (the schedule should have one more: virtual_head_stage)"
+                           : "; build both for the same pipeline"));
   if (!recompute_.empty()) {
-    check(static_cast<int>(recompute_.size()) == d_, "simulate: recompute has " +
-                                                         std::to_string(recompute_.size()) +
-                                                         " stages, expected " + std::to_string(d_));
-    for (int p = 0; p < d_; ++p)
+    check(static_cast<int>(recompute_.size()) == real_stages,
+          "simulate: recompute has " + std::to_string(recompute_.size()) + " stages, expected " +
+              std::to_string(real_stages));
+    for (int p = 0; p < real_stages; ++p)
       check(static_cast<int>(recompute_[p].size()) == n_,
             "simulate: recompute of stage " + std::to_string(p) + " has " +
                 std::to_string(recompute_[p].size()) + " chunks, expected " + std::to_string(n_));
@@ -306,7 +432,15 @@ SimResult Simulation::run() {
   backwarded_.assign(cells, 0);
   layer_forward_.resize(n_);
   for (int c = 0; c < n_; ++c) layer_forward_[c] = cost_.layer_forward_time(chunks_[c]);
-  channels_.assign(2 * static_cast<size_t>(d_), Channel{});
+  channels_.assign(4 * static_cast<size_t>(d_), Channel{});
+  head_stage_ = schedule_.head_stages(n_);
+  check(!virtual_head_ ||
+            std::all_of(head_stage_.begin(), head_stage_.end(), [](int o) { return o == -1; }),
+        "simulate: a schedule with a virtual head stage has no H actions");
+  headed_.assign(n_, 0);
+  arrive_head_.assign(n_, kUnknown);
+  arrive_head_grad_.assign(n_, kUnknown);
+  if (options_.record_starts) result_.start_s.assign(d_, {});
   moment_time_.resize(d_);
   result_.busy_s.assign(d_, 0.0);
   result_.recompute_s.assign(d_, 0.0);
@@ -319,6 +453,7 @@ SimResult Simulation::run() {
     for (int i = 0; i < static_cast<int>(schedule_.stages[p].size()); ++i)
       check_chunk(p, i, schedule_.stages[p][i]);
     moment_time_[p].assign(schedule_.stages[p].size(), 0.0);
+    if (options_.record_starts) result_.start_s[p].assign(schedule_.stages[p].size(), 0.0);
     total_actions += schedule_.stages[p].size();
   }
   if (options_.record_events) result_.events.reserve(total_actions);
@@ -355,7 +490,7 @@ SimResult Simulation::run() {
   for (int p = 0; p < d_; ++p)
     if (result_.step_time_s > 0)
       result_.bubble_fraction[p] = 1 - result_.busy_s[p] / result_.step_time_s;
-  for (int p = 0; p < d_; ++p) measure_memory(p);
+  for (int p = 0; p < real_stages; ++p) measure_memory(p);
   if (result_.over_budget)
     result_.over_budget_message +=
         "; checkpoint more layers, use smaller chunks or split the step into more waves";

@@ -191,6 +191,34 @@ TEST(CostModel, FirstAndLastStageExtras) {
   EXPECT_THROW(m.activation_bytes(chunk, 0, -1), Error);
 }
 
+TEST(CostModel, SpreadHeadSplitsTheHeadOutOfTheLastStage) {
+  const CostModel m = llama7b(4);
+  std::mt19937_64 rng(10);
+  const Chunk chunk = random_chunk(rng, 3);
+  const double lf = m.layer_forward_time(chunk);
+  const double head = m.head_forward_time(chunk);
+  EXPECT_NEAR(head, chunk.tokens() * m.coefficients().head_s_per_token, 1e-15);
+  // Without the head, the last stage's forward is a middle stage's; H is the rest of F and B.
+  EXPECT_EQ(m.forward_time_with(chunk, 3, lf, false), m.forward_time(chunk, 1));
+  EXPECT_NEAR(m.backward_time_with(chunk, 3, 2, lf, false), m.backward_time(chunk, 1, 2), 1e-15);
+  EXPECT_NEAR(m.forward_time_with(chunk, 3, lf, false) +
+                  m.backward_time_with(chunk, 3, 0, lf, false) + m.head_time(chunk),
+              m.forward_time(chunk, 3) + m.backward_time(chunk, 3, 0), 1e-12);
+  // Other stages have no head to leave out, and the default keeps it: bit for bit as before.
+  EXPECT_EQ(m.forward_time_with(chunk, 0, lf, false), m.forward_time(chunk, 0));
+  EXPECT_EQ(m.forward_time_with(chunk, 3, lf), m.forward_time(chunk, 3));
+  // Held while H runs: the logits the last stage otherwise keeps from F to B.
+  EXPECT_NEAR(m.head_logits_bytes(chunk),
+              m.activation_bytes(chunk, 3, 2) - m.activation_bytes(chunk, 1, 2), 1e-3);
+  // The replica: LM head and final norm, 16 bytes a parameter; the last stage holds it already.
+  EXPECT_EQ(m.head_replica_bytes(), 16.0 * (32000.0 * 4096 + 4096));
+  EXPECT_NEAR(m.model_state_bytes(3) - m.model_state_bytes(1), m.head_replica_bytes(), 1.0);
+  // A head transfer is a pipeline send, over the slowest link between the two stages.
+  EXPECT_EQ(m.head_transfer_time(chunk, 2), m.p2p_time(chunk, 2));
+  EXPECT_EQ(m.head_transfer_time(chunk, 0), m.p2p_time(chunk, 0));
+  EXPECT_THROW(m.head_transfer_time(chunk, 3), Error);
+}
+
 TEST(CostModel, MeasuredLayerBackwardReplacesTheRatioForLayersOnly) {
   const CostModel analytic = llama7b(4);
   CostCoefficients c = analytic.coefficients();

@@ -369,6 +369,69 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
   }
 }
 
+TEST(Simulator, SpreadHeadChargesHOnItsStageAndTheTransfersAsSends) {
+  // Two stages of one layer, the head one layer's forward, sends 1 ms per token: chunk 0's head
+  // runs on stage 0. F0 on stage 0: 10 ms; on stage 1 (without the head) 10 ms; SEND_H 10 ms;
+  // H0 on stage 0: 30 ms (forward and twice that backward); SEND_HG 10 ms; B0 on stage 1 20 ms;
+  // SEND_B 10 ms; B0 on stage 0 20 ms.
+  CostCoefficients c = test::simple_coefficients(1e-3);
+  c.head_s_per_token = 1e-3;
+  c.logits_bytes = 1000;
+  const CostModel cost = test::cost_with(c, {1, 1});
+  const std::vector<Chunk> chunks = {test::whole(0, 10)};
+  Schedule s;
+  s.stages = {{F(0),
+               {ActionType::kSendForward, 0},
+               {ActionType::kRecvHead, 0, 1},
+               {ActionType::kRecvBackward, 0},
+               {ActionType::kHead, 0},
+               {ActionType::kSendHeadGrad, 0, 1},
+               B(0)},
+              {{ActionType::kRecvForward, 0},
+               {ActionType::kRecvHeadGrad, 0, 0},
+               F(0),
+               {ActionType::kSendHead, 0, 0},
+               B(0),
+               {ActionType::kSendBackward, 0}}};
+  SimOptions options;
+  options.record_starts = true;
+  const SimResult r = simulate(s, chunks, cost, {}, options);
+  EXPECT_NEAR(r.step_time_s, 0.010 + 0.010 + 0.010 + 0.010 + 0.030 + 0.010 + 0.020 + 0.010 + 0.020,
+              1e-12);
+  EXPECT_NEAR(r.busy_s[0], 0.010 + 0.030 + 0.020, 1e-12);
+  EXPECT_NEAR(r.busy_s[1], 0.010 + 0.020, 1e-12);
+  const SimEvent* h = find_event(r, 0, "H0");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->category, "head");
+  EXPECT_NEAR(h->start_s, 0.040, 1e-12);
+  EXPECT_NEAR(r.start_s[0][4], 0.040, 1e-12);
+  // Stage 0 holds the head's replica and, while H0 runs, the chunk's logits.
+  const double state = cost.model_state_bytes(0) + cost.head_replica_bytes();
+  EXPECT_NEAR(r.peak_memory_bytes[0],
+              state + cost.activation_bytes(chunks[0], 0, 0) + cost.head_logits_bytes(chunks[0]),
+              1e-6);
+  EXPECT_EQ(stage_model_state_bytes(s, 0, cost), state);
+  EXPECT_EQ(stage_model_state_bytes(s, 1, cost), cost.model_state_bytes(1));
+}
+
+TEST(Simulator, AVirtualHeadStageRunsEveryHead) {
+  // One real stage of one layer and the virtual head stage: F0 10 ms without the head, the
+  // virtual F0 (the whole head) 30 ms, B0 20 ms; free sends.
+  CostCoefficients c = test::simple_coefficients();
+  c.head_s_per_token = 1e-3;
+  const CostModel cost = test::cost_with(c, {1});
+  const std::vector<Chunk> chunks = {test::whole(0, 10)};
+  Schedule s;
+  s.stages = {{F(0), {ActionType::kSendForward, 0}, {ActionType::kRecvBackward, 0}, B(0)},
+              {{ActionType::kRecvForward, 0}, F(0), B(0), {ActionType::kSendBackward, 0}}};
+  SimOptions options;
+  options.virtual_head_stage = true;
+  const SimResult r = simulate(s, chunks, cost, {}, options);
+  EXPECT_NEAR(r.step_time_s, 0.060, 1e-12);
+  EXPECT_NEAR(r.busy_s[1], 0.030, 1e-12);
+  EXPECT_THROW(simulate(s, chunks, cost, {}, {}), Error);  // two stages, a one-stage model
+}
+
 TEST(Simulator, SequenceParallelismAddsAlltoallsAndDividesCompute) {
   // LLaMA-7B on 2 stages, 3 chunks of 4096 tokens in 1F1B; with d_s = 8 per stage each rank
   // computes an eighth and runs its all-to-alls, counted per stage; sends are counted by sender.

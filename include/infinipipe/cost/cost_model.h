@@ -128,9 +128,12 @@ class CostModel {
   // forward_time and backward_time given the chunk's layer_forward_time, which must be passed
   // exactly: the same results, bit for bit, without summing the slices again on every stage
   // (the planner asks about each chunk on every stage; docs/planning.md, "Search speed").
-  double forward_time_with(const Chunk& chunk, int stage, double layer_forward) const;
+  // With `with_head` false the last stage's costs leave the head out: the chunk's H action runs
+  // it (spread head, below). Other stages have no head to leave out.
+  double forward_time_with(const Chunk& chunk, int stage, double layer_forward,
+                           bool with_head = true) const;
   double backward_time_with(const Chunk& chunk, int stage, int checkpointed_layers,
-                            double layer_forward) const;
+                            double layer_forward, bool with_head = true) const;
   // True when every per-chunk cost of stage `a` (forward_time, backward_time, recompute_time,
   // alltoall_time, activation_bytes, checkpoint_saving_bytes, backward_workspace_bytes) equals
   // that of stage `b` for every chunk, bit for bit: the same layer count and all-to-all link, and
@@ -146,6 +149,25 @@ class CostModel {
   // `boundary + 1`: each SP rank sends its tokens to the same SP rank of the other stage, over
   // the inter-node link when the layout puts the two stages on different nodes.
   double p2p_time(const Chunk& chunk, int boundary) const;
+
+  // --- spread head (docs/design.md, "Spread head"), of one rank ---
+  // The head's forward (final norm, LM head, loss) of the chunk's tokens: the part of the last
+  // stage's forward that an H action takes to its head stage.
+  double head_forward_time(const Chunk& chunk) const;
+  // An H action on any stage: the head's forward and its backward, g times the forward as in
+  // the last stage's backward (backward_time_with's extras), so that the last stage's F and B
+  // without the head plus H cost what F and B with it cost.
+  double head_time(const Chunk& chunk) const;
+  // Held while H runs: the chunk's logits_bytes per token and the loss's total weight, what the
+  // last stage keeps from F to B when it runs the head in F.
+  double head_logits_bytes(const Chunk& chunk) const;
+  // The replica of the final norm and the LM head that a stage other than the last keeps when it
+  // runs H actions: weights, gradients and optimizer state under the layout's ZeRO level.
+  double head_replica_bytes() const;
+  // SEND_H or SEND_HG between the last stage and `stage`: a pipeline send of the chunk's hidden
+  // state (or its gradient) over the slowest link between the two stages (p2p_time's, across
+  // nodes when any boundary between them crosses).
+  double head_transfer_time(const Chunk& chunk, int stage) const;
 
   // --- memory (bytes), of one rank ---
   // Weights, gradients and optimizer state of the stage's parameters under the layout's ZeRO
@@ -175,7 +197,8 @@ class CostModel {
   // compute_forward_time and recompute_time given the chunk's layer_forward_time (and
   // layer_alltoall_time): backward_time needs all three, and summing the slices three times was
   // a tenth of the planner's time (docs/planning.md, "Search speed").
-  double compute_forward_time(const Chunk& chunk, int stage, double layer_forward) const;
+  double compute_forward_time(const Chunk& chunk, int stage, double layer_forward,
+                              bool with_head = true) const;
   static double recompute_time(int checkpointed_layers, double layer_forward,
                                double layer_alltoall);
   void set_links();  // alltoall_link_ and p2p_link_ from the layout (cost_model_parallel.cc)

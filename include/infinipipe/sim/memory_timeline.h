@@ -8,7 +8,12 @@
 // buffer from the start of its first backward to the same end (the chunk attention allocates
 // it lazily at that backward: kernels/chunk_attention.h). Moments:
 //   - after every forward: model state + buffers + activations of the chunks in flight;
-//   - during every backward: the same plus the chunk's backward workspace.
+//   - during every backward: the same plus the chunk's backward workspace;
+//   - during every H (spread head): the same plus the chunk's logits (head_logits_bytes).
+// A stage other than the last that runs H actions holds the head's replica as model state
+// (stage_model_state_bytes). The last stage still counts the logits of every chunk in its
+// activation_bytes, also of chunks whose head runs elsewhere: conservative, so the checkpoint
+// planner's program needs no per-chunk head placement.
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -25,6 +30,10 @@ struct MemoryMoment {
   std::vector<int> in_flight;  // chunks whose activations are held: each adds
                                // activation_bytes(chunk, stage, recompute)
 };
+
+// The stage's model state: CostModel::model_state_bytes plus, on a stage other than the last
+// that runs H actions, the head's replica.
+double stage_model_state_bytes(const Schedule& schedule, int stage, const CostModel& cost);
 
 std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
                                          const std::vector<Chunk>& chunks, const CostModel& cost);

@@ -25,12 +25,19 @@ struct SimOptions {
   // left plus that tail does.
   double stop_above = std::numeric_limits<double>::infinity();
   std::vector<double> stop_floor;
+  // The schedule has one stage more than the cost model: a virtual last stage that runs every
+  // chunk's head. Its F c costs head_time (the head's forward, loss and backward), its B c
+  // nothing; it holds no memory, and the stage before it leaves the head out of F and B.
+  // plan/head_spread times a schedule built for d + 1 stages so (docs/design.md, "Spread head").
+  bool virtual_head_stage = false;
+  // Keep every action's start time (SimResult::start_s).
+  bool record_starts = false;
 };
 
 struct SimEvent {
   int stage = 0;
   std::string name;      // the action's text, e.g. "F3", or "recompute B3"
-  std::string category;  // "forward", "backward", "recompute", "send", "recv"
+  std::string category;  // "forward", "backward", "recompute", "head", "send", "recv"
   double start_s = 0;
   double end_s = 0;
 };
@@ -49,6 +56,9 @@ struct SimResult {
   // SimOptions::record_events (peak_memory_bytes is always there).
   std::vector<std::vector<std::pair<double, double>>> memory;
   std::vector<SimEvent> events;
+  // With SimOptions::record_starts: per stage and action, when it started (a SEND when its
+  // transfer began, a RECV when it was posted).
+  std::vector<std::vector<double>> start_s;
   bool over_budget = false;
   std::string over_budget_message;  // names the stage, the moment and the bytes
   // Stopped at SimOptions::stop_above: step_time_s is the clock that passed it (the step takes
