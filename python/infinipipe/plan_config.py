@@ -25,6 +25,9 @@ class PlanConfig:
         (at most one); neither means the hardware's memory divided by the stages on this host.
     uniform_recompute: baselines only, layers recomputed on every stage and chunk (-1: the
         fewest that fit).
+    spread_head: chunks' LM heads and losses may run on any stage the planner assigns, not only
+        the last (docs/design.md, "Spread head"); every stage then holds a replica of the
+        final norm and the LM head (the Trainer builds them and keeps them equal).
     hardware: built-in hardware of the analytic cost model ("cpu", "a800"), or cost_model: a
         cost JSON file (for example from the profiler) whose layer split must be the trainer's,
         or "profile": the trainer profiles its model's layer on this machine at start-up and
@@ -47,6 +50,7 @@ class PlanConfig:
     overlap_waves: bool = _TRAINING[
         "overlap_waves"
     ]  # EPP: a wave may start in the previous one's cool-down
+    spread_head: bool = _TRAINING["spread_head"]
     hardware: str = "cpu"
     cost_model: str | None = None
 

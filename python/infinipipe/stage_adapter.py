@@ -7,7 +7,11 @@ from typing import Any
 import torch
 
 from . import _C
+from .errors import Error
 from .models.llama import ChunkContext
+
+# Parameter names of the final norm and the LM head in the built-in stages (Python and C++).
+HEAD_PREFIXES = ("norm.", "lm_head.")
 
 
 class LlamaStageAdapter:
@@ -42,3 +46,21 @@ def protocol_module(module: Any) -> Any:
     if all(hasattr(module, a) for a in ("first_layer", "last_layer", "layer", "embed", "head")):
         return LlamaStageAdapter(module)
     return module  # assumed to implement the protocol itself (num_layers, layer(local, ...), ...)
+
+
+def head_parameters(module: Any) -> list[torch.Tensor]:
+    """The module's final norm and LM head parameters (a spread head's replica): its own
+    head_parameters(), else the named parameters under HEAD_PREFIXES. Error when it has none."""
+    own = getattr(module, "head_parameters", None)
+    if callable(own):
+        found = list(own())
+    elif hasattr(module, "named_parameters"):
+        found = [p for name, p in module.named_parameters() if name.startswith(HEAD_PREFIXES)]
+    else:
+        found = []
+    if not found:
+        raise Error(
+            f"{type(module).__name__} names no head parameters: a stage module with a spread "
+            "head needs head_parameters() (or parameters named norm.* and lm_head.*)"
+        )
+    return found

@@ -60,10 +60,14 @@ def settle(group: Any, device: torch.device, timeout_s: float) -> None:
 
 
 def sum_gradients(
-    parameters: list[torch.Tensor], group: Any, device: torch.device, timeout_s: float
+    parameters: list[torch.Tensor],
+    group: Any,
+    device: torch.device,
+    timeout_s: float,
+    what: str = "the all-reduce of the stage's gradients",
 ) -> None:
     """Sums every parameter's gradient over `group`, in one flat buffer (a parameter without a
-    gradient counts as zeros, so every rank sends the same shapes)."""
+    gradient counts as zeros, so every rank sends the same shapes); `what` names it in errors."""
     if not parameters:
         return
     grads = [
@@ -76,7 +80,7 @@ def sum_gradients(
         work = dist.all_reduce(flat, group=group, async_op=True)
         work.wait(datetime.timedelta(seconds=timeout_s))
 
-    guarded("the all-reduce of the stage's gradients", reduce)
+    guarded(what, reduce)
     settle(group, device, timeout_s)
     offset = 0
     for p, g in zip(parameters, grads):

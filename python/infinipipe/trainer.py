@@ -50,7 +50,7 @@ from .models import llama
 from .plan_config import PlanConfig
 from .planning_ahead import PlanAhead, Prefetching
 from .rendezvous import join_default_group
-from .stage_adapter import protocol_module
+from .stage_adapter import head_parameters, protocol_module
 from .stage_group import (
     CollectiveFailure,
     guarded,
@@ -136,6 +136,11 @@ class Trainer:
         default: every process a pipeline stage. With replicas, every rank passes the whole
         batch; it is split over the replicas by predicted cost, each replica plans its share,
         and the gradients are summed over each stage's replicas once per step.
+    spread_head: run chunks' LM heads and losses on the stages the planner assigns
+        (docs/design.md, "Spread head"; sets PlanConfig.spread_head, None keeps the plan
+        config's). Every stage then holds a replica of the final norm and the LM head (a model
+        factory must build it: llama.build_stage(..., spread_head=True)); once per step their
+        gradients are summed over every rank, so each replica takes the same optimizer step.
     """
 
     def __init__(
@@ -153,8 +158,12 @@ class Trainer:
         group: Any = None,
         attention_backend: str = "auto",
         parallel: Parallel | None = None,
+        spread_head: bool | None = None,
     ) -> None:
         self.plan_config = plan if plan is not None else PlanConfig()
+        if spread_head is not None:
+            self.plan_config = dataclasses.replace(self.plan_config, spread_head=bool(spread_head))
+        self.spread_head = self.plan_config.spread_head
         self._parallel = parallel if parallel is not None else Parallel()
         self.timeout_s = float(timeout_s)
         if not self.timeout_s > 0:
@@ -230,6 +239,7 @@ class Trainer:
         self._calls = 0  # runs on the pipeline (training and evaluation): the failure board's key
         self._tied_pending = False
         self._reduce_pending = False
+        self._head_pending = False
         self._ahead = PlanAhead(self._plan_lengths)
         self._closed = False
         if self.plan_config.cost_model == profiled_cost.PROFILE:
@@ -268,7 +278,12 @@ class Trainer:
     ) -> None:
         if isinstance(model, llama.LlamaConfig):
             self.module = llama.build_stage(
-                self.config, self.layers_per_stage, self.stage_index, seed=seed, device=self.device
+                self.config,
+                self.layers_per_stage,
+                self.stage_index,
+                seed=seed,
+                device=self.device,
+                spread_head=self.spread_head,
             )
         else:
             self.module = model(self.stage_index, list(self.layers_per_stage))
@@ -279,6 +294,7 @@ class Trainer:
                 f"{self.protocol.num_layers} layers, the split gives it "
                 f"{self.layers_per_stage[self.stage_index]}"
             )
+        self.head_parameters = self._head_replica() if self.spread_head else []
         self.parameters = list(self.protocol.parameters())
         factory = optimizer_factory or (lambda params: torch.optim.AdamW(params, lr=1e-3))
         self.master = (
@@ -318,6 +334,17 @@ class Trainer:
             attention_backend=attention_backend,
             sequence_group=self.layout.sequence_group,
         )
+
+    def _head_replica(self) -> list[torch.Tensor]:
+        """This stage's replica of the final norm and the LM head (spread head)."""
+        if not bool(self.protocol.has_head):
+            raise Error(
+                f"stage {self.stage_index}: spread_head runs LM heads on every stage, but the "
+                "model factory built this stage without the final norm and the LM head; build "
+                "every stage with them (llama.build_stage(..., spread_head=True), "
+                "models.cpp.build_stage(..., spread_head=True))"
+            )
+        return head_parameters(self.module)
 
     def _profile_cost(self) -> None:
         """PlanConfig(cost_model="profile"): rank 0's cached or freshly profiled cost model
@@ -463,6 +490,7 @@ class Trainer:
             checkpoint_time_limit_s=p.checkpoint_time_limit_s,
             baseline_chunkings=p.baseline_chunkings,
             overlap_waves=p.overlap_waves,
+            spread_head=p.spread_head,
         )
 
     def prefetch(self, batch: Any) -> None:
@@ -509,6 +537,8 @@ class Trainer:
             stats, meter = self._run(plan, share, measure_memory)
         self._tied_pending = bool(self._tied())
         self._reduce_pending = self.layout.gradient_group is not None
+        # Every rank, every step, head work or not: the collectives stay the same everywhere.
+        self._head_pending = self.spread_head and self.world_size > 1
 
         if meter is not None:
             predicted = MemoryMeter.predicted(plan, self.cost, self.stage_index)
@@ -586,6 +616,7 @@ class Trainer:
             p.grad = None
         self._tied_pending = False
         self._reduce_pending = False
+        self._head_pending = False
 
     def grad_norm(self, norm_type: float = 2.0) -> float:
         """The norm of all stages' gradients together (a weight tied across stages counted
@@ -726,20 +757,41 @@ class Trainer:
 
     def _owned_parameters(self) -> list[torch.Tensor]:
         """This stage's parameters, less the twins of tied weights that an earlier stage holds
-        (so a global norm counts each weight once)."""
+        and the head's replica except on the last stage (so a global norm counts each weight
+        once)."""
         twins = {id(p) for p, peer in self._tied() if peer < self.stage_index}
+        if self.stage_index != self.num_stages - 1:
+            twins |= {id(p) for p in self.head_parameters}
         return [p for p in self.parameters if id(p) not in twins]
 
     def _gather_gradients(self) -> None:
         """The step's gradients complete on every rank: tied weights summed across their
-        stages, then every stage's summed over its gradient group (stage_group.py). Once per
-        accumulation, so a norm and the optimizer see the same."""
+        stages, then every stage's summed over its gradient group (stage_group.py), then the
+        head replicas' over every rank. Once per accumulation, so a norm and the optimizer see
+        the same."""
         self._sum_tied_gradients()
-        if not self._reduce_pending:
-            return
-        self._reduce_pending = False
-        with self._failures_named():
-            sum_gradients(self.parameters, self.layout.gradient_group, self.device, self.timeout_s)
+        heads = {id(p) for p in self.head_parameters}
+        if self._reduce_pending:
+            self._reduce_pending = False
+            # The head replicas are left to the all-reduce over every rank below, which covers
+            # the replicas and sequence ranks of each stage as well as the stages.
+            with self._failures_named():
+                sum_gradients(
+                    [p for p in self.parameters if id(p) not in heads],
+                    self.layout.gradient_group,
+                    self.device,
+                    self.timeout_s,
+                )
+        if self._head_pending:
+            self._head_pending = False
+            with self._failures_named():
+                sum_gradients(
+                    self.head_parameters,
+                    self.group,
+                    self.device,
+                    self.timeout_s,
+                    what="the all-reduce of the head replicas' gradients",
+                )
 
     def _sum_tied_gradients(self) -> None:
         """Once per accumulation (before the norm or the optimizer step), so that the twins of

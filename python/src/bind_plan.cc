@@ -141,12 +141,14 @@ auto interruptible(Fn fn, std::atomic<bool>& cancelled) {
 Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost,
                       double memory_budget_bytes, const std::string& method, int k,
                       int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
-                      double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves) {
+                      double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves,
+                      bool spread_head) {
   PlannerOptions options = PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes);
   options.max_k = max_k;
   options.checkpoint_time_limit_s = checkpoint_time_limit_s;
   options.baseline_chunkings = baseline_chunkings;
   options.overlap_waves = overlap_waves;
+  options.spread_head = spread_head;
   Setting setting;
   setting.k = k;
   setting.token_cap = token_cap;
@@ -341,6 +343,7 @@ void bind_plan(py::module_& root) {
         d["checkpoint_time_limit_s"] = kTraining.checkpoint_time_limit_s;
         d["baseline_chunkings"] = kTraining.baseline_chunkings;
         d["overlap_waves"] = kTraining.overlap_waves;
+        d["spread_head"] = kTraining.spread_head;
         return d;
       },
       "The planner options a trainer plans with (PlannerOptions::for_training), as a dict.");
@@ -351,10 +354,13 @@ void bind_plan(py::module_& root) {
         py::arg("checkpoint_time_limit_s") = kTraining.checkpoint_time_limit_s,
         py::arg("baseline_chunkings") = kTraining.baseline_chunkings,
         py::arg("overlap_waves") = kTraining.overlap_waves,
+        py::arg("spread_head") = kTraining.spread_head,
         "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k), and the "
         "baselines' chunkings too unless baseline_chunkings is False; the "
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
-        "(chunk_tokens) use the setting given. Error when nothing fits the budget.",
+        "(chunk_tokens) use the setting given. spread_head: chunks' LM heads may run on any "
+        "stage (H actions; the stages need the head's replica). Error when nothing fits the "
+        "budget.",
         py::call_guard<py::gil_scoped_release>());
   m.def(
       "balanced_layer_split",

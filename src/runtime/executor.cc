@@ -77,6 +77,9 @@ struct Executor::ChunkState {
   at::Tensor graph_input;  // leaf where the recorded part starts (undefined: at the embedding)
   at::Tensor output;       // the recorded part's output: hidden states, or the loss
   at::Tensor input_grad;   // after the backward, for SEND_B
+  // Spread head run on this (the last) stage by H: d(loss)/d(output), the B's output gradient.
+  at::Tensor head_grad;
+  bool head_done = false;
   bool backward_done = false;
 
   ~ChunkState() {
@@ -102,11 +105,22 @@ class Executor::Step {
   StepStats run();
 
  private:
+  void check_head_actions(const std::string& where) const;
   void forward(int chunk);
   void backward(int chunk);
+  void head(int chunk);
+  at::Tensor head_loss(int chunk, const at::Tensor& hidden, ChunkContext& ctx);
+  at::Tensor run_head(int chunk, at::Tensor hidden, ChunkContext& ctx);
   void send(const Action& action);
+  void send_head(const Action& action);
+  void send_head_grad(const Action& action);
   void recv(const Action& action);
+  void run_action(const Action& action);
+  ChunkContextOptions context_options(int chunk) const;
   std::shared_ptr<ChunkContext> make_context(int chunk);
+  std::shared_ptr<ChunkContext> make_head_context(int chunk) const;
+  // The chunk's head runs in an H action (on this stage or another), not in the last stage's F.
+  bool head_spread(int chunk) const { return head_stage_[chunk] >= 0; }
   // This rank's rows of the chunk: all of them, or its share under sequence parallelism.
   int64_t chunk_rows(int chunk) const {
     return shard_rows(plan_.chunks[chunk].slices, ex_.sequence_size(), ex_.sequence_rank()).local;
@@ -120,11 +134,12 @@ class Executor::Step {
   const Plan& plan_;
   const std::vector<at::Tensor>& sequences_;
   const bool last_stage_;
-  const bool forward_only_;  // evaluate(): forwards only, no grad, nothing kept for a backward
-  std::vector<bool> split_;  // per sequence: cut into several slices
-  int64_t loss_tokens_;      // the loss denominator (check_inputs: the plan's when 0)
+  const bool forward_only_;      // evaluate(): forwards only, no grad, nothing kept for a backward
+  std::vector<bool> split_;      // per sequence: cut into several slices
+  std::vector<int> head_stage_;  // per chunk: the stage of its H action, -1 for none
+  int64_t loss_tokens_;          // the loss denominator (check_inputs: the plan's when 0)
   int64_t target_tokens_ = 0;
-  double loss_sum_ = 0;  // last stage: sum of the chunks' losses
+  double loss_sum_ = 0;  // sum of the losses of the chunks whose head ran here
   StepStats stats_;
 };
 
@@ -144,8 +159,6 @@ void Executor::Step::check_inputs() {
             "; plan with the model's layer split");
   check(ex_.module_->has_embedding() == (stage == 0),
         where + "the first stage, and only it, must hold the embedding");
-  check(ex_.module_->has_head() == last_stage_,
-        where + "the last stage, and only it, must hold the LM head");
   check(sequences_.size() == plan_.lengths.size(),
         where + "the plan has " + std::to_string(plan_.lengths.size()) + " sequences but " +
             std::to_string(sequences_.size()) + " were given");
@@ -187,11 +200,82 @@ void Executor::Step::check_inputs() {
   for (const Action& a : plan_.schedule.stages[stage])
     check(a.chunk >= 0 && a.chunk < n,
           where + "action " + a.text() + " names a chunk the plan does not have");
+  head_stage_ = plan_.schedule.head_stages(n);
+  check_head_actions(where);
+}
+
+// The head's whereabouts before any communication: a module without the head where the plan
+// runs one, and head transfers whose peers contradict the plan's H actions, are errors here
+// rather than receives that never complete.
+void Executor::Step::check_head_actions(const std::string& where) const {
+  const int stage = opt_.stage;
+  const int last = opt_.num_stages - 1;
+  const bool has_head = ex_.module_->has_head();
+  const auto chunk_text = [](int c) { return "chunk " + std::to_string(c); };
+  if (last_stage_)
+    for (int c = 0; c < static_cast<int>(head_stage_.size()); ++c)
+      check(head_spread(c) || has_head,
+            where + "the last stage computes " + chunk_text(c) +
+                "'s head and loss in its forward (no H action runs it elsewhere) but its module "
+                "has no LM head");
+  for (const Action& a : plan_.schedule.stages[stage]) {
+    const int c = a.chunk;
+    const std::string action = "action " + a.text() + ": ";
+    switch (a.type) {
+      case ActionType::kHead:
+        check(head_stage_[c] == stage, where + action + chunk_text(c) + "'s head also runs on " +
+                                           stage_text(head_stage_[c]) +
+                                           "; a chunk's head runs on one stage");
+        check(has_head, where + action + "the plan runs " + chunk_text(c) +
+                            "'s LM head on this stage but its module has no head; build every "
+                            "stage with a replica of the final norm and the LM head (spread "
+                            "head: Trainer(spread_head=True))");
+        break;
+      case ActionType::kSendHead:
+      case ActionType::kRecvHeadGrad:
+        check(last_stage_ && head_spread(c) && head_stage_[c] != stage &&
+                  a.peer_stage == head_stage_[c],
+              where + action +
+                  "only the last stage sends a chunk's hidden state to the stage of "
+                  "its H action and receives its gradient from there; " +
+                  chunk_text(c) + "'s head is " +
+                  (head_spread(c) ? "on " + stage_text(head_stage_[c])
+                                  : std::string("computed by the last stage's forward")));
+        break;
+      case ActionType::kRecvHead:
+      case ActionType::kSendHeadGrad:
+        check(!last_stage_ && head_stage_[c] == stage && a.peer_stage == last,
+              where + action +
+                  "only the stage of a chunk's H action, when it is not the last, "
+                  "receives the hidden state from the last stage (" +
+                  stage_text(last) + ") and sends its gradient back");
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 at::Tensor Executor::Step::buffer(int chunk) const {
   return at::empty({chunk_rows(chunk), opt_.hidden},
                    at::TensorOptions().dtype(opt_.dtype).device(opt_.device));
+}
+
+ChunkContextOptions Executor::Step::context_options(int chunk) const {
+  ChunkContextOptions options;
+  options.chunk = chunk;
+  options.device = opt_.device;
+  options.attention_scale = opt_.attention_scale;
+  options.attention_backend = opt_.attention_backend;
+  options.sequence = ex_.sequence_;
+  return options;
+}
+
+// The context of a chunk's H on a stage that does not run its layers: its rows, no K/V buffers
+// (the head attends nothing).
+std::shared_ptr<ChunkContext> Executor::Step::make_head_context(int chunk) const {
+  return std::make_shared<ChunkContext>(
+      plan_.chunks[chunk].slices, std::vector<kernels::SliceBuffers>{}, context_options(chunk));
 }
 
 std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
@@ -216,16 +300,18 @@ std::shared_ptr<ChunkContext> Executor::Step::make_context(int chunk) {
     }
     for (int l = 0; l < layers; ++l) kv[l].push_back(buffers ? (*buffers)[l] : nullptr);
   }
-  ChunkContextOptions options;
-  options.chunk = chunk;
-  options.device = opt_.device;
-  options.attention_scale = opt_.attention_scale;
-  options.attention_backend = opt_.attention_backend;
-  options.sequence = ex_.sequence_;
-  return std::make_shared<ChunkContext>(slices, std::move(kv), options);
+  return std::make_shared<ChunkContext>(slices, std::move(kv), context_options(chunk));
 }
 
 void Executor::Step::recv(const Action& action) {
+  if (action.is_head_transfer()) {
+    // The peer was checked against the plan's H actions (check_head_actions).
+    const bool hidden = action.type == ActionType::kRecvHead;
+    ex_.pipes_.post_recv(
+        message_tag(action.chunk, hidden ? Direction::kHeadHidden : Direction::kHeadGradient),
+        buffer(action.chunk), ex_.rank_of_stage(action.peer_stage));
+    return;
+  }
   const bool forward = action.type == ActionType::kRecvForward;
   check(forward ? opt_.stage > 0 : !last_stage_,
         stage_text(opt_.stage) + ": action " + action.text() + " has no peer on this stage");
@@ -253,6 +339,83 @@ void Executor::Step::send(const Action& action) {
     // The backward is over on this stage: nothing of the chunk is needed any more.
     ex_.chunks_.erase(it);
   }
+}
+
+// SEND_H on the last stage: the chunk's last hidden state to its head stage.
+void Executor::Step::send_head(const Action& action) {
+  auto it = ex_.chunks_.find(action.chunk);
+  check(it != ex_.chunks_.end(),
+        stage_text(opt_.stage) + ": " + action.text() + " before its forward");
+  ex_.pipes_.send(message_tag(action.chunk, Direction::kHeadHidden), it->second->output.detach(),
+                  ex_.rank_of_stage(action.peer_stage));
+  // Evaluating, the last stage is done with the chunk once its hidden state is on its way.
+  if (forward_only_) ex_.chunks_.erase(it);
+}
+
+// SEND_HG on the head stage: the gradient its H left, back to the last stage.
+void Executor::Step::send_head_grad(const Action& action) {
+  auto it = ex_.head_grads_.find(action.chunk);
+  check(it != ex_.head_grads_.end(),
+        stage_text(opt_.stage) + ": " + action.text() + " before H" + std::to_string(action.chunk));
+  ex_.pipes_.send(message_tag(action.chunk, Direction::kHeadGradient), it->second,
+                  ex_.rank_of_stage(action.peer_stage));
+  ex_.head_grads_.erase(it);
+}
+
+// The head, the chunk's loss (summed over its rows' targets, divided by the step's target
+// tokens: the chunks' losses add up to the step's mean) and its part of the step's loss.
+at::Tensor Executor::Step::head_loss(int chunk, const at::Tensor& hidden, ChunkContext& ctx) {
+  at::Tensor logits = ex_.module_->head(hidden, ctx);
+  check(logits.dim() == 2 && logits.size(0) == chunk_rows(chunk),
+        stage_text(opt_.stage) + ": the head must return logits [tokens, vocab]");
+  const at::Tensor targets = shard_targets(ctx.rows(), sequences_).to(opt_.device);
+  at::Tensor loss = next_token_loss(logits, targets, static_cast<double>(loss_tokens_));
+  loss_sum_ += loss.detach().item<double>();
+  return loss;
+}
+
+// H's compute on a hidden state without history: the head's forward and loss, then (training)
+// their backward, which adds to the head's parameter gradients and returns d(loss)/d(hidden).
+at::Tensor Executor::Step::run_head(int chunk, at::Tensor hidden, ChunkContext& ctx) {
+  if (!forward_only_) hidden.requires_grad_(true);
+  at::Tensor loss;
+  {
+    Timer t(stats_.forward_s);
+    at::AutoGradMode grad(!forward_only_);
+    loss = head_loss(chunk, hidden, ctx);
+  }
+  if (forward_only_) return at::Tensor();
+  Timer t(stats_.backward_s);
+  at::AutoGradMode grad(true);
+  torch::autograd::backward({loss});
+  check(hidden.grad().defined(), stage_text(opt_.stage) + ": chunk " + std::to_string(chunk) +
+                                     "'s head produced no gradient of its hidden state");
+  return hidden.grad();
+}
+
+// H c: on the last stage from its own forward's output (its B then starts from the gradient),
+// elsewhere from the hidden state RECV_H posted the receive of (SEND_HG sends the gradient).
+void Executor::Step::head(int chunk) {
+  if (!last_stage_) {
+    at::Tensor hidden;
+    {
+      Timer t(stats_.wait_s);
+      hidden = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kHeadHidden));
+    }
+    const std::shared_ptr<ChunkContext> ctx = make_head_context(chunk);
+    at::Tensor grad = run_head(chunk, hidden, *ctx);
+    ctx->module_state.reset();
+    if (grad.defined()) ex_.head_grads_[chunk] = grad;
+    return;
+  }
+  auto it = ex_.chunks_.find(chunk);
+  check(it != ex_.chunks_.end() && !it->second->head_done,
+        stage_text(opt_.stage) + ": H" + std::to_string(chunk) +
+            (it == ex_.chunks_.end() ? " before its forward" : " twice"));
+  ChunkState& st = *it->second;
+  st.head_grad = run_head(chunk, st.output.detach(), *st.ctx);
+  st.head_done = true;
+  if (forward_only_) ex_.chunks_.erase(it);  // evaluating: nothing else needs the chunk
 }
 
 void Executor::Step::forward(int chunk) {
@@ -301,16 +464,9 @@ void Executor::Step::forward(int chunk) {
     st.graph_input = hidden;
   }
   for (int l = st.recompute; l < layers; ++l) hidden = module.layer(l, hidden, *st.ctx);
-  if (last_stage_) {
-    at::Tensor logits = module.head(hidden, *st.ctx);
-    check(logits.dim() == 2 && logits.size(0) == chunk_rows(chunk),
-          stage_text(opt_.stage) + ": the head must return logits [tokens, vocab]");
-    // Summed over the chunk's targets (this rank's rows'), divided by the whole step's: the
-    // chunks' losses add up to the step's mean loss.
-    const at::Tensor targets = shard_targets(st.ctx->rows(), sequences_).to(opt_.device);
-    at::Tensor loss = next_token_loss(logits, targets, static_cast<double>(loss_tokens_));
-    loss_sum_ += loss.detach().item<double>();
-    st.output = loss;
+  const bool loss_here = last_stage_ && !head_spread(chunk);
+  if (loss_here) {
+    st.output = head_loss(chunk, hidden, *st.ctx);
   } else {
     check(hidden.dim() == 2 && hidden.size(0) == chunk_rows(chunk) && hidden.size(1) == opt_.hidden,
           stage_text(opt_.stage) + ": the stage's output must be [tokens, hidden] = [" +
@@ -323,7 +479,7 @@ void Executor::Step::forward(int chunk) {
     // A sequence's last slice ends the use of its K/V buffers: no backward will read them.
     for (const Slice& s : plan_.chunks[chunk].slices)
       if (split_[s.seq] && s.end == plan_.lengths[s.seq]) ex_.kv_.erase(s.seq);
-    if (last_stage_) return;  // nothing to send: the chunk is done
+    if (loss_here) return;  // nothing to send: the chunk is done
   }
   ex_.chunks_.emplace(chunk, std::move(state));
 }
@@ -337,9 +493,14 @@ void Executor::Step::backward(int chunk) {
   StageModule& module = *ex_.module_;
 
   at::Tensor grad;  // gradient of the loss w.r.t. the current point, walking back
-  if (!last_stage_) {
+  if (last_stage_ && head_spread(chunk) && head_stage_[chunk] == opt_.stage) {
+    check(st.head_done, stage_text(opt_.stage) + ": B" + std::to_string(chunk) + " before H" +
+                            std::to_string(chunk));
+    grad = std::move(st.head_grad);
+  } else if (!last_stage_ || head_spread(chunk)) {
     Timer t(stats_.wait_s);
-    grad = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kGradient));
+    grad = ex_.pipes_.wait_recv(
+        message_tag(chunk, last_stage_ ? Direction::kHeadGradient : Direction::kGradient));
   }
   Timer t(stats_.backward_s);
   at::AutoGradMode grad_mode(true);
@@ -391,6 +552,36 @@ void Executor::Step::backward(int chunk) {
   }
 }
 
+void Executor::Step::run_action(const Action& action) {
+  switch (action.type) {
+    case ActionType::kRecvForward:
+    case ActionType::kRecvBackward:
+    case ActionType::kRecvHead:
+    case ActionType::kRecvHeadGrad:
+      recv(action);
+      break;
+    case ActionType::kSendForward:
+    case ActionType::kSendBackward:
+      send(action);
+      break;
+    case ActionType::kSendHead:
+      send_head(action);
+      break;
+    case ActionType::kSendHeadGrad:
+      send_head_grad(action);
+      break;
+    case ActionType::kForward:
+      forward(action.chunk);
+      break;
+    case ActionType::kBackward:
+      backward(action.chunk);
+      break;
+    case ActionType::kHead:
+      head(action.chunk);
+      break;
+  }
+}
+
 void Executor::Step::sample_memory() {
   std::set<const void*> seen;
   int64_t kv = 0, checkpoint = 0;
@@ -413,26 +604,13 @@ StepStats Executor::Step::run() {
   const double exchange_before = ex_.sequence_ ? ex_.sequence_->all_to_all_s() : 0.0;
   const int64_t exchanged_before = ex_.sequence_ ? ex_.sequence_->all_to_all_bytes() : 0;
   for (const Action& action : plan_.schedule.stages[opt_.stage]) {
-    const bool backward_action = action.type == ActionType::kRecvBackward ||
-                                 action.type == ActionType::kSendBackward ||
-                                 action.type == ActionType::kBackward;
+    // Evaluating, H computes the loss only, so its gradient is neither sent nor received.
+    const bool backward_action =
+        action.type == ActionType::kRecvBackward || action.type == ActionType::kSendBackward ||
+        action.type == ActionType::kBackward || action.type == ActionType::kRecvHeadGrad ||
+        action.type == ActionType::kSendHeadGrad;
     if (forward_only_ && backward_action) continue;
-    switch (action.type) {
-      case ActionType::kRecvForward:
-      case ActionType::kRecvBackward:
-        recv(action);
-        break;
-      case ActionType::kSendForward:
-      case ActionType::kSendBackward:
-        send(action);
-        break;
-      case ActionType::kForward:
-        forward(action.chunk);
-        break;
-      case ActionType::kBackward:
-        backward(action.chunk);
-        break;
-    }
+    run_action(action);
     sample_memory();
     if (opt_.after_action) opt_.after_action(action.text());
   }
@@ -448,10 +626,9 @@ StepStats Executor::Step::run() {
     stats_.all_to_all_bytes = ex_.sequence_->all_to_all_bytes() - exchanged_before;
   }
 
-  // Only the last stage computed the loss (each of its SP ranks its rows' part); every rank
+  // Only the stages that ran heads computed losses (each SP rank its rows' part); every rank
   // returns the sum.
-  const double local = last_stage_ ? loss_sum_ : 0.0;
-  stats_.loss = ex_.pipes_.all_reduce_sum(local, opt_.device);
+  stats_.loss = ex_.pipes_.all_reduce_sum(loss_sum_, opt_.device);
   stats_.total_s = seconds_since(started);
   return stats_;
 }
@@ -463,6 +640,8 @@ void Executor::Step::finish() {
   check(ex_.chunks_.empty(), where +
                                  "the step ended with chunks whose backward did not run "
                                  "or whose input gradient was not sent");
+  check(ex_.head_grads_.empty(),
+        where + "the step ended with head gradients that no SEND_HG sent back");
   check(ex_.kv_.empty(), where +
                              "the step ended with K/V buffers of sequences whose first "
                              "slice never ran backward");
@@ -556,6 +735,7 @@ StepStats Executor::run_step(const Plan& plan, const std::vector<at::Tensor>& se
     // Leave nothing of the failed step behind (buffers, graphs, pending transfers).
     chunks_.clear();
     kv_.clear();
+    head_grads_.clear();
     pipes_.clear();
     throw;
   }

@@ -13,7 +13,7 @@ namespace infinipipe::runtime {
 
 int message_tag(int chunk, Direction direction) {
   check(chunk >= 0, "message_tag: chunk must be non-negative, got " + std::to_string(chunk));
-  return 3 * chunk + static_cast<int>(direction);
+  return kDirections * chunk + static_cast<int>(direction);
 }
 
 std::string format_duration(std::chrono::milliseconds duration) {

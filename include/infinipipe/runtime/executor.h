@@ -12,9 +12,23 @@
 //         the recorded layers, then re-run each checkpointed layer with grad and back-propagate
 //         it, last to first; parameter gradients accumulate across the step's chunks and waves
 //
+// Spread head (docs/design.md, "Spread head"): chunks with an H action have their LM head and
+// loss run on that action's stage o, whose module holds a replica of the head.
+//   F c   on the last stage: its layers only; the output waits for SEND_H c@o (or H c when
+//         o is the last stage itself)
+//   SEND_H c@o / RECV_H c@d-1  the output [tokens, hidden] from the last stage to o
+//   H c   wait for it, run the head and the chunk's loss (as the last stage's F would) with the
+//         hidden state as a leaf, back-propagate them at once (the head's parameter gradients
+//         accumulate) and keep d(loss)/d(hidden)
+//   SEND_HG c@d-1 / RECV_HG c@o  that gradient back; the last stage's B c waits for it as for
+//         an output gradient (after a local H it takes it directly)
+// Head messages have their own tags (pipe.h, Direction). H's head and loss count as forward
+// time, their backward as backward time, its wait for the hidden state as waiting. Evaluating,
+// H computes the loss only and the head-gradient transfers are skipped.
+//
 // K/V buffers of a split sequence (one per stage layer) exist from the first forward of any of
-// its slices to the end of the backward of its first slice. The step's loss is all-reduced, so
-// every rank returns it.
+// its slices to the end of the backward of its first slice. The step's loss (the sum of the
+// losses of every stage's heads) is all-reduced, so every rank returns it.
 //
 // Sequence parallelism (options.sequence_group of d_s ranks; sequence_parallel.h): this rank is
 // SP rank j of its stage and runs every action on its share of each chunk's rows, padded rows
@@ -148,6 +162,8 @@ class Executor {
   // Live only during run(); held_tensors() reads them.
   std::map<int, std::unique_ptr<ChunkState>> chunks_;
   std::map<int, std::vector<std::shared_ptr<kernels::SequenceKV>>> kv_;  // by sequence
+  // Spread head on a stage other than the last: per chunk, the gradient its H left for SEND_HG.
+  std::map<int, at::Tensor> head_grads_;
 };
 
 }  // namespace infinipipe::runtime

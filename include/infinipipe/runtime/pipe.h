@@ -47,7 +47,17 @@ class PeerError : public Error {
   bool timed_out_;
 };
 
-enum class Direction { kActivation = 0, kGradient = 1, kTiedGradient = 2 };
+// What a message carries; each has its own tags, so no receive matches another kind's message.
+// kHeadHidden and kHeadGradient are the spread head's (docs/design.md, "Spread head"): a chunk's
+// last hidden state from the last stage to its head stage, and that state's gradient back.
+enum class Direction {
+  kActivation = 0,
+  kGradient = 1,
+  kTiedGradient = 2,
+  kHeadHidden = 3,
+  kHeadGradient = 4,
+};
+constexpr int kDirections = 5;  // the values of Direction
 
 // Starts a collective with `op` and waits for it at most `timeout`. A timeout or a backend error,
 // thrown when it starts or when it is waited for, becomes a PeerError about `what` naming
@@ -57,8 +67,9 @@ void wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
                      std::chrono::milliseconds timeout, const std::string& what, int peer = -1,
                      const std::string& peer_text = "");
 
-// Tag of the message carrying chunk `chunk`'s activation (forward) or input gradient (backward),
-// or, for kTiedGradient, the gradient of tied weight number `chunk`.
+// Tag of the message carrying chunk `chunk`'s activation (forward), input gradient (backward),
+// head hidden state or head gradient, or, for kTiedGradient, the gradient of tied weight number
+// `chunk`.
 int message_tag(int chunk, Direction direction);
 
 class Pipes {

@@ -23,13 +23,16 @@ class StageModule {
 
   virtual int num_layers() const = 0;
   virtual bool has_embedding() const = 0;  // the first stage
-  virtual bool has_head() const = 0;       // the last stage: final norm and LM head
+  // Final norm and LM head: the last stage, and with a spread head (docs/design.md, "Spread
+  // head") every stage the plan runs H actions on, each holding a replica.
+  virtual bool has_head() const = 0;
 
   // tokens [T] -> hidden [T, hidden]. Only when has_embedding().
   virtual at::Tensor embed(const at::Tensor& tokens, ChunkContext& ctx) = 0;
   // hidden [T, hidden] -> hidden [T, hidden]; attention through ctx.attention(local_index, ...).
   virtual at::Tensor layer(int local_index, const at::Tensor& hidden, ChunkContext& ctx) = 0;
-  // hidden [T, hidden] -> logits [T, vocab]. Only when has_head().
+  // hidden [T, hidden] -> logits [T, vocab]. Only when has_head(); ctx has no K/V buffers on a
+  // stage that runs a chunk's head without its layers.
   virtual at::Tensor head(const at::Tensor& hidden, ChunkContext& ctx) = 0;
 
   // The stage's parameters (for an optimizer); their gradients accumulate across a step.

@@ -59,15 +59,16 @@ def build_stage(
     *,
     seed: int | None = 0,
     device: torch.device | str = "cpu",
+    spread_head: bool = False,
 ) -> _C.models.LlamaStage:
-    """Stage `index` of a split, as llama.build_stage but in C++."""
+    """Stage `index` of a split, as llama.build_stage but in C++ (spread_head: a replica of the
+    final norm and the LM head on every stage)."""
     ranges = llama.layer_ranges(config, layers_per_stage)
     if not 0 <= index < len(ranges):
         raise IndexError(f"stage {index} out of range for {len(ranges)} stages")
     r = ranges[index]
-    return stage(
-        config, r.start, r.stop, index == 0, index == len(ranges) - 1, seed=seed, device=device
-    )
+    has_head = spread_head or index == len(ranges) - 1
+    return stage(config, r.start, r.stop, index == 0, has_head, seed=seed, device=device)
 
 
 def load_from(

@@ -102,6 +102,33 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
     return plan
 
 
+def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((value - reference).abs().max() / reference.abs().max())
+
+
+def assert_matches_unpipelined(
+    losses: dict[int, float],
+    grads: dict[str, torch.Tensor],
+    reference_loss: float,
+    reference_grads: dict[str, torch.Tensor],
+    tolerance: float,
+) -> None:
+    """A pipelined step against the unpipelined model: the loss every stage returned (by stage)
+    and every parameter's gradient (by name, one per parameter of the whole model) within
+    `tolerance`, relative (max |pipelined - reference| / max |reference| per parameter)."""
+    for stage, loss in losses.items():
+        assert abs(loss - reference_loss) <= tolerance * abs(reference_loss), (
+            stage,
+            loss,
+            reference_loss,
+        )
+    assert set(grads) == set(reference_grads), set(grads) ^ set(reference_grads)
+    errors = {n: relative_error(grads[n], reference_grads[n]) for n in reference_grads}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < tolerance, f"{worst}: relative error {errors[worst]:.3g} >= {tolerance}"
+    assert all(g.abs().max() > 0 for g in reference_grads.values())
+
+
 def run_cases(cases: list[dict], new_trainer, measure_memory: bool = False):
     """Runs every case (a batch and a plan spec) as one step of a trainer made by
     new_trainer(dtype), one trainer per dtype. Yields per case the trainer, the step's result and

@@ -141,3 +141,19 @@ def check_all_ok(results: list[RankResult]) -> list[Any]:
     if bad:
         raise AssertionError("ranks failed:\n" + "\n".join(r.describe() for r in bad))
     return [r.value for r in results]
+
+
+def runs_by_world(target: str, cases: list[dict], timeout_s: float = 300.0):
+    """For a module-scoped fixture: get(world) runs `target(cases=...)` on `world` ranks once
+    (each case without its "expect", which stays with the test) and returns every rank's
+    values, cached per world size."""
+    cache: dict[int, list[Any]] = {}
+
+    def get(world: int) -> list[Any]:
+        if world not in cache:
+            body_cases = [{k: v for k, v in c.items() if k != "expect"} for c in cases]
+            results = run_ranks(target, world, dict(cases=body_cases), timeout_s=timeout_s)
+            cache[world] = check_all_ok(results)
+        return cache[world]
+
+    return get

@@ -14,7 +14,7 @@ import math
 import bodies
 import pytest
 import torch
-from launcher import check_all_ok, run_ranks
+from launcher import run_ranks, runs_by_world
 
 from infinipipe.models import llama
 
@@ -143,16 +143,7 @@ CASE_INDEX = {c["name"]: i for i, c in enumerate(CASES)}
 @pytest.fixture(scope="module")
 def runs():
     """Per world size, every rank's results of every case (one launch per world size)."""
-    cache = {}
-
-    def get(world: int) -> list[list[dict]]:
-        if world not in cache:
-            body_cases = [{k: v for k, v in c.items() if k != "expect"} for c in CASES]
-            results = run_ranks("bodies:parity", world, dict(cases=body_cases), timeout_s=300)
-            cache[world] = check_all_ok(results)
-        return cache[world]
-
-    return get
+    return runs_by_world("bodies:parity", CASES)
 
 
 @pytest.fixture(scope="module")
@@ -171,10 +162,6 @@ def references():
         return cache[key]
 
     return get
-
-
-def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
-    return float((value - reference).abs().max() / reference.abs().max())
 
 
 def gathered_grads(per_rank: list[dict]) -> dict[str, torch.Tensor]:
@@ -213,18 +200,15 @@ def test_pipelined_step_matches_unpipelined_model(runs, references, world, name)
     c = CASES[CASE_INDEX[name]]
     per_rank = [rank_results[CASE_INDEX[name]] for rank_results in runs(world)]
     check_expectations(c, per_rank)
-    ref_loss, ref_grads = references(c)
-    tol = TOLERANCE[c["dtype"]]
     hashes = {r["summary"]["hash"] for r in per_rank}
     assert len(hashes) == 1, hashes
-    for r in per_rank:  # every rank returns the all-reduced loss
-        assert abs(r["loss"] - ref_loss) <= tol * abs(ref_loss), (r["stage"], r["loss"], ref_loss)
-    grads = gathered_grads(per_rank)
-    assert set(grads) == set(ref_grads)
-    errors = {n: relative_error(grads[n], ref_grads[n]) for n in ref_grads}
-    worst = max(errors, key=errors.get)
-    assert errors[worst] < tol, f"{worst}: relative error {errors[worst]:.3g} >= {tol}"
-    assert all(g.abs().max() > 0 for g in ref_grads.values())
+    # Every rank returns the all-reduced loss.
+    bodies.assert_matches_unpipelined(
+        {r["stage"]: r["loss"] for r in per_rank},
+        gathered_grads(per_rank),
+        *references(c),
+        TOLERANCE[c["dtype"]],
+    )
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -241,7 +225,7 @@ def test_every_plan_of_one_batch_gives_the_same_gradients(runs, world):
     base = gathered_grads(results[names[0]])
     for n in names[1:]:
         grads = gathered_grads(results[n])
-        worst = max(relative_error(grads[p], base[p]) for p in base)
+        worst = max(bodies.relative_error(grads[p], base[p]) for p in base)
         assert worst < 1e-9, f"{n} vs {names[0]}: {worst:.3g}"
 
 

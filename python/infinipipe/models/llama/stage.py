@@ -131,6 +131,13 @@ class LlamaStage(nn.Module):
         fn = self.attention_fn or self._chunk_attention
         return self.layers[str(i)](hidden, rotary, lambda q, k, v: fn(q, k, v, ctx, i))
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The final norm's and the LM head's parameters (empty without the head): with a spread
+        head (docs/design.md, "Spread head") every stage holds a replica of them."""
+        if self.lm_head is None:
+            return []
+        return [*self.norm.parameters(), *self.lm_head.parameters()]
+
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
             raise RuntimeError(f"{self.extra_repr()}: this stage has no LM head")
@@ -202,8 +209,11 @@ def build_stage(
     *,
     seed: int | None = 0,
     device: torch.device | str | None = None,
+    spread_head: bool = False,
 ) -> LlamaStage:
-    """Only stage `stage` of split_stages (what one pipeline rank builds)."""
+    """Only stage `stage` of split_stages (what one pipeline rank builds). spread_head: every
+    stage holds a replica of the final norm and the LM head (docs/design.md, "Spread head"); the
+    seeded initialisation, keyed by name, gives every replica the same weights."""
     ranges = layer_ranges(config, layers_per_stage)
     if not 0 <= stage < len(ranges):
         raise IndexError(f"stage {stage} out of range for {len(ranges)} stages")
@@ -213,7 +223,7 @@ def build_stage(
         r.start,
         r.stop,
         has_embedding=(stage == 0),
-        has_head=(stage == len(ranges) - 1),
+        has_head=spread_head or stage == len(ranges) - 1,
         seed=seed,
         device=device,
     )
