@@ -7,6 +7,7 @@
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "planner_support.h"
+#include "spread_plan.h"
 
 namespace infinipipe {
 
@@ -66,6 +67,11 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   result.feasible = true;
   result.plan = make_plan(method, chosen, lengths, std::move(chunks), std::move(waves),
                           std::move(schedule), std::move(recompute), cost, sim, solver);
+  // A fixed recompute stays fixed; a chosen one is chosen again the same way.
+  spread_heads_if_faster(result.plan, cost, options,
+                         setting.uniform_recompute >= 0
+                             ? std::vector<CheckpointMethod>{}
+                             : std::vector<CheckpointMethod>{CheckpointMethod::kUniform});
   call.finish(result.plan, cost);
   return result;
 }

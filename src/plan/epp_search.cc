@@ -13,6 +13,7 @@
 #include "infinipipe/plan/static_baseline.h"
 #include "planner_support.h"
 #include "recompute_choice.h"
+#include "spread_plan.h"
 
 namespace infinipipe {
 
@@ -21,13 +22,18 @@ using namespace planning;
 namespace {
 
 PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
-                      const PlanningCall& call) {
+                      const PlannerOptions& options, const PlanningCall& call) {
   PlanResult result;
   result.feasible = true;
   result.plan =
       make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks), std::move(best.waves),
                 std::move(best.schedule), std::move(best.checkpoint.recompute), cost, best.sim,
                 best.checkpoint.solver);
+  // The recompute programs the search weighs (search_checkpointing), CBC's when allowed.
+  std::vector<CheckpointMethod> methods = {CheckpointMethod::kStageAwareGreedy,
+                                           CheckpointMethod::kUntiedGreedy};
+  if (options.checkpoint_time_limit_s > 0) methods.push_back(CheckpointMethod::kStageAware);
+  spread_heads_if_faster(result.plan, cost, options, methods);
   call.finish(result.plan, cost);
   return result;
 }
@@ -59,7 +65,7 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setti
                          cost, options);
   }
   call.report.work = search_work();
-  return finish_epp(std::move(cand), lengths, cost, call);
+  return finish_epp(std::move(cand), lengths, cost, options, call);
 }
 
 // The checkpointing programs of one wave grow with the chunks squared (a single long sequence's
@@ -351,7 +357,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   counts.pruned = counts.candidates - counts.tried;
   counts.work = search_work();
   choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
-  return finish_epp(std::move(best), lengths, cost, call);
+  return finish_epp(std::move(best), lengths, cost, options, call);
 }
 
 }  // namespace infinipipe

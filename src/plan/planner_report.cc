@@ -1,6 +1,7 @@
 #include "infinipipe/plan/planner_report.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -10,20 +11,34 @@ namespace infinipipe {
 
 using planning::read_optional;
 
-double step_time_lower_bound(const std::vector<int64_t>& lengths, const CostModel& cost) {
+double step_time_lower_bound(const std::vector<int64_t>& lengths, const CostModel& cost,
+                             bool spread_head) {
   Chunk everything;
   for (size_t i = 0; i < lengths.size(); ++i)
     everything.slices.push_back({static_cast<int>(i), 0, lengths[i], lengths[i]});
-  double busiest = 0;
+  const double layer_forward = cost.layer_forward_time(everything);
+  std::vector<double> work(cost.num_stages());
   for (int p = 0; p < cost.num_stages(); ++p)
-    busiest = std::max(busiest, cost.forward_time(everything, p) +
-                                    cost.backward_time(everything, p, /*checkpointed_layers=*/0));
-  return busiest;
+    work[p] = cost.forward_time_with(everything, p, layer_forward, !spread_head) +
+              cost.backward_time_with(everything, p, /*checkpointed_layers=*/0, layer_forward,
+                                      !spread_head);
+  std::sort(work.begin(), work.end());
+  if (!spread_head) return work.back();
+  // Water filling: raise the least busy stages together until the head's work is poured out.
+  double head = cost.head_time(everything);
+  double level = work.front();
+  for (size_t k = 1; k <= work.size(); ++k) {
+    const double next = k < work.size() ? work[k] : std::numeric_limits<double>::infinity();
+    if (head <= (next - level) * double(k)) return std::max(work.back(), level + head / double(k));
+    head -= (next - level) * double(k);
+    level = next;
+  }
+  return level;
 }
 
 void set_bound(PlannerReport& report, const std::vector<int64_t>& lengths, const CostModel& cost,
-               double step_time_s) {
-  report.step_time_lower_bound_s = step_time_lower_bound(lengths, cost);
+               double step_time_s, bool spread_head) {
+  report.step_time_lower_bound_s = step_time_lower_bound(lengths, cost, spread_head);
   report.predicted_over_bound =
       report.step_time_lower_bound_s > 0 ? step_time_s / report.step_time_lower_bound_s : 0;
 }

@@ -23,7 +23,9 @@ void PlanningCall::finish(Plan& plan, const CostModel& cost) const {
   plan.plan_ms = elapsed_ms(wall_start);
   plan.planner = report;
   plan.planner.cpu_ms = thread_cpu_ms() - cpu_start_ms;
-  set_bound(plan.planner, plan.lengths, cost, plan.step_time_s);
+  const std::vector<int> heads = plan.schedule.head_stages(static_cast<int>(plan.chunks.size()));
+  const bool spread = std::any_of(heads.begin(), heads.end(), [](int o) { return o != -1; });
+  set_bound(plan.planner, plan.lengths, cost, plan.step_time_s, spread);
 }
 
 void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,

@@ -215,6 +215,15 @@ nlohmann::json checkpoint_comparison(const ip::Plan& plan, const ip::CostModel& 
   return out;
 }
 
+// How many chunks' heads each stage runs (spread head), or nothing when no chunk has an H.
+std::vector<int> heads_per_stage(const std::vector<int>& head_stages, int num_stages) {
+  if (std::all_of(head_stages.begin(), head_stages.end(), [](int o) { return o == -1; })) return {};
+  std::vector<int> counts(num_stages, 0);
+  for (int o : head_stages)
+    if (o >= 0) ++counts[o];
+  return counts;
+}
+
 nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, double budget) {
   nlohmann::json j;
   j["step"] = row.step;
@@ -244,6 +253,13 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   j["chunks_by_kind"] = kinds;
   j["num_waves"] = plan.waves.size();
   j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
+  const std::vector<int> heads = plan.schedule.head_stages(static_cast<int>(plan.chunks.size()));
+  const std::vector<int> per_stage = heads_per_stage(heads, plan.schedule.num_stages());
+  j["spread_head"] = per_stage.size() > 0;
+  if (!per_stage.empty()) {
+    j["heads_per_stage"] = per_stage;
+    j["head_stages"] = heads;
+  }
   j["plan_ms"] = plan.plan_ms;
   j["planner"] = plan.planner;
   j["checkpoint_solver"] = plan.checkpoint_solver;
@@ -292,8 +308,15 @@ void print_row(std::ostream& out, const Row& row, double budget) {
       << " s (" << plan.checkpoint_solver << "), planned in " << fixed(plan.plan_ms, 1) << " ms\n"
       << "      chunks     " << plan.chunks.size() << " (packed " << packed << ", split " << split
       << ", hybrid " << hybrid << "), waves " << plan.waves.size()
-      << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n"
-      << "      planner    cpu " << fixed(plan.planner.cpu_ms, 1) << " ms, candidates "
+      << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n";
+  const std::vector<int> heads = heads_per_stage(
+      plan.schedule.head_stages(static_cast<int>(plan.chunks.size())), plan.schedule.num_stages());
+  if (!heads.empty()) {
+    out << "      heads      per stage";
+    for (int count : heads) out << " " << count;
+    out << " (spread head)\n";
+  }
+  out << "      planner    cpu " << fixed(plan.planner.cpu_ms, 1) << " ms, candidates "
       << plan.planner.candidates << " (tried " << plan.planner.tried << ", pruned "
       << plan.planner.pruned << ", recomputed " << plan.planner.recomputed << "), bound "
       << fixed(plan.planner.step_time_lower_bound_s, 3) << " s (predicted/bound "
@@ -443,6 +466,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
           ->capture_default_str();
   app.add_flag("--waves-back-to-back", args.waves_back_to_back,
                "EPP: never overlap waves (the paper's schedule, for ablations)");
+  app.add_flag(
+      "--spread-head", args.spread_head,
+      "every method: run chunks' LM heads on the stages the planner assigns, where the "
+      "simulator finds it faster (docs/design.md, \"Spread head\"); the table and the JSON "
+      "name the heads per stage");
   app.add_flag("--json", args.json,
                "one JSON object per line per method (and step) instead of the table");
   app.add_option(
@@ -530,6 +558,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   options.max_k = args.max_k;
   options.search_work_limit = args.search_work;
   options.overlap_waves = !args.waves_back_to_back;
+  options.spread_head = args.spread_head;
   options.checkpoint_time_limit_s = args.checkpoint_seconds;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());

@@ -39,6 +39,7 @@ struct PlanToolArgs {
   int max_k = 0;            // set from PlannerOptions
   int64_t search_work = 0;  // set from PlannerOptions
   bool waves_back_to_back = false;
+  bool spread_head = false;       // --spread-head (PlannerOptions::spread_head)
   double checkpoint_seconds = 0;  // set from PlannerOptions
   bool json = false;
   std::string plan_out;

@@ -34,6 +34,20 @@ void expect_consistent(const Plan& plan, const Instance& inst) {
   EXPECT_GT(r.cpu_ms, 0);
 }
 
+TEST(PlannerReport, SpreadHeadBoundPoursTheHeadOverTheStages) {
+  // Stages of 1, 1 and 2 layers, F = 1 ms per token and layer, B = 2 F, the head one layer's
+  // forward: 100 tokens give 300, 300 and 600 ms of layers and 300 ms of head.
+  CostCoefficients c = test::simple_coefficients();
+  c.head_s_per_token = 1e-3;
+  const CostModel cost = test::cost_with(c, {1, 1, 2});
+  EXPECT_NEAR(step_time_lower_bound({60, 40}, cost), 0.9, 1e-12);
+  // 300 ms of head on the two stages of 300 ms: 450 each, under the last stage's 600.
+  EXPECT_NEAR(step_time_lower_bound({60, 40}, cost, true), 0.6, 1e-12);
+  // 900 ms of head: 600 lift stages 0 and 1 to 600, the other 300 is shared by the three.
+  c.head_s_per_token = 3e-3;
+  EXPECT_NEAR(step_time_lower_bound({100}, test::cost_with(c, {1, 1, 2}), true), 0.7, 1e-12);
+}
+
 TEST(PlannerReport, BoundIsBelowThePredictedStepTimeAndCountsAddUp) {
   std::mt19937_64 rng(122025);
   int epp_plans = 0, pruning = 0, recomputing = 0, baseline_plans = 0;

@@ -1,6 +1,7 @@
 """The planner's report in the plan tool's output: per method and step, the planning call's CPU
 time, EPP's candidates (tried + pruned), the step time's lower bound (busiest stage's compute
-without recompute) and the prediction over it, in --json ("planner") and in the table.
+without recompute) and the prediction over it, in --json ("planner") and in the table; with
+--spread-head, the heads each stage runs.
 
     python3 tests/tools/plan_tool_report.py build/infinipipe-plan
 
@@ -74,6 +75,36 @@ class Report(unittest.TestCase):
         out = plan("--method", "epp").stdout
         self.assertEqual(out.count("      planner    cpu "), 3)
         self.assertIn("predicted/bound ", out)
+
+    def test_spread_head_names_the_heads_per_stage(self):
+        # LLaMA-3-8B's 128K-vocabulary head on 4 stages: spread wherever the simulator finds it
+        # faster; the bound is then the head poured over the stages, below the plain one.
+        case = ["--model", "llama3-8b", "--stages", "4", "--memory-gib", "80", "--method", "all"]
+        case += ["--distribution", "wikipedia", "--batch", "32", "--context", "32768"]
+        case += ["--checkpoint-seconds", "0"]
+
+        def rows(*args):
+            r = subprocess.run([TOOL, *case, "--json", *args], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return [json.loads(line) for line in r.stdout.splitlines()]
+
+        plain, spread = rows(), rows("--spread-head")
+        self.assertFalse(any(row.get("spread_head") for row in plain))
+        self.assertTrue(any(row.get("spread_head") for row in spread))
+        for a, b in zip(plain, spread, strict=True):
+            with self.subTest(method=b["method"], static=b["static"]):
+                self.assertLessEqual(b["step_time_s"], a["step_time_s"])
+                if not b["spread_head"]:
+                    self.assertEqual(a["hash"], b["hash"])
+                    continue
+                self.assertEqual(len(b["heads_per_stage"]), 4)
+                self.assertEqual(sum(b["heads_per_stage"]), b["num_chunks"])
+                self.assertEqual(len(b["head_stages"]), b["num_chunks"])
+                bound = b["planner"]["step_time_lower_bound_s"]
+                self.assertLess(bound, a["planner"]["step_time_lower_bound_s"])
+                self.assertLessEqual(bound, b["step_time_s"])
+        table = subprocess.run([TOOL, *case, "--spread-head"], capture_output=True, text=True)
+        self.assertIn("(spread head)", table.stdout)
 
 
 if __name__ == "__main__":

@@ -43,12 +43,17 @@ struct PlannerReport {
 // embedding on the first stage, the head on the last). Sequences are costed whole in one chunk:
 // a sliced sequence's attention adds up to the same ((c + s)^2 - c^2 telescopes), and one chunk
 // pays the per-chunk overhead least. A stage runs its work one piece at a time, so a simulated
-// step is at least this long.
-double step_time_lower_bound(const std::vector<int64_t>& lengths, const CostModel& cost);
+// step is at least this long. With `spread_head` the head's work (its forward and backward) may
+// go to any stage in any share (docs/design.md, "Spread head"): the bound is then the level that
+// the head's work, poured onto the stages' other compute, fills them to (never below the
+// busiest stage's other compute).
+double step_time_lower_bound(const std::vector<int64_t>& lengths, const CostModel& cost,
+                             bool spread_head = false);
 
-// Fills the bound and the ratio of a plan predicted to take `step_time_s`.
+// Fills the bound and the ratio of a plan predicted to take `step_time_s` (spread_head: the plan
+// runs heads on other stages than the last).
 void set_bound(PlannerReport& report, const std::vector<int64_t>& lengths, const CostModel& cost,
-               double step_time_s);
+               double step_time_s, bool spread_head = false);
 
 void to_json(nlohmann::json& j, const PlannerReport& report);
 void from_json(const nlohmann::json& j, PlannerReport& report);

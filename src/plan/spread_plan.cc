@@ -1,0 +1,76 @@
+// Spread heads on a finished plan when the simulator finds that faster (spread_plan.h).
+#include "spread_plan.h"
+
+#include <algorithm>
+
+#include "infinipipe/plan/head_spread.h"
+#include "planner_support.h"
+#include "recompute_choice.h"
+
+namespace infinipipe::planning {
+
+namespace {
+
+struct Spread {
+  Schedule schedule;
+  CheckpointResult checkpoint;
+  SimResult sim;
+};
+
+// The plan's chunks and waves with `heads`, and recompute that fits; false when none does.
+bool spread_with(const Plan& plan, const std::vector<int>& heads, const CostModel& cost,
+                 const PlannerOptions& options, const std::vector<CheckpointMethod>& methods,
+                 Spread& out) {
+  ScheduleOptions schedule_options;
+  schedule_options.num_stages = options.num_stages;
+  // The planner's schedules are 1F1B in its chain order; overlapped waves are what it chose.
+  schedule_options.overlap_waves = waves_overlap(plan.schedule, plan.waves);
+  out.schedule =
+      spread_head_schedule(plan.chunks, plan.waves, schedule_options, heads, cost, plan.recompute);
+  out.sim = predict(out.schedule, plan.chunks, cost, plan.recompute, options.memory_budget_bytes);
+  if (!out.sim.over_budget) {
+    out.checkpoint.recompute = plan.recompute;
+    out.checkpoint.solver = plan.checkpoint_solver;
+    return true;
+  }
+  if (methods.empty()) return false;
+  std::string reason;
+  return best_checkpointing(out.schedule, plan.chunks, methods, cost, options, out.checkpoint,
+                            out.sim, reason);
+}
+
+}  // namespace
+
+void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOptions& options,
+                            const std::vector<CheckpointMethod>& methods) {
+  if (!options.spread_head || options.num_stages < 2) return;
+  bool found = false;
+  Spread best;
+  for (bool exclude_first : {false, true}) {
+    HeadAssignmentOptions assignment;
+    assignment.exclude_first_stage = exclude_first;
+    const std::vector<int> heads = assign_head_stages(plan.chunks, cost, assignment);
+    const int last = options.num_stages - 1;
+    if (std::all_of(heads.begin(), heads.end(), [&](int o) { return o == last; })) continue;
+    check_not_cancelled(options);
+    Spread spread;
+    if (!spread_with(plan, heads, cost, options, methods, spread)) continue;
+    if (found && spread.sim.step_time_s >= best.sim.step_time_s) continue;
+    best = std::move(spread);
+    found = true;
+  }
+  if (!found || best.sim.step_time_s >= plan.step_time_s) return;
+  plan.schedule = std::move(best.schedule);
+  plan.recompute = std::move(best.checkpoint.recompute);
+  plan.checkpoint_solver = best.checkpoint.solver;
+  plan.set_prediction(best.sim);
+  // A baseline's uniform recompute, solved again, is its setting's count.
+  if (std::find(methods.begin(), methods.end(), CheckpointMethod::kUniform) != methods.end()) {
+    int most = 0;
+    for (const auto& stage : plan.recompute)
+      for (int layers : stage) most = std::max(most, layers);
+    plan.setting.uniform_recompute = most;
+  }
+}
+
+}  // namespace infinipipe::planning

@@ -1,0 +1,18 @@
+#pragma once
+// The planner's use of the spread head (PlannerOptions::spread_head; internal to the plan part).
+#include <vector>
+
+#include "infinipipe/checkpoint/checkpoint_planner.h"
+#include "infinipipe/plan/planner.h"
+
+namespace infinipipe::planning {
+
+// With options.spread_head, the plan's chunks and waves again with their heads spread
+// (plan/head_spread.h), once with every stage eligible and once without stage 0: each
+// spread schedule keeps the plan's recompute when that still fits, else gets `methods`' programs
+// (best_checkpointing; none: it must fit as it is). The plan becomes the fastest spread one that
+// fits when that is faster than it; otherwise it stays as it was, bit for bit.
+void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOptions& options,
+                            const std::vector<CheckpointMethod>& methods);
+
+}  // namespace infinipipe::planning
