@@ -21,22 +21,40 @@ using namespace planning;
 
 namespace {
 
+Plan plan_of(Candidate cand, const std::vector<int64_t>& lengths, const CostModel& cost) {
+  return make_plan(Method::kEpp, cand.setting, lengths, std::move(cand.chunks),
+                   std::move(cand.waves), std::move(cand.schedule),
+                   std::move(cand.checkpoint.recompute), cost, cand.sim, cand.checkpoint.solver);
+}
+
+// With the spread head, `runners_up` (candidates that fit, besides the winner) are spread too
+// and the fastest plan wins (spread_plan.h: fastest_spread).
 PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
-                      const PlannerOptions& options, const PlanningCall& call) {
+                      const PlannerOptions& options, const PlanningCall& call,
+                      std::vector<Candidate> runners_up = {}) {
   PlanResult result;
   result.feasible = true;
-  result.plan =
-      make_plan(Method::kEpp, best.setting, lengths, std::move(best.chunks), std::move(best.waves),
-                std::move(best.schedule), std::move(best.checkpoint.recompute), cost, best.sim,
-                best.checkpoint.solver);
-  // The recompute programs the search weighs (search_checkpointing), CBC's when allowed.
-  std::vector<CheckpointMethod> methods = {CheckpointMethod::kStageAwareGreedy,
-                                           CheckpointMethod::kUntiedGreedy};
-  if (options.checkpoint_time_limit_s > 0) methods.push_back(CheckpointMethod::kStageAware);
-  spread_heads_if_faster(result.plan, cost, options, methods);
+  result.plan = plan_of(std::move(best), lengths, cost);
+  if (options.spread_head) {
+    // The recompute programs the search weighs (search_checkpointing), CBC's when allowed.
+    std::vector<CheckpointMethod> methods = {CheckpointMethod::kStageAwareGreedy,
+                                             CheckpointMethod::kUntiedGreedy};
+    if (options.checkpoint_time_limit_s > 0) methods.push_back(CheckpointMethod::kStageAware);
+    std::vector<Plan> others;
+    for (Candidate& cand : runners_up)
+      if (!same_chunks(cand.chunks, result.plan.chunks) || cand.waves != result.plan.waves)
+        others.push_back(plan_of(std::move(cand), lengths, cost));
+    result.plan = fastest_spread(std::move(result.plan), std::move(others), cost, options, methods);
+  }
   call.finish(result.plan, cost);
   return result;
 }
+
+// With the spread head: how many runners-up are spread besides the winner (the fastest that fit
+// with the head on the last stage), and how many candidates the search left unsimulated are
+// simulated for it (best bound first): the search's bounds assume the head on the last stage.
+constexpr size_t kSpreadRunnersUp = 6;
+constexpr int kSpreadUnsearched = 6;
 
 }  // namespace
 
@@ -231,7 +249,16 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   bool have_best = false, have_own = false;
   Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
   int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
+  std::vector<Candidate> runners_up;  // with the spread head: the fastest that fit, fastest first
+  auto remember = [&](const Candidate& cand) {
+    auto at = std::upper_bound(runners_up.begin(), runners_up.end(), cand.sim.step_time_s,
+                               [](double t, const Candidate& c) { return t < c.sim.step_time_s; });
+    if (static_cast<size_t>(at - runners_up.begin()) >= kSpreadRunnersUp) return;
+    runners_up.insert(at, cand);
+    if (runners_up.size() > kSpreadRunnersUp) runners_up.pop_back();
+  };
   auto keep = [&](Candidate& cand) {
+    if (options.spread_head) remember(cand);
     if (cand.setting.chunker == Method::kEpp &&
         (!have_own || cand.sim.step_time_s < best_own.sim.step_time_s)) {
       best_own = cand;
@@ -319,6 +346,16 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     trace_step(fits ? "recomputed" : ("recompute failed: " + reason).c_str(), cand);
     if (fits) keep(cand);
   }
+  for (int extra = 0;
+       options.spread_head && have_best && extra < kSpreadUnsearched && !queue.empty();
+       queue.pop()) {
+    Candidate& cand = candidates[queue.top()];
+    if (cand.simulated || cand.never_fits_as_is) continue;
+    check_not_cancelled(options);
+    ++extra;
+    one_wave_without_recompute(cand, cost, options);
+    if (!cand.sim.over_budget) remember(cand);
+  }
   candidates.clear();
   if (!have_best)
     return infeasible(
@@ -357,7 +394,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   counts.pruned = counts.candidates - counts.tried;
   counts.work = search_work();
   choose_checkpointing(best, {CheckpointMethod::kStageAware}, cost, options);
-  return finish_epp(std::move(best), lengths, cost, options, call);
+  return finish_epp(std::move(best), lengths, cost, options, call, std::move(runners_up));
 }
 
 }  // namespace infinipipe

@@ -49,7 +49,8 @@ void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOpti
   for (bool exclude_first : {false, true}) {
     HeadAssignmentOptions assignment;
     assignment.exclude_first_stage = exclude_first;
-    const std::vector<int> heads = assign_head_stages(plan.chunks, cost, assignment);
+    const std::vector<int> heads =
+        assign_head_stages(plan.chunks, forward_order(plan.schedule), cost, assignment);
     const int last = options.num_stages - 1;
     if (std::all_of(heads.begin(), heads.end(), [&](int o) { return o == last; })) continue;
     check_not_cancelled(options);
@@ -71,6 +72,16 @@ void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOpti
       for (int layers : stage) most = std::max(most, layers);
     plan.setting.uniform_recompute = most;
   }
+}
+
+Plan fastest_spread(Plan plan, std::vector<Plan> others, const CostModel& cost,
+                    const PlannerOptions& options, const std::vector<CheckpointMethod>& methods) {
+  spread_heads_if_faster(plan, cost, options, methods);
+  for (Plan& other : others) {
+    spread_heads_if_faster(other, cost, options, methods);
+    if (other.step_time_s < plan.step_time_s) plan = std::move(other);
+  }
+  return plan;
 }
 
 }  // namespace infinipipe::planning
