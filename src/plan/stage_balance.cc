@@ -165,7 +165,9 @@ LayerSplitChoice choose_layer_split(const std::vector<std::vector<int64_t>>& ste
     LayerSplitCandidate& c = choice.candidates[i];
     if (best >= 0) {
       const LayerSplitCandidate& b = choice.candidates[best];
-      if (b.feasible_steps == n && c.bound_s >= b.mean_step_s) continue;  // cannot win
+      // Cannot win. The bound keeps the head on the last stage: with the spread head it bounds
+      // nothing, and every split is planned.
+      if (!options.spread_head && b.feasible_steps == n && c.bound_s >= b.mean_step_s) continue;
     }
     const CostModel trial = with_layer_split(cost, c.split);
     c.planned = true;

@@ -163,5 +163,16 @@ TEST(StageBalance, ChoiceThroughThePlannerIsDeterministicAndNeverSlowerThanEven)
   EXPECT_THROW(choose_layer_split({}, cost, options), Error);
 }
 
+TEST(StageBalance, WithTheSpreadHeadEverySplitIsPlanned) {
+  // The bounds keep the head on the last stage, so with the spread head none may skip a split.
+  std::mt19937_64 rng(13);
+  std::vector<std::vector<int64_t>> steps = {test_support::random_lengths(rng, 24, 16384)};
+  const CostModel cost = a800_cost("llama3-8b", 4);
+  PlannerOptions options = PlannerOptions::for_training(4, 80.0 * (1 << 30));
+  options.spread_head = true;
+  const LayerSplitChoice choice = choose_layer_split(steps, cost, options);
+  for (const LayerSplitCandidate& c : choice.candidates) EXPECT_TRUE(c.planned) << c.name;
+}
+
 }  // namespace
 }  // namespace infinipipe

@@ -75,7 +75,8 @@ std::vector<LayerSplitCandidate> layer_split_candidates(
 
 // Plans every step with EPP (plan_epp, `options`) on each candidate split, in order of their
 // bounds (ties: the order above), skipping a candidate whose bound is no less than the best mean
-// step time found (no plan can beat its bound); keeps the candidate feasible on the most steps,
+// step time found (no plan can beat its bound; with options.spread_head none is skipped, since
+// the bound keeps the head on the last stage); keeps the candidate feasible on the most steps,
 // then the least mean step time, then the earlier in the order above. Deterministic when
 // `options` is (PlannerOptions::for_training). Error when `steps` is empty.
 LayerSplitChoice choose_layer_split(const std::vector<std::vector<int64_t>>& steps,
