@@ -34,6 +34,30 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   schedule_options.num_stages = options.num_stages;
   Schedule schedule = build_schedule(chunks, waves, schedule_options);
 
+  // A fixed recompute stays fixed; a chosen one is chosen again the same way when spread.
+  const std::vector<CheckpointMethod> spread_methods =
+      setting.uniform_recompute >= 0 ? std::vector<CheckpointMethod>{}
+                                     : std::vector<CheckpointMethod>{CheckpointMethod::kUniform};
+  // With the spread head, a setting that does not fit with the head on the last stage may fit
+  // with it spread (the last stage then keeps no logits): `unspread` (its recompute, if fixed)
+  // gets no prediction, so any spread plan that fits replaces it.
+  auto spread_or_infeasible = [&](const std::string& why, Recompute fixed) {
+    const std::string reason =
+        std::string(to_string(method)) + " " + describe(method, setting) + ": " + why;
+    if (!options.spread_head) return infeasible(reason);
+    SimResult unknown;
+    unknown.step_time_s = kInfinity;
+    Plan unspread = make_plan(method, setting, lengths, chunks, waves, schedule, std::move(fixed),
+                              cost, unknown, setting.uniform_recompute >= 0 ? "fixed" : "");
+    spread_heads_if_faster(unspread, cost, options, spread_methods);
+    if (unspread.step_time_s == kInfinity) return infeasible(reason + "; nor with the spread head");
+    PlanResult result;
+    result.feasible = true;
+    result.plan = std::move(unspread);
+    call.finish(result.plan, cost);
+    return result;
+  };
+
   Setting chosen = setting;
   Recompute recompute;
   std::string solver;
@@ -48,9 +72,7 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
     uniform.method = CheckpointMethod::kUniform;
     uniform.memory_budget_bytes = options.memory_budget_bytes;
     CheckpointResult ck = plan_checkpointing(schedule, chunks, cost, uniform);
-    if (!ck.feasible)
-      return infeasible(std::string(to_string(method)) + " " + describe(method, setting) + ": " +
-                        ck.reason);
+    if (!ck.feasible) return spread_or_infeasible(ck.reason, {});
     recompute = std::move(ck.recompute);
     chosen.uniform_recompute = 0;
     for (const auto& stage : recompute)
@@ -60,18 +82,13 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   }
   const SimResult sim = predict(schedule, chunks, cost, recompute, options.memory_budget_bytes);
   if (setting.uniform_recompute >= 0 && sim.over_budget)
-    return infeasible(std::string(to_string(method)) + " " + describe(method, setting) + ": " +
-                      sim.over_budget_message);
+    return spread_or_infeasible(sim.over_budget_message, std::move(recompute));
 
   PlanResult result;
   result.feasible = true;
   result.plan = make_plan(method, chosen, lengths, std::move(chunks), std::move(waves),
                           std::move(schedule), std::move(recompute), cost, sim, solver);
-  // A fixed recompute stays fixed; a chosen one is chosen again the same way.
-  spread_heads_if_faster(result.plan, cost, options,
-                         setting.uniform_recompute >= 0
-                             ? std::vector<CheckpointMethod>{}
-                             : std::vector<CheckpointMethod>{CheckpointMethod::kUniform});
+  spread_heads_if_faster(result.plan, cost, options, spread_methods);
   call.finish(result.plan, cost);
   return result;
 }

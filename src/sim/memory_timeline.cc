@@ -58,6 +58,15 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   std::vector<SplitSequence> grad_open;
   std::vector<int> in_flight;
   double weight_sum = 0;
+  // On the last stage, chunks with an H keep no logits from F to B (the H holds them while it
+  // runs): `unkept` is their share of activation_bytes for the chunks in flight, taken off the
+  // fixed bytes (activation_bytes counts logits on the last stage whatever the recompute).
+  std::vector<char> headed(num_chunks, 0);
+  if (stage == schedule.num_stages() - 1) {
+    const std::vector<int> heads = schedule.head_stages(num_chunks);
+    for (int c = 0; c < num_chunks; ++c) headed[c] = heads[c] != -1;
+  }
+  double unkept = 0;
 
   const double model_state = stage_model_state_bytes(schedule, stage, cost);
   // Whole numbers of bytes (the analytic model's are) add up exactly in any order while every
@@ -128,13 +137,14 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
         }
       in_flight.push_back(action.chunk);
       if (weights) weight_sum += weights[action.chunk];
-      visit(index, buffer_bytes(), in_flight, weight_sum);
+      if (headed[action.chunk]) unkept += cost.head_logits_bytes(chunk);
+      visit(index, buffer_bytes() - unkept, in_flight, weight_sum);
       continue;
     }
 
     // H: the chunk's logits and loss are held while it runs, nothing in flight changes.
     if (action.type == ActionType::kHead) {
-      visit(index, buffer_bytes() + cost.head_logits_bytes(chunk), in_flight, weight_sum);
+      visit(index, buffer_bytes() - unkept + cost.head_logits_bytes(chunk), in_flight, weight_sum);
       continue;
     }
 
@@ -144,7 +154,7 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
         state[s.seq] = BufferState::kKvAndGrad;
         open(grad_open, s.seq);
       }
-    visit(index, buffer_bytes() + cost.backward_workspace_bytes(chunk, stage), in_flight,
+    visit(index, buffer_bytes() - unkept + cost.backward_workspace_bytes(chunk, stage), in_flight,
           weight_sum);
 
     // Backwards mostly run the latest forward first: search from the back.
@@ -152,6 +162,7 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
     if (held != in_flight.rend()) {
       in_flight.erase(std::next(held).base());
       if (weights) weight_sum -= weights[action.chunk];
+      if (headed[action.chunk]) unkept -= cost.head_logits_bytes(chunk);
     }
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && s.start == 0 && state[s.seq] != BufferState::kClosed) {

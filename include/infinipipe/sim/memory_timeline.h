@@ -11,9 +11,9 @@
 //   - during every backward: the same plus the chunk's backward workspace;
 //   - during every H (spread head): the same plus the chunk's logits (head_logits_bytes).
 // A stage other than the last that runs H actions holds the head's replica as model state
-// (stage_model_state_bytes). The last stage still counts the logits of every chunk in its
-// activation_bytes, also of chunks whose head runs elsewhere: conservative, so the checkpoint
-// planner's program needs no per-chunk head placement.
+// (stage_model_state_bytes). On the last stage a chunk with an H keeps no logits from F to B:
+// their bytes (which activation_bytes counts there whatever the recompute) come off the moment's
+// fixed bytes while the chunk is in flight, so moment_bytes stays fixed bytes plus activations.
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
