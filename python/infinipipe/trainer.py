@@ -717,6 +717,7 @@ class Trainer:
                         "trainer (trainer.plan(batch))"
                     )
                 plan.validate()
+                self._check_head_stages(plan)
             fingerprint = digest(*(t.numpy().tobytes() for t in sequences))
         except Error as e:
             error = e
@@ -734,6 +735,24 @@ class Trainer:
         except _C.runtime.PeerError as e:
             raise self._lost_peer(e) from None
         return plan, share, planning
+
+    def _check_head_stages(self, plan: Any) -> None:
+        """A given plan that runs LM heads on stages other than the last needs their replicas:
+        refused on every rank alike, before any stage waits for one that cannot run it."""
+        if self.spread_head:
+            return
+        spread = sorted(
+            {
+                stage
+                for stage, actions in enumerate(plan.schedule)
+                if stage != self.num_stages - 1 and any(a.startswith("H") for a in actions)
+            }
+        )
+        if spread:
+            raise BatchError(
+                f"the given plan runs LM heads on stages {spread}, which hold no head replica: "
+                "build the trainer with spread_head=True"
+            )
 
     def _planned(self, lengths: list[int]) -> tuple[Any, tuple[float, float]]:
         ahead = self._ahead.take(lengths)

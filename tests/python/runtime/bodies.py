@@ -96,6 +96,7 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict) -> An
             chunk_tokens=spec.get("chunk_tokens", 0),
             max_k=spec.get("max_k", 8),
             baseline_chunkings=spec.get("baseline_chunkings", True),
+            spread_head=spec.get("spread_head", False),
         )
     if spec.get("recompute") == "pattern":
         plan.recompute = recompute_pattern(plan)

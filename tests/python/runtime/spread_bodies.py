@@ -13,7 +13,8 @@ import torch
 
 import infinipipe
 from infinipipe import _C
-from infinipipe.models import llama
+from infinipipe.layout import share_indices
+from infinipipe.models import cpp, llama
 
 HEAD_NAMES = ("norm.weight", "lm_head.weight")
 
@@ -87,37 +88,50 @@ def planned_heads(plan: Any) -> list[int]:
 
 
 def make_spread_plan(trainer: infinipipe.Trainer, batch: list[torch.Tensor], spec: dict) -> Any:
-    """A case's plan: bodies.make_plan's, its heads placed by spec["heads"]; or, with
-    spec["planner"], the trainer's own planner (PlanConfig.spread_head)."""
-    if spec.get("planner"):
+    """A case's plan: bodies.make_plan's, its heads placed by spec["heads"] or, without it, by
+    the planner (spec["spread_head"]); with spec["trainer_plan"], the trainer's own planner
+    (its PlanConfig.spread_head)."""
+    if spec.get("trainer_plan"):
         return trainer.plan(batch)
-    plan = bodies.make_plan(trainer, [t.numel() for t in batch], spec)
-    return spread(plan, spec["heads"])
+    lengths = [t.numel() for t in batch]
+    share = [lengths[i] for i in share_indices(trainer.layout, lengths, trainer.cost)]
+    plan = bodies.make_plan(trainer, share, spec)  # with data replicas: this replica's share
+    return spread(plan, spec["heads"]) if "heads" in spec else plan
 
 
-def new_trainer(layer_split: list[int] | None, timeout_s: float) -> infinipipe.Trainer:
+def new_trainer(
+    timeout_s: float, parallel: dict | None = None, cpp_stages: bool = False
+) -> infinipipe.Trainer:
+    """A spread-head trainer of the float64 model with a frozen optimizer; cpp_stages: the C++
+    LlamaStage (models.cpp) instead of the Python one."""
+    config = bodies.model_config("float64")
+
+    def cpp_stage(stage: int, split: list[int]) -> Any:
+        return cpp.build_stage(config, split, stage, spread_head=True)
+
     return infinipipe.Trainer(
-        bodies.model_config("float64"),
+        cpp_stage if cpp_stages else config,
         bodies.frozen_optimizer,
-        layer_split=layer_split,
+        model_config=config,
         spread_head=True,
         timeout_s=timeout_s,
         plan=infinipipe.PlanConfig(memory_budget_gib=1),
+        parallel=infinipipe.Parallel(**(parallel or {})),
     )
 
 
-def parity(cases: list[dict], layer_split: list[int] | None = None, timeout_s: float = 60.0):
+def parity(cases: list[dict], timeout_s: float = 60.0, cpp_stages: bool = False):
     """Every case as one training step on a spread-head trainer. Per case: this rank's stage,
     loss and evaluation loss, its gradients straight from the executor (the head replica's
     holding only the heads this stage ran), the head replica's gradients after the trainer's
     summing, the plan's head stages and this stage's stats."""
-    trainer = new_trainer(layer_split, timeout_s)
+    trainer = new_trainer(timeout_s, cpp_stages=cpp_stages)
     records = []
     for case in cases:
         batch = bodies.make_batch(case["lengths"], case["seed"])
         plan = make_spread_plan(trainer, batch, case["plan"])
         trainer.zero_grad()
-        result = trainer.forward_backward(batch, plan=plan)
+        result = trainer.forward_backward(batch, plan=plan, measure_memory=True)
         grads = {
             n: p.grad.detach().clone()
             for n, p in trainer.module.named_parameters()
@@ -142,6 +156,30 @@ def parity(cases: list[dict], layer_split: list[int] | None = None, timeout_s: f
                 recompute=plan.recompute,
                 kinds=list(plan.chunk_kinds),
                 stats=result.stats,
+            )
+        )
+    return records
+
+
+def layout_parity(cases: list[dict], parallel: dict, timeout_s: float = 60.0) -> list[dict]:
+    """Every case as one step of a spread-head trainer on a layout with sequence ranks or data
+    replicas (each replica's share planned and spread); per case this rank's place, loss and
+    every gradient after the trainer's reductions (gradient groups, then the head replicas')."""
+    trainer = new_trainer(timeout_s, parallel=parallel)
+    records = []
+    for case in cases:
+        batch = bodies.make_batch(case["lengths"], case["seed"])
+        plan = make_spread_plan(trainer, batch, case["plan"])
+        result = trainer.step(batch, plan=plan)  # lr 0: the reductions alone
+        records.append(
+            dict(
+                name=case["name"],
+                stage=trainer.stage_index,
+                sequence_rank=trainer.layout.sequence_rank,
+                replica=trainer.layout.replica,
+                loss=result.loss,
+                heads=planned_heads(plan),
+                grads={n: p.grad.detach().clone() for n, p in trainer.module.named_parameters()},
             )
         )
     return records
@@ -185,3 +223,74 @@ def reference_training(steps: list[dict]) -> tuple[list[float], dict[str, torch.
         optimizer.step()
         losses.append(loss.item())
     return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def missing_head() -> dict:
+    """Errors of heads the stages do not hold, then a good step: a plan running heads on stage 0
+    given to a trainer without spread head (refused on every rank), a spread-head trainer whose
+    factory builds stage 0 without the head (setup fails on every rank), and last, the executor
+    itself given that plan (stage 0 refuses it before any communication; the last stage's wait
+    for it runs out its 5 s). Returns each outcome, (type, message) or None."""
+    config = bodies.model_config("float64")
+    results: dict[str, Any] = {}
+    plain = infinipipe.Trainer(config, bodies.frozen_optimizer, timeout_s=5)
+    lengths = [30, 12, 7]
+    batch = bodies.make_batch(lengths, seed=1)
+    plan = spread(bodies.make_plan(plain, lengths, dict(method="epp")), "first")
+    results["trainer_refuses"] = bodies._outcome(lambda: plain.step(batch, plan=plan))
+    results["good_loss"] = plain.step(batch).loss
+
+    def factory(stage: int, split: list[int]) -> Any:
+        return llama.build_stage(config, split, stage)  # no replica: the head on the last only
+
+    results["factory_without_head"] = bodies._outcome(
+        lambda: infinipipe.Trainer(
+            factory, bodies.frozen_optimizer, model_config=config, spread_head=True, timeout_s=20
+        )
+    )
+    results["executor_refuses"] = bodies._outcome(lambda: plain.executor.run(plan, batch, 0))
+    return results
+
+
+def checkpoint_round_trip(directory: str, timeout_s: float = 60.0) -> dict:
+    """A spread-head trainer (AdamW) steps once and saves; a fresh spread-head trainer and a
+    plain one load it, and a fresh spread-head trainer loads a plain trainer's checkpoint.
+    Returns this rank's stage and, per trainer, its weights and optimizer state by name."""
+    config = bodies.model_config("float64")
+    batch = bodies.make_batch([700], seed=1)
+
+    def trainer(spread_head: bool) -> infinipipe.Trainer:
+        return infinipipe.Trainer(config, adamw, spread_head=spread_head, timeout_s=timeout_s)
+
+    def state(t: infinipipe.Trainer) -> dict:
+        names = {id(p): n for n, p in t.module.named_parameters()}
+        optimizer = {
+            names[id(p)]: {k: v.clone() for k, v in s.items()} for p, s in t.optimizer.state.items()
+        }
+        weights = {n: p.detach().clone() for n, p in t.module.named_parameters()}
+        return dict(weights=weights, optimizer=optimizer)
+
+    saved = trainer(True)
+    plan = spread(bodies.make_plan(saved, [700], dict(CHUNKFLOW_SPEC)), "round-robin")
+    saved.step(batch, plan=plan)
+    saved.save_checkpoint(f"{directory}/spread")
+    spread_loaded = trainer(True)
+    spread_loaded.load_checkpoint(f"{directory}/spread")
+    plain_loaded = trainer(False)
+    plain_loaded.load_checkpoint(f"{directory}/spread")
+    loaded_plain = state(plain_loaded)
+    plain_loaded.step(batch)
+    plain_loaded.save_checkpoint(f"{directory}/plain")
+    from_plain = trainer(True)
+    from_plain.load_checkpoint(f"{directory}/plain")
+    return dict(
+        stage=saved.stage_index,
+        saved=state(saved),
+        spread_loaded=state(spread_loaded),
+        plain_loaded=loaded_plain,
+        plain_saved=state(plain_loaded),
+        from_plain=state(from_plain),
+    )
+
+
+CHUNKFLOW_SPEC = dict(method="chunkflow", chunk_tokens=128)

@@ -58,6 +58,17 @@ CASES = [
         recompute=True,
     ),
 ]
+# The planner's own spread plans (PlannerOptions::spread_head), which it keeps where its
+# simulator finds them faster: on this batch Seq1F1B's put heads on other stages than the last.
+PLANNED = [
+    case(
+        "planner-seq1f1b",
+        SHORT,
+        dict(method="seq1f1b", k=2, spread_head=True),
+    ),
+    case("planner-trainer-mix", test_pipeline.MIX, dict(trainer_plan=True), seed=7),
+]
+CASES += PLANNED
 CASE_INDEX = {c["name"]: i for i, c in enumerate(CASES)}
 
 
@@ -89,8 +100,12 @@ def check_expectations(c: dict, per_rank: list[dict], world: int) -> None:
     expect, first = c["expect"], per_rank[0]
     heads = first["heads"]
     assert all(r["heads"] == heads for r in per_rank)
-    assert any(h >= 0 for h in heads), heads
-    assert any(0 <= h < world - 1 for h in heads) or c["plan"]["heads"] == "last", heads
+    if c["plan"].get("trainer_plan"):
+        pass  # whatever the trainer's planner chose: spread or not, the step must match
+    elif c["plan"].get("heads") != "last":
+        assert any(0 <= h < world - 1 for h in heads), heads
+    else:
+        assert set(heads) == {world - 1}, heads
     if expect.get("every_stage"):
         assert set(heads) == set(range(world)), heads
     if "kind" in expect:
@@ -166,3 +181,138 @@ def test_training_keeps_head_replicas_equal_to_the_unpipelined_model():
     # The steps moved the weights: the comparison is not of the initial ones.
     initial = spread_bodies.reference_training([])[1]
     assert all(not torch.equal(ref_params[n], initial[n]) for n in HEAD_NAMES)
+
+
+# Two stages run by two sequence-parallel ranks each, or by two data replicas (each planning and
+# spreading its share of the batch): the head's gradient is summed over all four ranks.
+LAYOUTS = {"sequence": dict(sequence=2), "data": dict(data=2)}
+LAYOUT_CASES = [
+    case(
+        "split-round-robin-recompute",
+        [700, 300, 40],
+        dict(CHUNKFLOW, heads="round-robin", recompute="pattern"),
+    ),
+    case("mix-first", test_pipeline.MIX, dict(method="epp", heads="first"), seed=7),
+]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_spread_head_on_sequence_ranks_and_replicas(references, layout):
+    per_rank = check_all_ok(
+        run_ranks(
+            "spread_bodies:layout_parity",
+            4,
+            dict(cases=LAYOUT_CASES, parallel=LAYOUTS[layout]),
+            timeout_s=300,
+        )
+    )
+    for index, c in enumerate(LAYOUT_CASES):
+        records = [r[index] for r in per_rank]
+        assert any(0 <= h < 1 for r in records for h in r["heads"]), c["name"]
+        ref_loss, ref_grads = references(c)
+        by_name: dict[str, list[torch.Tensor]] = {}
+        for r in records:
+            assert abs(r["loss"] - ref_loss) <= TOLERANCE * abs(ref_loss), (c["name"], r["stage"])
+            for n, g in r["grads"].items():
+                by_name.setdefault(n, []).append(g)
+        assert set(by_name) == set(ref_grads)
+        for n, grads in by_name.items():
+            # Every rank holding a parameter holds the same summed gradient: the head's on all
+            # four ranks, a layer's on its stage's two.
+            assert len(grads) == (4 if n in HEAD_NAMES else 2), n
+            assert all(torch.equal(g, grads[0]) for g in grads), (c["name"], n)
+            error = bodies.relative_error(grads[0], ref_grads[n])
+            assert error < TOLERANCE, (c["name"], n, error)
+
+
+def test_spread_head_with_cpp_stages(references):
+    """The C++ LlamaStage's head replica on the first stage (models.cpp.build_stage)."""
+    cases = [CASES[CASE_INDEX["split-round-robin"]], CASES[CASE_INDEX["packed-round-robin"]]]
+    body_cases = [{k: v for k, v in c.items() if k != "expect"} for c in cases]
+    per_rank = check_all_ok(
+        run_ranks("spread_bodies:parity", 2, dict(cases=body_cases, cpp_stages=True), 300)
+    )
+    for index, c in enumerate(cases):
+        records = [r[index] for r in per_rank]
+        check_expectations(c, records, 2)
+        bodies.assert_matches_unpipelined(
+            {r["stage"]: r["loss"] for r in records},
+            spread_grads(records),
+            *references(c),
+            TOLERANCE,
+        )
+
+
+def test_a_stage_without_the_head_is_named():
+    per_rank = check_all_ok(run_ranks("spread_bodies:missing_head", 2, {}, timeout_s=120))
+    first, last = per_rank
+    for r in per_rank:
+        kind, message = r["trainer_refuses"]
+        assert kind == "BatchError" and "stages [0]" in message and "spread_head=True" in message
+        kind, message = r["factory_without_head"]
+        assert "stage 0" in message and "without the final norm and the LM head" in message
+    assert first["good_loss"] == last["good_loss"]
+    # The executor on its own: stage 0 names itself, the chunk and the fix; the last stage,
+    # waiting for stage 0's activation, names it once its timeout runs out.
+    kind, message = first["executor_refuses"]
+    assert kind == "Error" and "stage 0" in message and "chunk 0" in message, message
+    assert "no head" in message and "spread_head=True" in message, message
+    kind, message = last["executor_refuses"]
+    assert kind == "PeerError" and "rank 0 (stage 0)" in message, message
+
+
+def same_state(a: dict, b: dict, names=None) -> bool:
+    """Weights and optimizer state (by parameter name) bitwise equal, over `names` or all."""
+    for part in ("weights", "optimizer"):
+        keys = set(a[part]) if names is None else set(names)
+        if not keys <= set(b[part]) or not keys <= set(a[part]):
+            return False
+        for n in keys:
+            x, y = a[part][n], b[part][n]
+            if part == "weights":
+                if not torch.equal(x, y):
+                    return False
+            elif set(x) != set(y) or not all(torch.equal(x[k], y[k]) for k in x):
+                return False
+    return True
+
+
+def test_checkpoint_keeps_one_head(tmp_path):
+    """Every replica saves the head under the same names (model/norm.weight, ...), which DCP
+    writes once; any stage loading it reads that one copy, with or without spread head."""
+    first, last = check_all_ok(
+        run_ranks(
+            "spread_bodies:checkpoint_round_trip", 2, dict(directory=str(tmp_path)), timeout_s=300
+        )
+    )
+    assert first["stage"] == 0 and last["stage"] == 1
+    for r in (first, last):
+        assert same_state(r["saved"], r["spread_loaded"])
+    # The replicas were equal when saved, and each key was written once.
+    assert same_state(first["saved"], last["saved"], HEAD_NAMES)
+    # A trainer without spread head: the head on the last stage only, loaded from that copy.
+    assert not set(HEAD_NAMES) & set(first["plain_loaded"]["weights"])
+    assert same_state(last["saved"], last["plain_loaded"])
+    # A spread-head trainer from a plain checkpoint: every stage's replica is the last stage's.
+    for r in (first, last):
+        assert same_state(last["plain_saved"], r["from_plain"], HEAD_NAMES)
+    assert same_state(first["plain_saved"], first["from_plain"])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_measured_activation_memory_within_the_prediction(runs, world, capsys):
+    """The simulator's prediction with the heads where the plan puts them (an H's logits on its
+    stage while it runs; the last stage keeps counting every chunk's logits) bounds each
+    stage's measured peak, within test_pipeline's bounds. Printed per case and stage."""
+    rows = [
+        (c["name"], r[CASE_INDEX[c["name"]]]["stage"], r[CASE_INDEX[c["name"]]]["stats"])
+        for c in CASES
+        for r in runs(world)
+    ]
+    with capsys.disabled():
+        print(f"\n{world} stages, spread head: measured / predicted activation memory")
+        for name, stage, stats in rows:
+            print(f"  {name:40s} stage {stage}: {stats['activation_ratio']:.3f}")
+    ratios = [stats["activation_ratio"] for _, _, stats in rows]
+    assert max(ratios) <= test_pipeline.UPPER, max(ratios)
+    assert min(ratios) >= test_pipeline.FLOOR, min(ratios)
