@@ -8,7 +8,8 @@ The plan tool's rows are summarised per case by lib/simulated_case.py and render
 lib/cluster_tables.py and lib/cluster_target.py. `--smoke` runs one small case for CI and writes
 into a temporary directory only. `--balance` runs only the balanced-stages section (lib/
 balance_study.py: LLaMA-7B, LLaMA-13B and LLaMA-3-8B at 96K on 8 stages, the even layer split and
-the balanced one) and replaces that section of the page and the results JSON's "balance".
+the balanced one, and LLaMA-13B and LLaMA-3-8B on both with the spread head) and replaces that
+section of the page and the results JSON's "balance".
 
 Usage: python benchmarks/cluster_study.py [build/infinipipe-plan] [--smoke | --balance]
 """
@@ -256,7 +257,7 @@ def run_balance(tool):
         command="nice -n 10 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan "
         "--balance",
         tool_command=" ".join(["infinipipe-plan"] + tool_args(case, "all"))
-        + " [--layers-per-stage balanced]",
+        + " [--layers-per-stage balanced] [--spread-head]",
     )
     path = os.path.join(ROOT, "benchmarks", "results", "cluster_study.json")
     data = results.load(path) or {}

@@ -1,14 +1,9 @@
 """The cluster study's balanced-stages section (issue 13): EPP and the baselines on the even layer
 split and on the split `infinipipe-plan --layers-per-stage balanced` chooses (the same split for
 every method), against the physical limit: each step's compute without recompute spread evenly
-over the stages.
-With the built Python module it also projects vocabulary parallelism's ideal, which is not built:
-the same cost model with the head's compute spread evenly over the decoder layers (a2 + head /
-layers per token, no head on the last stage) and no communication for it."""
-
-import json
-import os
-import tempfile
+over the stages. Then the same with the spread head (`--spread-head`, docs/design.md "Spread
+head": each chunk's LM head on a stage the planner assigns, for every method) at LLaMA-13B and
+LLaMA-3-8B."""
 
 from lib.cluster_tables import cell
 from lib.simulated_case import run_case
@@ -21,52 +16,27 @@ TARGET = dict(model="llama-13b", over_limit=0.03, speedup=1.4)
 MARK = "balance-study"
 
 
-# The built-in shapes the projection rewrites (src/cost/model_shape.cc's presets).
-SHAPES = {
-    "llama-13b": dict(layers=40, hidden=5120, heads=40, kv_heads=40, ffn=13824, vocab=32000),
-    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256),
-}
-PROJECTED = "head spread"
-
-
-def head_spread_model(model, hardware, stages, path):
-    """The analytic cost model of `model` with the head's per-token compute moved into the
-    layers' (a2 += head_s_per_token / layers, head_s_per_token = 0): the same total compute, the
-    head's share on every stage in proportion to its layers. Memory as it is (the head's weights
-    and the loss's log-softmax stay on the last stage). Written as a cost model JSON to `path`."""
-    from infinipipe import _C
-
-    shape = dict(name=model + "-head-spread", bytes_per_element=2, **SHAPES[model])
-    split = [shape["layers"] // stages] * stages
-    split[-1] += shape["layers"] - sum(split)
-    cost = json.loads(_C.plan.CostModel.analytic(json.dumps(shape), hardware, split).to_json())
-    k = cost["coefficients"]
-    k["a2"] += k["head_s_per_token"] / shape["layers"]
-    k["head_s_per_token"] = 0.0
-    with open(path, "w") as f:
-        json.dump(cost, f)
+# The spread head's cases: these models on both splits, every method with --spread-head.
+SPREAD_MODELS = ["llama-13b", "llama3-8b"]
+SPREAD = " + spread head"
 
 
 def run(tool, base, stages=8, context=98304, log=None):
-    """Every model on both splits, then the head-spread projection of SHAPES; per case its
+    """Every model on both splits, then SPREAD_MODELS on both with the spread head; per case its
     summary (simulated_case.run_case)."""
     out = []
-    for model in MODELS:
-        for split, extra in SPLITS.items():
-            case = dict(base, model=model, stages=stages, context=context)
-            result = run_case(tool, case, extra)
-            out.append(dict(case, split=split, result=result))
-            if log:
-                log("balance: %s, %s split: %.1f s" % (model, split, result["seconds"]))
-    with tempfile.TemporaryDirectory() as tmp:
-        for model in SHAPES:
-            path = os.path.join(tmp, model + ".json")
-            head_spread_model(model, base["hardware"], stages, path)
-            case = dict(base, model=model, stages=stages, context=context)
-            result = run_case(tool, dict(case, model=path))
-            out.append(dict(case, split=PROJECTED, result=result))
-            if log:
-                log("balance: %s, %s: %.1f s" % (model, PROJECTED, result["seconds"]))
+    plans = [(m, split, extra) for m in MODELS for split, extra in SPLITS.items()]
+    plans += [
+        (m, split + SPREAD, extra + ["--spread-head"])
+        for m in SPREAD_MODELS
+        for split, extra in SPLITS.items()
+    ]
+    for model, split, extra in plans:
+        case = dict(base, model=model, stages=stages, context=context)
+        result = run_case(tool, case, extra)
+        out.append(dict(case, split=split, result=result))
+        if log:
+            log("balance: %s, %s split: %.1f s" % (model, split, result["seconds"]))
     return out
 
 
@@ -86,7 +56,7 @@ def _row(c):
     return "| %s | %s (%s) | %s | %.3f | %.3f | %.3f | %.1f%% | %.1f%% | %s | %s | %s | %s |" % (
         name,
         c["split"],
-        "projection, not built" if c["split"] == PROJECTED else r.get("layer_split", "?"),
+        r.get("layer_split", "?"),
         layers,
         e["mean_step_s"],
         b["bound_s"],
@@ -106,7 +76,7 @@ def _find(cases, model, split):
 
 def _verdict(cases):
     out = []
-    for split in ("even", "balanced", PROJECTED):
+    for split in ("even", "balanced", "even" + SPREAD, "balanced" + SPREAD):
         c = _find(cases, TARGET["model"], split)
         ms, b = c["result"]["methods"], c["result"]["compute_bound"]
         over = ms["epp"]["mean_step_s"] / b["physical_limit_s"] - 1
@@ -116,7 +86,7 @@ def _verdict(cases):
             "3%%: %s); static Seq1F1B on the same split %s, %s (target %.1fx: %s).\n"
             % (
                 c["split"],
-                " split" if c["split"] != PROJECTED else " (projection, not built)",
+                " split" if SPREAD not in c["split"] else "",
                 " ".join(str(n) for n in c["result"]["layers_per_stage"]),
                 ms["epp"]["mean_step_s"],
                 100 * over,
@@ -150,7 +120,7 @@ def _candidates(cases):
     out = []
     for c in cases:
         cands = c["result"].get("layer_split_candidates") or []
-        if c["split"] != "balanced" or not cands:
+        if not c["split"].startswith("balanced") or not cands:
             continue
         parts = []
         for k in cands:
@@ -166,7 +136,7 @@ def _candidates(cases):
             else:
                 text += ", EPP feasible on %d steps" % k["feasible_steps"]
             parts.append(text + (" (chosen)" if k["chosen"] else ""))
-        out.append("- %s: %s.\n" % (NAMES[c["model"]], "; ".join(parts)))
+        out.append("- %s, %s: %s.\n" % (NAMES[c["model"]], c["split"], "; ".join(parts)))
     return out
 
 
@@ -287,19 +257,15 @@ split; what is left above the limit (%.1f%%) is the granularity of whole layers 
 gain from the balanced split: %s.
 
 %s
-**What remains: vocabulary parallelism.** Removing the head's imbalance needs its work divided
-over all stages, as vocabulary parallelism does (Yeung et al. 2024, arXiv 2411.05288): every
-stage holds a shard of the LM head's (and the embedding's) vocabulary, computes its shard's logits
-for every chunk, and the loss's softmax is reduced across stages (per token, the maximum and the
-sum of exponentials, then the same in the backward), with those passes placed into each stage's
-1F1B program. It is not built here: it changes the executor's stage protocol (every stage runs
-head work on chunks it does not own, and the last stage no longer computes the loss alone), the
-schedule (extra communication passes per chunk), the cost model and the simulator, and the
-parity tests would have to cover the cross-stage softmax; that was more than this change's time.
-The uneven split is the part the planner and the executor already support: the C++ and Python
-stages, the cost model, the plan and the simulator take any layers per stage, and pipelined
-steps on uneven splits give the unpipelined model's loss and gradients (tests/python/runtime/
-test_uneven_split.py, float64, 2 and 4 ranks).
+**Why not vocabulary parallelism.** It divides the head's work over all stages too (Yeung et al.
+2024, arXiv 2411.05288), but with a cross-stage softmax reduction for every chunk, a collective
+of every stage that EPP's chunks of very different sizes would turn into a stall, and a schedule
+of its own; the spread head needs only point-to-point messages the size of a pipeline send, at
+the price of a head replica per stage (docs/design.md, "Spread head"). The uneven split and the
+spread head combine: the C++ and Python stages, the cost model, the plan and the simulator take
+any layers per stage, and pipelined steps on uneven splits and with spread heads give the
+unpipelined model's loss and gradients (tests/python/runtime/test_uneven_split.py and
+test_spread_head.py, float64, 2 and 4 ranks).
 """ % (
         ", ".join("%.2f (%s)" % (heads[m], NAMES[m]) for m in MODELS),
         heads["llama-13b"],
@@ -312,68 +278,124 @@ test_uneven_split.py, float64, 2 and 4 ranks).
         100 * floor.get("llama3-8b", float("nan")),
         memory,
         ", ".join("%s %.3fx" % (NAMES[m], g) for m, g in gain.items()),
-        projection(cases),
+        spread_text(cases),
     )
 
 
-def projection(cases):
-    """The head-spread rows in words: how far vocabulary parallelism's ideal would go."""
+# The head's parameters (LM head and final norm gain, hidden x vocabulary + hidden; shapes of
+# src/cost/model_shape.cc) at 16 bytes each (bf16 weights and gradients, fp32 Adam state and
+# master weights: CostCoefficients::model_state_bytes_per_param): the replica a stage running
+# heads keeps.
+HEAD_PARAMS = {"llama-13b": 5120 * 32000 + 5120, "llama3-8b": 4096 * 128256 + 4096}
+
+
+def _epp_over(c):
+    """EPP's mean step over the physical limit and over its busiest stage, minus 1."""
+    e, b = c["result"]["methods"]["epp"], c["result"]["compute_bound"]
+    return e["mean_step_s"] / b["physical_limit_s"] - 1, e["mean_step_s"] / b["bound_s"] - 1
+
+
+def spread_text(cases):
+    """The spread head's rows in words, per model and split, from the rows' numbers."""
     parts = []
-    for model in SHAPES:
-        c = _find(cases, model, PROJECTED)
-        ms = c["result"].get("methods", {})
-        if not ms.get("epp", {}).get("feasible"):
-            parts.append("%s: EPP infeasible" % NAMES[model])
-            continue
-        b = c["result"]["compute_bound"]
-        s = ms["seq1f1b static"]
-        parts.append(
-            "%s: EPP %.3f s, %.1f%% above the limit (busiest stage %.1f%%), %s static Seq1F1B"
-            % (
-                NAMES[model],
-                ms["epp"]["mean_step_s"],
-                100 * (ms["epp"]["mean_step_s"] / b["physical_limit_s"] - 1),
-                100 * (b["bound_s"] / b["physical_limit_s"] - 1),
-                "%.2fx" % s["speedup"] if s.get("feasible") else "no feasible",
+    for model in SPREAD_MODELS:
+        for split in SPLITS:
+            c, plain = _find(cases, model, split + SPREAD), _find(cases, model, split)
+            ms, pms = c["result"].get("methods", {}), plain["result"].get("methods", {})
+            if not ms.get("epp", {}).get("feasible"):
+                parts.append("%s, %s split: EPP infeasible" % (NAMES[model], split))
+                continue
+            over, over_busiest = _epp_over(c)
+            s, ps = ms["seq1f1b static"], pms.get("seq1f1b static", {})
+            parts.append(
+                "%s, %s split (chosen: %s): EPP %.3f s, %s without the spread head, %.1f%% above "
+                "the limit and %.1f%% above its busiest stage; static Seq1F1B %s (%s without)"
+                % (
+                    NAMES[model],
+                    split,
+                    " ".join(str(n) for n in c["result"]["layers_per_stage"]),
+                    ms["epp"]["mean_step_s"],
+                    "%.3fx faster than" % (pms["epp"]["mean_step_s"] / ms["epp"]["mean_step_s"])
+                    if pms.get("epp", {}).get("feasible")
+                    else "infeasible",
+                    100 * over,
+                    100 * over_busiest,
+                    "%.3f s, EPP %.2fx" % (s["mean_step_s"], s["speedup"])
+                    if s.get("feasible")
+                    else _infeasible(s, c),
+                    "%.3f s" % ps["mean_step_s"] if ps.get("feasible") else "infeasible",
+                )
             )
-        )
-    return """**A projection of the rest ("head spread" rows; not built, not a result of this code).** The
-same analytic cost model with the head's compute moved into the layers (each layer's per-token
-time a2 plus head / layers, no head on the last stage): the total compute is unchanged and every
-stage carries its share of the head, which is what vocabulary parallelism would give at best,
-without its communication (per-token reductions of the softmax across stages, not modelled) and
-with memory as today (the head's weights and the loss's log-softmax stay on the last stage). %s.
-It bounds what the remaining work can give in this simulator; it is not a plan the executor can
-run today.%s
-""" % ("; ".join(parts), _projection_verdict(cases))
+    return """**The spread head ("+ spread head" rows).** `infinipipe-plan --spread-head` runs each
+chunk's LM head, loss and the head's backward as one action on a stage the planner assigns
+(docs/design.md, "Spread head"; plan/head_spread.h), for every method: EPP's plan (its winner and
+its runners-up) and each baseline's plan at its setting are spread where the simulator finds it
+faster, else kept as they were. Each stage gets the share of the heads' work that fills it to
+the others' level, dealt through the step so that no stage takes its heads in a lump; the schedule
+is 1F1B over one more stage (the heads as a virtual last stage) merged back. The price is memory:
+a stage running heads keeps a replica of the head (%s of weights, gradients and optimizer
+state), and the last stage holds one more chunk in flight; where that does not fit, the plan
+recomputes or stays unspread. %s.%s
+""" % (
+        ", ".join(
+            "%.2f GiB at %s" % (HEAD_PARAMS[m] * 16 / 2**30, NAMES[m]) for m in SPREAD_MODELS
+        ),
+        "; ".join(parts),
+        _spread_verdict(cases),
+    )
 
 
-def _projection_verdict(cases):
-    c = _find(cases, TARGET["model"], PROJECTED)
-    ms = c["result"].get("methods", {})
-    if not ms.get("epp", {}).get("feasible") or not ms["seq1f1b static"].get("feasible"):
+def _spread_verdict(cases):
+    """The best spread-head row at the target model against its unspread row, in numbers."""
+    pairs = [(_find(cases, TARGET["model"], split + SPREAD), split) for split in SPLITS]
+    pairs = [p for p in pairs if p[0]["result"].get("methods", {}).get("epp", {}).get("feasible")]
+    if not pairs:
         return ""
-    b = c["result"]["compute_bound"]
-    over = ms["epp"]["mean_step_s"] / b["physical_limit_s"] - 1
-    speedup = ms["seq1f1b static"]["speedup"]
-    even = _find(cases, TARGET["model"], "even")["result"]["methods"]
-    if over <= TARGET["over_limit"] and speedup >= TARGET["speedup"]:
-        return " At %s it would meet both targets." % NAMES[TARGET["model"]]
+    c, split = min(pairs, key=lambda p: p[0]["result"]["methods"]["epp"]["mean_step_s"])
+    plain = _find(cases, TARGET["model"], split)
+    if not plain["result"].get("methods", {}).get("epp", {}).get("feasible"):
+        return ""
+    ms, pms = c["result"]["methods"], plain["result"]["methods"]
+    b, pb = c["result"]["compute_bound"], plain["result"]["compute_bound"]
+    over, over_busiest = _epp_over(c)
+    _, plain_over_busiest = _epp_over(plain)
+    s, ps = ms["seq1f1b static"], pms["seq1f1b static"]
+    seq = (
+        "static Seq1F1B goes from %.3f s to %.3f s with it (%s), so EPP's speed-up over it is "
+        "%.2fx (target %.1fx: %s)"
+        % (
+            ps["mean_step_s"],
+            s["mean_step_s"],
+            s["setting"],
+            s["speedup"],
+            TARGET["speedup"],
+            "met" if s["speedup"] >= TARGET["speedup"] else "not met",
+        )
+        if s.get("feasible") and ps.get("feasible")
+        else "static Seq1F1B is not feasible on both"
+    )
     return (
-        " At %s even that ideal leaves EPP %.1f%% above the limit, with its busiest stage at the "
-        "limit: the rest is the pipeline's own fill and drain, sends and recompute, which no "
-        "split removes; and %.2fx static Seq1F1B, which gains from the balance too (%.1f%% "
-        "faster than on the even split, EPP %.1f%%). In this "
-        "simulator, with the analytic coefficients, the issue's %.0f%% and %.1fx are therefore "
-        'out of reach for reasons beyond the head as well (see "Why Seq1F1B comes so close" '
-        "above for the 1.4x)."
+        " At %s (%s split): with the spread head the busiest stage is %.1f%% above the limit (%.1f%% "
+        "without) and EPP %.1f%% above its busiest stage (%.1f%% without), with %.2f s of "
+        "recompute a step summed over the stages (%.2f s without) and a mean bubble of %.1f%% "
+        "(%.1f%% without): EPP ends %.1f%% above the limit (target %.0f%%: %s). The rise above "
+        "the busiest stage is what running heads costs in stalls (the schedules differ only by "
+        "them): a stage running one is late for the chunks it passes on, and 1F1B over one more "
+        "stage holds one chunk of slack to absorb that. %s."
         % (
             NAMES[TARGET["model"]],
+            split,
+            100 * (b["bound_s"] / b["physical_limit_s"] - 1),
+            100 * (pb["bound_s"] / pb["physical_limit_s"] - 1),
+            100 * over_busiest,
+            100 * plain_over_busiest,
+            ms["epp"]["recompute_s"],
+            pms["epp"]["recompute_s"],
+            100 * ms["epp"]["bubble_fraction"],
+            100 * pms["epp"]["bubble_fraction"],
             100 * over,
-            speedup,
-            100 * (1 - ms["seq1f1b static"]["mean_step_s"] / even["seq1f1b static"]["mean_step_s"]),
-            100 * (1 - ms["epp"]["mean_step_s"] / even["epp"]["mean_step_s"]),
             100 * TARGET["over_limit"],
-            TARGET["speedup"],
+            "met" if over <= TARGET["over_limit"] else "not met",
+            seq[0].upper() + seq[1:],
         )
     )

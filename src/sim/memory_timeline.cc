@@ -61,11 +61,13 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   // On the last stage, chunks with an H keep no logits from F to B (the H holds them while it
   // runs): `unkept` is their share of activation_bytes for the chunks in flight, taken off the
   // fixed bytes (activation_bytes counts logits on the last stage whatever the recompute).
+  // Those are the chunks the last stage runs an H or a SEND_H for.
   std::vector<char> headed(num_chunks, 0);
-  if (stage == schedule.num_stages() - 1) {
-    const std::vector<int> heads = schedule.head_stages(num_chunks);
-    for (int c = 0; c < num_chunks; ++c) headed[c] = heads[c] != -1;
-  }
+  if (stage == schedule.num_stages() - 1)
+    for (const Action& a : actions)
+      if ((a.type == ActionType::kHead || a.type == ActionType::kSendHead) && a.chunk >= 0 &&
+          a.chunk < num_chunks)
+        headed[a.chunk] = 1;
   double unkept = 0;
 
   const double model_state = stage_model_state_bytes(schedule, stage, cost);
