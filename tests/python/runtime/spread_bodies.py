@@ -189,9 +189,13 @@ def adamw(params):
     return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
 
 
+MAX_NORM = 0.2  # below the tiny model's gradient norms: every step clips
+
+
 def training(steps: list[dict], timeout_s: float = 60.0) -> dict:
-    """Optimizer steps (AdamW) on a spread-head trainer, each on its own batch and plan; returns
-    this rank's stage, the losses and its parameters after the last step."""
+    """Optimizer steps (AdamW) on a spread-head trainer, each on its own batch and plan, its
+    gradients clipped to MAX_NORM (a norm counting the head once); returns this rank's stage,
+    the losses, the norms and its parameters after the last step."""
     trainer = infinipipe.Trainer(
         bodies.model_config("float64"),
         adamw,
@@ -199,30 +203,36 @@ def training(steps: list[dict], timeout_s: float = 60.0) -> dict:
         timeout_s=timeout_s,
         plan=infinipipe.PlanConfig(memory_budget_gib=1),
     )
-    losses = []
+    losses, norms = [], []
     for step in steps:
         batch = bodies.make_batch(step["lengths"], step["seed"])
         plan = make_spread_plan(trainer, batch, step["plan"])
-        losses.append(trainer.step(batch, plan=plan).loss)
+        trainer.zero_grad()
+        losses.append(trainer.forward_backward(batch, plan=plan).loss)
+        norms.append(trainer.clip_grad_norm_(MAX_NORM))
+        trainer.optimizer_step()
     return dict(
         stage=trainer.stage_index,
         losses=losses,
+        norms=norms,
         params={n: p.detach().clone() for n, p in trainer.module.named_parameters()},
     )
 
 
-def reference_training(steps: list[dict]) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """The same steps on the unpipelined model with the same optimizer."""
+def reference_training(steps: list[dict]) -> tuple[list[float], list[float], dict]:
+    """The same steps on the unpipelined model with the same optimizer and clipping: the
+    losses, the norms before clipping and the parameters after the last step."""
     model = llama.build_full_model(bodies.model_config("float64"))
     optimizer = adamw(model.parameters())
-    losses = []
+    losses, norms = [], []
     for step in steps:
         optimizer.zero_grad()
         loss = llama.reference_loss(model, bodies.make_batch(step["lengths"], step["seed"]))
         loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)))
         optimizer.step()
         losses.append(loss.item())
-    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+    return losses, norms, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def missing_head() -> dict:

@@ -162,13 +162,18 @@ TRAINING = [
 
 
 def test_training_keeps_head_replicas_equal_to_the_unpipelined_model():
+    """Three AdamW steps with clipping (clip_grad_norm_: the head counted once in the norm)."""
     per_rank = check_all_ok(
         run_ranks("spread_bodies:training", 2, dict(steps=TRAINING), timeout_s=300)
     )
-    ref_losses, ref_params = spread_bodies.reference_training(TRAINING)
+    ref_losses, ref_norms, ref_params = spread_bodies.reference_training(TRAINING)
+    # Every step clipped, by the norm of the whole model counting the head once.
+    assert all(n > spread_bodies.MAX_NORM for n in ref_norms), ref_norms
     for r in per_rank:
         for got, want in zip(r["losses"], ref_losses):
             assert abs(got - want) <= TOLERANCE * abs(want), (r["stage"], got, want)
+        for got, want in zip(r["norms"], ref_norms):
+            assert abs(got - want) <= TOLERANCE * want, (r["stage"], got, want)
     for n in HEAD_NAMES:  # bitwise the same replica on every stage
         assert all(torch.equal(r["params"][n], per_rank[0]["params"][n]) for r in per_rank), n
     params = {}
@@ -179,7 +184,7 @@ def test_training_keeps_head_replicas_equal_to_the_unpipelined_model():
     worst = max(errors, key=errors.get)
     assert errors[worst] < TOLERANCE, f"{worst}: relative error {errors[worst]:.3g}"
     # The steps moved the weights: the comparison is not of the initial ones.
-    initial = spread_bodies.reference_training([])[1]
+    initial = spread_bodies.reference_training([])[2]
     assert all(not torch.equal(ref_params[n], initial[n]) for n in HEAD_NAMES)
 
 
