@@ -50,8 +50,11 @@ struct PlannerOptions {
   int max_recompute_candidates = 6;
   int max_wave_groupings = 2;
   // Run chunks' LM heads on the stages the planner assigns (docs/design.md, "Spread head"), for
-  // EPP and the baselines alike; false keeps every head on the last stage. The executor needs
-  // the head's replica on every stage (the trainer's spread_head).
+  // EPP and the baselines alike, where the simulator finds it faster (plan_epp: its winner, six
+  // runners-up that fit and six candidates its search left unsimulated; a baseline: its plan at
+  // its setting, also when that fits only spread); false keeps every head on the last stage and
+  // every plan as it was. The executor needs the head's replica on every stage that runs heads
+  // (the trainer's spread_head).
   bool spread_head = false;
   // EPP: the search's work limit, counted in chunk-stages, not seconds, so every rank stops at
   // the same candidate: every simulation and every checkpoint program (of a candidate, or of a
