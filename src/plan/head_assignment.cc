@@ -48,7 +48,7 @@ std::vector<int> assign_head_stages(const std::vector<Chunk>& chunks,
   check(forward_order.size() == chunks.size(), "assign_head_stages: a forward order of " +
                                                    std::to_string(forward_order.size()) +
                                                    " chunks for " + std::to_string(chunks.size()));
-  const int first = options.exclude_first_stage && d > 1 ? 1 : 0;
+  const int first = std::clamp(options.first_stage, 0, last);
   std::vector<double> busy(d, 0.0);
   double heads = 0;
   for (const Chunk& chunk : chunks) {

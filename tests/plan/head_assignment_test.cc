@@ -47,7 +47,7 @@ TEST(AssignHeadStages, CanLeaveTheFirstStageOut) {
   const std::vector<int> with_first = assign_head_stages(chunks, in_order(4), cost);
   EXPECT_GT(std::count(with_first.begin(), with_first.end(), 0), 0);
   HeadAssignmentOptions options;
-  options.exclude_first_stage = true;
+  options.first_stage = 1;
   const std::vector<int> without = assign_head_stages(chunks, in_order(4), cost, options);
   EXPECT_EQ(std::count(without.begin(), without.end(), 0), 0);
 }
@@ -56,7 +56,7 @@ TEST(AssignHeadStages, OneStageKeepsEveryHead) {
   EXPECT_EQ(assign_head_stages(chunks_of({5, 7}), in_order(2), head_cost({4}, 1)),
             (std::vector<int>{0, 0}));
   HeadAssignmentOptions options;
-  options.exclude_first_stage = true;
+  options.first_stage = 1;
   EXPECT_EQ(assign_head_stages(chunks_of({5, 7}), in_order(2), head_cost({4}, 1), options),
             (std::vector<int>{0, 0}));
 }

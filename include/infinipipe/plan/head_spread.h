@@ -33,9 +33,10 @@ Schedule spread_head_schedule(const std::vector<Chunk>& chunks, const std::vecto
                               const CostModel& cost, const Recompute& recompute = {});
 
 struct HeadAssignmentOptions {
-  // Stage 0 holds the most chunks in flight (1F1B's longest warm-up): leaving it out keeps its
-  // memory for activations (and it holds no head replica).
-  bool exclude_first_stage = false;
+  // Heads go to stages first_stage .. d-1 only. The first stages hold the most chunks in flight
+  // (1F1B's longest warm-ups) and every stage running heads holds the head's replica: leaving
+  // them out keeps their memory for activations where it is short.
+  int first_stage = 0;
 };
 
 // A head stage per chunk. Each stage's share of the heads' work is what water filling gives it
