@@ -39,15 +39,24 @@ bool spread_with(const Plan& plan, const std::vector<int>& heads, const CostMode
     return false;
   }
   out.sim = predict(out.schedule, plan.chunks, cost, plan.recompute, options.memory_budget_bytes);
-  if (!out.sim.over_budget) {
+  const bool kept_fits = !out.sim.over_budget;
+  if (kept_fits) {
     out.checkpoint.recompute = plan.recompute;
     out.checkpoint.solver = plan.checkpoint_solver;
-    return true;
   }
-  if (methods.empty()) return false;
+  // The recompute programs again on the spread schedule, kept when faster: the last stage keeps
+  // no logits there, so less may fit (LLaMA-13B, 8 stages, wikipedia batch 512 at 96K, 16 steps:
+  // EPP's mean 39.487 -> 39.390 s, two steps faster).
+  if (methods.empty()) return kept_fits;
   std::string reason;
-  return best_checkpointing(out.schedule, plan.chunks, methods, cost, options, out.checkpoint,
-                            out.sim, reason);
+  Spread solved;
+  if (!best_checkpointing(out.schedule, plan.chunks, methods, cost, options, solved.checkpoint,
+                          solved.sim, reason))
+    return kept_fits;
+  if (kept_fits && solved.sim.step_time_s >= out.sim.step_time_s) return true;
+  out.checkpoint = std::move(solved.checkpoint);
+  out.sim = std::move(solved.sim);
+  return true;
 }
 
 }  // namespace

@@ -9,9 +9,10 @@ namespace infinipipe::planning {
 
 // With options.spread_head, the plan's chunks and waves again with their heads spread
 // (plan/head_spread.h), once with every stage eligible and once without stage 0: each
-// spread schedule keeps the plan's recompute when that still fits, else gets `methods`' programs
-// (best_checkpointing; none: it must fit as it is). The plan becomes the fastest spread one that
-// fits when that is faster than it; otherwise it stays as it was, bit for bit.
+// spread schedule gets `methods`' programs (best_checkpointing) or keeps the plan's recompute,
+// whichever fits and is faster (no methods: the plan's must fit as it is). The plan becomes the
+// fastest spread one that fits when that is faster than it; otherwise it stays as it was, bit for
+// bit.
 void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOptions& options,
                             const std::vector<CheckpointMethod>& methods);
 
