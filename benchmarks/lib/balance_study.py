@@ -379,9 +379,9 @@ def _spread_verdict(cases):
         "without) and EPP %.1f%% above its busiest stage (%.1f%% without), with %.2f s of "
         "recompute a step summed over the stages (%.2f s without) and a mean bubble of %.1f%% "
         "(%.1f%% without): EPP ends %.1f%% above the limit (target %.0f%%: %s). The rise above "
-        "the busiest stage is what running heads costs in stalls (the schedules differ only by "
-        "them): a stage running one is late for the chunks it passes on, and 1F1B over one more "
-        "stage holds one chunk of slack to absorb that. %s."
+        "the busiest stage, with no more recompute than without, is what placing heads costs "
+        "in stalls: a stage running one is late for the chunks it passes on, and 1F1B over one "
+        "more stage holds one chunk of slack to absorb that. %s."
         % (
             NAMES[TARGET["model"]],
             split,
