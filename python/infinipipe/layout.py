@@ -71,6 +71,7 @@ class Layout:
         self.parallel = parallel.resolve(world_size)
         p = self.parallel
         self.rank = rank
+        self.world_size = world_size
         self.replica, rest = divmod(rank, p.pipeline * p.sequence)
         self.stage, self.sequence_rank = divmod(rest, p.sequence)
         self.pipeline_ranks = [
@@ -80,18 +81,23 @@ class Layout:
         self.gradient_ranks = self.stage_ranks(self.stage)
         self.sequence_group: Any = None
         self.gradient_group: Any = None
+        self.head_group: Any = None
 
     def stage_ranks(self, stage: int) -> list[int]:
         """Every rank holding `stage`: its gradient group."""
         p = self.parallel
         return [self.rank_of(r, stage, j) for r in range(p.data) for j in range(p.sequence)]
 
-    def create_groups(self, timeout_s: float) -> None:
-        """The sequence and gradient groups (when bigger than one rank). new_group is a
-        collective over the world even for groups a rank is not in: every rank creates every
-        group, in one order."""
+    def create_groups(self, timeout_s: float, spread_head: bool = False) -> None:
+        """The sequence and gradient groups (when bigger than one rank), and with spread_head
+        the head group: every rank again, carrying the spread head's messages apart from the
+        pipes' (NCCL orders the messages between two ranks per group; ExecutorOptions::
+        head_group). new_group is a collective over the world even for groups a rank is not in:
+        every rank creates every group, in one order."""
         p = self.parallel
         timeout = datetime.timedelta(seconds=timeout_s)
+        if spread_head and self.world_size > 1:
+            self.head_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
         if p.sequence > 1:
             for r in range(p.data):
                 for s in range(p.pipeline):
@@ -107,10 +113,12 @@ class Layout:
                     self.gradient_group = group
 
     def destroy_groups(self) -> None:
-        """Shuts down this rank's sequence and gradient groups (local, no collective). The
+        """Shuts down this rank's sequence, gradient and head groups (local, no collective). The
         default group is the user's and stays."""
-        groups = [g for g in (self.sequence_group, self.gradient_group) if g is not None]
-        self.sequence_group = self.gradient_group = None
+        groups = [
+            g for g in (self.sequence_group, self.gradient_group, self.head_group) if g is not None
+        ]
+        self.sequence_group = self.gradient_group = self.head_group = None
         for group in groups:
             if not dist.is_initialized():
                 return  # the user destroyed every group already

@@ -212,7 +212,7 @@ class Trainer:
                 f"--nproc_per_node={processes}) or change the layer split"
             )
         self.layout = Layout(parallel, self.rank, self.world_size)
-        self.layout.create_groups(self.timeout_s)
+        self.layout.create_groups(self.timeout_s, spread_head=self.spread_head)
         self.stage_index = self.layout.stage
 
         # Every rank sets up its stage, then all check that every rank did: a rank whose model
@@ -333,6 +333,7 @@ class Trainer:
             stage_ranks=self.layout.pipeline_ranks,
             attention_backend=attention_backend,
             sequence_group=self.layout.sequence_group,
+            head_group=self.layout.head_group,
         )
 
     def _head_replica(self) -> list[torch.Tensor]:

@@ -22,6 +22,7 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/runtime/executor.h"
 #include "infinipipe/runtime/layer_profiler.h"
+#include "infinipipe/runtime/message_order.h"
 #include "infinipipe/runtime/next_token_loss.h"
 #include "infinipipe/runtime/pipe.h"
 
@@ -312,6 +313,16 @@ void bind_runtime(py::module_& root) {
       py::arg("group"), py::arg("device"), py::arg("timeout_s"),
       "A one-element all-reduce over `group` on a tensor Python never sees, so that the "
       "group's last work holds no Python-owned tensor; PeerError on a timeout or a lost rank.");
+  m.def(
+      "message_order_conflict",
+      [](const Plan& plan, bool heads_apart) {
+        return runtime::message_order_conflict(plan.schedule, heads_apart);
+      },
+      py::arg("plan"), py::arg("heads_apart") = false,
+      "The first message the plan's schedule sends to a stage in another place than that stage "
+      "receives it, described (empty when none); heads_apart: the head's messages on a group of "
+      "their own. NCCL matches messages between two ranks in issue order, so the executor "
+      "refuses such a plan on NCCL (runtime/message_order.h).");
   m.attr("IGNORE_INDEX") = runtime::kIgnoreIndex;
   m.def("next_token_targets", &runtime::next_token_targets, py::arg("slices"), py::arg("sequences"),
         "Target ids [T] of a chunk's rows: each token's next token in its sequence, "
@@ -341,7 +352,8 @@ void bind_runtime(py::module_& root) {
       .def(py::init([](py::object module, py::object group, int stage, int num_stages,
                        at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
                        int64_t head_dim, double timeout_s, std::vector<int> stage_ranks,
-                       const std::string& attention_backend, py::object sequence_group) {
+                       const std::string& attention_backend, py::object sequence_group,
+                       py::object head_group) {
              ExecutorOptions o;
              o.stage = stage;
              o.num_stages = num_stages;
@@ -358,6 +370,7 @@ void bind_runtime(py::module_& root) {
                o.sequence_group = process_group_from(sequence_group);
                o.sequence_ranks = global_ranks_of(sequence_group);
              }
+             if (!head_group.is_none()) o.head_group = process_group_from(head_group);
              // A C++ stage module (a subclass of StageModule) runs as it is, without the GIL;
              // any other object is driven through the Python protocol.
              std::shared_ptr<StageModule> stage_module =
@@ -371,12 +384,13 @@ void bind_runtime(py::module_& root) {
            py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
            py::arg("head_dim"), py::arg("timeout_s") = 300.0,
            py::arg("stage_ranks") = std::vector<int>{}, py::arg("attention_backend") = "auto",
-           py::arg("sequence_group") = py::none(),
+           py::arg("sequence_group") = py::none(), py::arg("head_group") = py::none(),
            "group: the world (every rank); stage_ranks: this rank's pipeline, the rank of each "
            "stage. sequence_group: the torch.distributed group of this stage's sequence-parallel "
            "ranks (Ulysses; None or one rank: none), this rank among them; every action then "
            "runs on this rank's share of each chunk's rows and parameter gradients are that "
-           "share's (sum them over the group).")
+           "share's (sum them over the group). head_group: the group (the same ranks, in the same "
+           "order) carrying the spread head's hidden states and gradients; None: group.")
       .def("run", run_without_gil<&Executor::run>, py::arg("plan"), py::arg("sequences"),
            py::arg("loss_tokens") = 0,
            "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "

@@ -12,6 +12,7 @@
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/core/log.h"
+#include "infinipipe/runtime/message_order.h"
 #include "infinipipe/runtime/next_token_loss.h"
 
 namespace infinipipe::runtime {
@@ -106,6 +107,7 @@ class Executor::Step {
 
  private:
   void check_head_actions(const std::string& where) const;
+  void check_message_order(const std::string& where) const;
   void forward(int chunk);
   void backward(int chunk);
   void head(int chunk);
@@ -202,6 +204,22 @@ void Executor::Step::check_inputs() {
           where + "action " + a.text() + " names a chunk the plan does not have");
   head_stage_ = plan_.schedule.head_stages(n);
   check_head_actions(where);
+  check_message_order(where);
+}
+
+// On NCCL (CUDA tensors go through it) messages between two ranks match in issue order, tags
+// ignored: a schedule that sends them in another order than they are received would exchange
+// their contents (message_order.h). Every rank checks every pair, so all refuse the plan alike.
+void Executor::Step::check_message_order(const std::string& where) const {
+  const bool in_issue_order =
+      opt_.device.is_cuda() || ex_.pipes_.group()->getBackendName() == "nccl";
+  if (!in_issue_order) return;
+  const std::string conflict =
+      message_order_conflict(plan_.schedule, ex_.options_.head_group != nullptr);
+  check(conflict.empty(), where +
+                              "NCCL matches the messages between two ranks in the order "
+                              "they are sent, whatever their tags, but " +
+                              conflict + "; the schedule must send in the order its peer receives");
 }
 
 // The head's whereabouts before any communication: a module without the head where the plan
@@ -307,7 +325,7 @@ void Executor::Step::recv(const Action& action) {
   if (action.is_head_transfer()) {
     // The peer was checked against the plan's H actions (check_head_actions).
     const bool hidden = action.type == ActionType::kRecvHead;
-    ex_.pipes_.post_recv(
+    ex_.head_pipes_.post_recv(
         message_tag(action.chunk, hidden ? Direction::kHeadHidden : Direction::kHeadGradient),
         buffer(action.chunk), ex_.rank_of_stage(action.peer_stage));
     return;
@@ -346,8 +364,8 @@ void Executor::Step::send_head(const Action& action) {
   auto it = ex_.chunks_.find(action.chunk);
   check(it != ex_.chunks_.end(),
         stage_text(opt_.stage) + ": " + action.text() + " before its forward");
-  ex_.pipes_.send(message_tag(action.chunk, Direction::kHeadHidden), it->second->output.detach(),
-                  ex_.rank_of_stage(action.peer_stage));
+  ex_.head_pipes_.send(message_tag(action.chunk, Direction::kHeadHidden),
+                       it->second->output.detach(), ex_.rank_of_stage(action.peer_stage));
   // Evaluating, the last stage is done with the chunk once its hidden state is on its way.
   if (forward_only_) ex_.chunks_.erase(it);
 }
@@ -357,8 +375,8 @@ void Executor::Step::send_head_grad(const Action& action) {
   auto it = ex_.head_grads_.find(action.chunk);
   check(it != ex_.head_grads_.end(),
         stage_text(opt_.stage) + ": " + action.text() + " before H" + std::to_string(action.chunk));
-  ex_.pipes_.send(message_tag(action.chunk, Direction::kHeadGradient), it->second,
-                  ex_.rank_of_stage(action.peer_stage));
+  ex_.head_pipes_.send(message_tag(action.chunk, Direction::kHeadGradient), it->second,
+                       ex_.rank_of_stage(action.peer_stage));
   ex_.head_grads_.erase(it);
 }
 
@@ -400,7 +418,7 @@ void Executor::Step::head(int chunk) {
     at::Tensor hidden;
     {
       Timer t(stats_.wait_s);
-      hidden = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kHeadHidden));
+      hidden = ex_.head_pipes_.wait_recv(message_tag(chunk, Direction::kHeadHidden));
     }
     const std::shared_ptr<ChunkContext> ctx = make_head_context(chunk);
     at::Tensor grad = run_head(chunk, hidden, *ctx);
@@ -497,10 +515,12 @@ void Executor::Step::backward(int chunk) {
     check(st.head_done, stage_text(opt_.stage) + ": B" + std::to_string(chunk) + " before H" +
                             std::to_string(chunk));
     grad = std::move(st.head_grad);
-  } else if (!last_stage_ || head_spread(chunk)) {
+  } else if (last_stage_ && head_spread(chunk)) {
     Timer t(stats_.wait_s);
-    grad = ex_.pipes_.wait_recv(
-        message_tag(chunk, last_stage_ ? Direction::kHeadGradient : Direction::kGradient));
+    grad = ex_.head_pipes_.wait_recv(message_tag(chunk, Direction::kHeadGradient));
+  } else if (!last_stage_) {
+    Timer t(stats_.wait_s);
+    grad = ex_.pipes_.wait_recv(message_tag(chunk, Direction::kGradient));
   }
   Timer t(stats_.backward_s);
   at::AutoGradMode grad_mode(true);
@@ -599,8 +619,8 @@ void Executor::Step::sample_memory() {
 StepStats Executor::Step::run() {
   const auto started = Clock::now();
   stats_.target_tokens = target_tokens_;
-  const int64_t sent_before = ex_.pipes_.bytes_sent();
-  const int64_t received_before = ex_.pipes_.bytes_received();
+  const int64_t sent_before = ex_.bytes_sent();
+  const int64_t received_before = ex_.bytes_received();
   const double exchange_before = ex_.sequence_ ? ex_.sequence_->all_to_all_s() : 0.0;
   const int64_t exchanged_before = ex_.sequence_ ? ex_.sequence_->all_to_all_bytes() : 0;
   for (const Action& action : plan_.schedule.stages[opt_.stage]) {
@@ -617,10 +637,11 @@ StepStats Executor::Step::run() {
   {
     Timer t(stats_.wait_s);
     ex_.pipes_.wait_sends();
+    ex_.head_pipes_.wait_sends();
   }
   finish();
-  stats_.bytes_sent = ex_.pipes_.bytes_sent() - sent_before;
-  stats_.bytes_received = ex_.pipes_.bytes_received() - received_before;
+  stats_.bytes_sent = ex_.bytes_sent() - sent_before;
+  stats_.bytes_received = ex_.bytes_received() - received_before;
   if (ex_.sequence_) {
     stats_.all_to_all_s = ex_.sequence_->all_to_all_s() - exchange_before;
     stats_.all_to_all_bytes = ex_.sequence_->all_to_all_bytes() - exchanged_before;
@@ -635,7 +656,7 @@ StepStats Executor::Step::run() {
 
 void Executor::Step::finish() {
   const std::string where = stage_text(opt_.stage) + ", plan " + plan_.hash() + ": ";
-  check(ex_.pipes_.pending_recvs() == 0,
+  check(ex_.pipes_.pending_recvs() + ex_.head_pipes_.pending_recvs() == 0,
         where + "the step ended with receives nobody waited for (the schedule is inconsistent)");
   check(ex_.chunks_.empty(), where +
                                  "the step ended with chunks whose backward did not run "
@@ -651,14 +672,18 @@ Executor::Executor(std::shared_ptr<StageModule> module,
                    c10::intrusive_ptr<c10d::ProcessGroup> group, ExecutorOptions options)
     : module_(std::move(module)),
       options_((options.validate(), std::move(options))),
-      pipes_(std::move(group), options_.timeout, [this](int rank) {
-        for (int s = 0; s < options_.num_stages; ++s)
-          if (rank_of_stage(s) == rank)
-            return "rank " + std::to_string(rank) + " (stage " + std::to_string(s) + ")";
-        return "rank " + std::to_string(rank);
-      }) {
+      pipes_(std::move(group), options_.timeout, [this](int rank) { return describe_rank(rank); }),
+      head_pipes_(options_.head_group ? options_.head_group : pipes_.group(), options_.timeout,
+                  [this](int rank) { return describe_rank(rank); }) {
   check(module_ != nullptr, "executor: the stage module is null");
   const auto& group_ptr = pipes_.group();
+  check(head_pipes_.group()->getSize() == group_ptr->getSize() &&
+            head_pipes_.group()->getRank() == group_ptr->getRank(),
+        "executor: the head group must hold the executor's group's ranks in its order (this "
+        "rank is " +
+            std::to_string(group_ptr->getRank()) + " of " + std::to_string(group_ptr->getSize()) +
+            " there, " + std::to_string(head_pipes_.group()->getRank()) + " of " +
+            std::to_string(head_pipes_.group()->getSize()) + " in the head group)");
   check(group_ptr->getSize() >= options_.num_stages,
         "executor: the process group has " + std::to_string(group_ptr->getSize()) +
             " ranks but the pipeline has " + std::to_string(options_.num_stages) +
@@ -678,6 +703,13 @@ Executor::Executor(std::shared_ptr<StageModule> module,
 }
 
 Executor::~Executor() = default;
+
+std::string Executor::describe_rank(int rank) const {
+  for (int s = 0; s < options_.num_stages; ++s)
+    if (rank_of_stage(s) == rank)
+      return "rank " + std::to_string(rank) + " (stage " + std::to_string(s) + ")";
+  return "rank " + std::to_string(rank);
+}
 
 int Executor::rank_of_stage(int stage) const {
   return options_.stage_ranks.empty() ? stage : options_.stage_ranks.at(stage);
@@ -737,6 +769,7 @@ StepStats Executor::run_step(const Plan& plan, const std::vector<at::Tensor>& se
     kv_.clear();
     head_grads_.clear();
     pipes_.clear();
+    head_pipes_.clear();
     throw;
   }
 }

@@ -74,6 +74,13 @@ struct ExecutorOptions {
   // The global rank of each of sequence_group's ranks, for messages; empty: gathered over the
   // sequence group when the executor is built.
   std::vector<int> sequence_ranks;
+  // Spread head: the group carrying the head's hidden states and their gradients (the executor's
+  // group's ranks, in its order); null: the executor's group. NCCL matches the messages between
+  // two ranks in issue order whatever their tags, so on one group a head message and an
+  // activation or gradient between the last stage and the one before it must be sent in the
+  // order they are received (message_order.h); on a group of its own every (sender, receiver,
+  // group) carries one kind of message, the validator's channels. The trainer always gives one.
+  c10::intrusive_ptr<c10d::ProcessGroup> head_group;
   // Called after every action with its text (for example to sample memory with held_tensors()).
   std::function<void(const std::string& action)> after_action;
 
@@ -146,6 +153,7 @@ class Executor {
   }
   StageModule& module() { return *module_; }
   int rank_of_stage(int stage) const;
+  std::string describe_rank(int rank) const;  // "rank 1 (stage 1)", for messages
   int sequence_rank() const { return sequence_ ? sequence_->rank() : 0; }
   int sequence_size() const { return sequence_ ? sequence_->size() : 1; }
 
@@ -158,6 +166,9 @@ class Executor {
   std::shared_ptr<StageModule> module_;
   ExecutorOptions options_;
   Pipes pipes_;
+  Pipes head_pipes_;  // the spread head's messages: over options_.head_group, else pipes_' group
+  int64_t bytes_sent() const { return pipes_.bytes_sent() + head_pipes_.bytes_sent(); }
+  int64_t bytes_received() const { return pipes_.bytes_received() + head_pipes_.bytes_received(); }
   std::shared_ptr<SequenceParallel> sequence_;  // null without sequence parallelism
   // Live only during run(); held_tensors() reads them.
   std::map<int, std::unique_ptr<ChunkState>> chunks_;

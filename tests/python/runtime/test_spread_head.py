@@ -321,3 +321,50 @@ def test_measured_activation_memory_within_the_prediction(runs, world, capsys):
     ratios = [stats["activation_ratio"] for _, _, stats in rows]
     assert max(ratios) <= test_pipeline.UPPER, max(ratios)
     assert min(ratios) >= test_pipeline.FLOOR, min(ratios)
+
+
+def test_head_messages_keep_their_order_on_a_group_of_their_own():
+    """NCCL matches the messages between two ranks in issue order, whatever their tags. With
+    the spread head, the last stage and the one before it exchange two kinds of [rows, hidden]
+    messages each way, which a schedule need not send in the order they are received: on one
+    group that would swap them, which the executor refuses on NCCL. The trainer puts the head's
+    messages on a group of their own (Layout.head_group), where every (sender, receiver) carries
+    one kind and the validated schedules are always in order."""
+    from infinipipe import _C
+    from infinipipe.cost import model_shape_json
+
+    config = bodies.model_config("float64")
+    conflicts, plans = [], 0
+    for split in ([4, 4], [2, 2, 2, 2]):
+        cost = _C.plan.CostModel.analytic(model_shape_json(config, config.dtype), "cpu", split)
+        given = _C.plan.build_plan(
+            WAVES, OVERLAPPED_WAVES["chunks"], OVERLAPPED_WAVES["waves"], cost, overlap_waves=True
+        )
+        candidates = [given] + [spread_bodies.spread(given, h) for h in ("first", "none-odd")]
+        for lengths in (SHORT, test_pipeline.MIX):
+            for method in ("epp", "seq1f1b", "batch", "chunkflow"):
+                for spread_head in (False, True):
+                    candidates.append(
+                        _C.plan.plan_step(
+                            lengths,
+                            cost,
+                            2**30,
+                            method,
+                            k=2,
+                            token_cap=max(lengths),
+                            chunk_tokens=128,
+                            spread_head=spread_head,
+                        )
+                    )
+        for plan in candidates:
+            plans += 1
+            assert _C.runtime.message_order_conflict(plan, heads_apart=True) == "", plan
+            heads = spread_bodies.planned_heads(plan)
+            conflict = _C.runtime.message_order_conflict(plan)
+            if all(h < 0 for h in heads):
+                assert conflict == "", plan  # one kind per pair and direction
+            elif conflict:
+                conflicts.append(conflict)
+    # On one group some spread schedules would exchange a head message with a pipe message.
+    assert any("SEND_H" in c and "RECV_B" in c for c in conflicts), conflicts
+    assert plans >= 30
