@@ -211,17 +211,20 @@ def training(steps: list[dict], timeout_s: float = 60.0) -> dict:
         losses.append(trainer.forward_backward(batch, plan=plan).loss)
         norms.append(trainer.clip_grad_norm_(MAX_NORM))
         trainer.optimizer_step()
+    held_out = [bodies.make_batch(s["lengths"], s["seed"] + 100) for s in steps]
     return dict(
         stage=trainer.stage_index,
         losses=losses,
         norms=norms,
+        held_out_loss=trainer.evaluate(held_out).loss,
         params={n: p.detach().clone() for n, p in trainer.module.named_parameters()},
     )
 
 
-def reference_training(steps: list[dict]) -> tuple[list[float], list[float], dict]:
+def reference_training(steps: list[dict]) -> tuple[list[float], list[float], dict, float]:
     """The same steps on the unpipelined model with the same optimizer and clipping: the
-    losses, the norms before clipping and the parameters after the last step."""
+    losses, the norms before clipping, the parameters after the last step and the held-out
+    loss (training's evaluate: the mean over every held-out batch's target tokens)."""
     model = llama.build_full_model(bodies.model_config("float64"))
     optimizer = adamw(model.parameters())
     losses, norms = [], []
@@ -232,7 +235,15 @@ def reference_training(steps: list[dict]) -> tuple[list[float], list[float], dic
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)))
         optimizer.step()
         losses.append(loss.item())
-    return losses, norms, {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    held_out = [bodies.make_batch(s["lengths"], s["seed"] + 100) for s in steps]
+    with torch.no_grad():
+        total = sum(
+            llama.reference_loss(model, batch).item() * llama.count_targets(len(t) for t in batch)
+            for batch in held_out
+        )
+    tokens = sum(llama.count_targets(len(t) for t in batch) for batch in held_out)
+    return losses, norms, params, total / tokens if tokens else float("nan")
 
 
 def missing_head() -> dict:

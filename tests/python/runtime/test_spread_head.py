@@ -166,7 +166,7 @@ def test_training_keeps_head_replicas_equal_to_the_unpipelined_model():
     per_rank = check_all_ok(
         run_ranks("spread_bodies:training", 2, dict(steps=TRAINING), timeout_s=300)
     )
-    ref_losses, ref_norms, ref_params = spread_bodies.reference_training(TRAINING)
+    ref_losses, ref_norms, ref_params, ref_held_out = spread_bodies.reference_training(TRAINING)
     # Every step clipped, by the norm of the whole model counting the head once.
     assert all(n > spread_bodies.MAX_NORM for n in ref_norms), ref_norms
     for r in per_rank:
@@ -174,6 +174,9 @@ def test_training_keeps_head_replicas_equal_to_the_unpipelined_model():
             assert abs(got - want) <= TOLERANCE * abs(want), (r["stage"], got, want)
         for got, want in zip(r["norms"], ref_norms):
             assert abs(got - want) <= TOLERANCE * want, (r["stage"], got, want)
+        # Trainer.evaluate on the trainer's own plans (PlanConfig.spread_head) of new batches.
+        error = abs(r["held_out_loss"] - ref_held_out)
+        assert error <= TOLERANCE * ref_held_out, (r["stage"], r["held_out_loss"], ref_held_out)
     for n in HEAD_NAMES:  # bitwise the same replica on every stage
         assert all(torch.equal(r["params"][n], per_rank[0]["params"][n]) for r in per_rank), n
     params = {}
