@@ -118,24 +118,32 @@ def make_plan(trainer: infinipipe.Trainer, lengths: list[int], spec: dict):
     )
 
 
-def pipeline_parity(sources: dict, cases: list[dict], out: str, timeout_s: float = 60.0) -> dict:
+def pipeline_parity(
+    sources: dict, cases: list[dict], out: str, timeout_s: float = 60.0, spread_head: bool = False
+) -> dict:
     """For each architecture, a Trainer whose stages are built from its save_pretrained
     directory (meta device, this stage's tensors only), one step per case under the case's
     plan; then every rank saves its stage into out/<arch> (hf.save_stage). Returns per
     architecture and case this rank's loss, gradients by name, the plan's chunk kinds and
-    recompute table."""
+    recompute table. spread_head: every stage holds the head's replica and each plan runs its
+    chunks' heads on the stages in turn (spread_bodies.spread)."""
+    import spread_bodies  # tests/python/runtime, on the ranks' path
+
     for cls, attr, fn in full_precision_patches():
         setattr(cls, attr, fn)
     records: dict = {}
     for arch, path in sources.items():
         trainer = infinipipe.Trainer(
-            hf.stage_factory(path, dtype=torch.float64, device="cpu"),
+            hf.stage_factory(path, dtype=torch.float64, device="cpu", spread_head=spread_head),
             frozen_optimizer,
             model_config=hf.model_shape(path, torch.float64),
             timeout_s=timeout_s,
+            spread_head=spread_head,
         )
         for case in cases:
             plan = make_plan(trainer, case["lengths"], case["plan"])
+            if spread_head:
+                plan = spread_bodies.spread(plan, "round-robin")
             result = trainer.step(make_batch(case["lengths"], case["seed"]), plan=plan)
             records[arch, case["name"]] = dict(
                 loss=result.loss,

@@ -289,16 +289,38 @@ CASES = [
 
 @pytest.mark.parametrize("stages", [2, 4])
 def test_pipelined_steps_match_transformers(stages, tmp_path, float64_exact):
+    check_pipelined_steps(stages, tmp_path, ARCHS)
+
+
+def test_pipelined_steps_with_spread_head_match_transformers(tmp_path, float64_exact):
+    """The same with the spread head (docs/design.md, "Spread head") on 2 stages: every stage
+    holds the head's replica (hf.stage_factory(..., spread_head=True)), each chunk's head runs
+    on the stages in turn, and after the step every replica holds the unpipelined head's
+    gradient; the save keeps the last stage's copy. Models with untied embeddings (tied ones are
+    refused: see test_spread_head_refuses_tied_embeddings)."""
+    untied = [a for a in ARCHS if not build_model(a).config.tie_word_embeddings]
+    assert untied
+    check_pipelined_steps(2, tmp_path, untied, spread_head=True)
+
+
+def test_spread_head_refuses_tied_embeddings(tmp_path):
+    tied = [a for a in ARCHS if build_model(a).config.tie_word_embeddings]
+    assert tied
+    with pytest.raises(Error, match="tie_word_embeddings"):
+        hf.build_stage(build_model(tied[0]), 2, 0, spread_head=True)
+
+
+def check_pipelined_steps(stages, tmp_path, archs, spread_head=False):
     """Each architecture, built on every rank from a sharded save_pretrained directory, runs
     each case as one Trainer step (the executor, Gloo): the loss and every parameter's gradient
     equal transformers'; Qwen2's tied embedding ends with the summed gradient on both stages.
     Then every rank saves its stage (hf.save_stage) and from_pretrained gives the same logits."""
-    models = {arch: build_model(arch) for arch in ARCHS}
+    models = {arch: build_model(arch) for arch in archs}
     sources = {arch: str(save_sharded(m, tmp_path / "in" / arch)) for arch, m in models.items()}
     results = run_ranks(
         "hf_bodies:pipeline_parity",
         stages,
-        args=dict(sources=sources, cases=CASES, out=str(tmp_path / "out")),
+        args=dict(sources=sources, cases=CASES, out=str(tmp_path / "out"), spread_head=spread_head),
         timeout_s=150,
         extra_env={"PYTHONPATH": ":".join([str(REPO / "python"), str(RUNTIME_TESTS), str(HERE)])},
     )
@@ -316,6 +338,8 @@ def test_pipelined_steps_match_transformers(stages, tmp_path, float64_exact):
                     seen.add(name)
                 tied = model.config.tie_word_embeddings and rank in (0, stages - 1)
                 assert len(record["tied"]) == int(tied)
+                # With the spread head every rank's replica holds the whole head gradient.
+                assert ("lm_head.weight" in record["grads"]) == (spread_head or rank == stages - 1)
             assert seen == set(ref_grads), arch
             kinds = set(records[0][arch, case["name"]]["kinds"])
             recompute = records[0][arch, case["name"]]["recompute"]

@@ -49,15 +49,24 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _pieces(model: Any, ranges: list[range], stage_index: int) -> dict[str, Any]:
-    """The modules of the stage's share of a transformers CausalLM (not copied)."""
+def _pieces(
+    model: Any, ranges: list[range], stage_index: int, spread_head: bool = False
+) -> dict[str, Any]:
+    """The modules of the stage's share of a transformers CausalLM (not copied); spread_head:
+    the final norm and the LM head on every stage (docs/design.md, "Spread head")."""
     inner, first, last = model.model, stage_index == 0, stage_index == len(ranges) - 1
+    if spread_head and getattr(model.config, "tie_word_embeddings", False):
+        raise Error(
+            "spread_head with tie_word_embeddings is not supported: the LM head replicas "
+            "would each be the first stage's embedding; untie them or leave spread_head off"
+        )
+    head = last or spread_head
     return dict(
         config=model.config,
         layers=[inner.layers[i] for i in ranges[stage_index]],
         embed_tokens=inner.embed_tokens if first else None,
-        norm=inner.norm if last else None,
-        lm_head=model.lm_head if last else None,
+        norm=inner.norm if head else None,
+        lm_head=model.lm_head if head else None,
     )
 
 
@@ -73,15 +82,18 @@ def from_model(
     *,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    spread_head: bool = False,
 ) -> HFStage:
     """Stage `stage_index` of an in-memory transformers model: deep copies of its pieces (one
     copy of the config shared by them), so the model itself is left as it was. dtype None:
-    the model's."""
+    the model's. spread_head: with a replica of the final norm and the LM head."""
     check_supported(model.config, type(model).__name__)
     ranges = _layers_of(model.config, layers_per_stage, stage_index)
     dtype = dtype or default_dtype(model)
     device = torch.device(device) if device is not None else default_device()
-    pieces = copy.deepcopy(dict(_pieces(model, ranges, stage_index), rotary=model.model.rotary_emb))
+    pieces = copy.deepcopy(
+        dict(_pieces(model, ranges, stage_index, spread_head), rotary=model.model.rotary_emb)
+    )
     rotary = pieces.pop("rotary").to(device)  # its tables keep transformers' precision
     for module in _modules(pieces):
         module.to(device=device, dtype=dtype)
@@ -102,9 +114,10 @@ def from_pretrained(
     *,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
+    spread_head: bool = False,
 ) -> HFStage:
     """Stage `stage_index` of the model saved in `directory` (save_pretrained, safetensors),
-    holding only the stage's weights in memory."""
+    holding only the stage's weights in memory (spread_head: and the head's replica)."""
     from transformers import AutoModelForCausalLM
 
     config = load_config(directory)
@@ -114,7 +127,7 @@ def from_pretrained(
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
     check_class(type(skeleton).__name__)
-    pieces = _pieces(skeleton, ranges, stage_index)
+    pieces = _pieces(skeleton, ranges, stage_index, spread_head)
     for module in _modules(pieces):
         module.to(dtype=dtype).to_empty(device=device)
     stage = HFStage(
@@ -175,24 +188,39 @@ def build_stage(
     *,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    spread_head: bool = False,
 ) -> HFStage:
-    """Stage `stage_index` of a transformers model in memory or a save_pretrained directory."""
+    """Stage `stage_index` of a transformers model in memory or a save_pretrained directory
+    (spread_head: with a replica of the final norm and the LM head, Trainer(spread_head=True))."""
     dtype = dtype or default_dtype(source)
-    if isinstance(source, (str, os.PathLike)):
-        return from_pretrained(source, layers_per_stage, stage_index, dtype=dtype, device=device)
-    return from_model(source, layers_per_stage, stage_index, dtype=dtype, device=device)
+    build = from_pretrained if isinstance(source, (str, os.PathLike)) else from_model
+    return build(
+        source, layers_per_stage, stage_index, dtype=dtype, device=device, spread_head=spread_head
+    )
 
 
 def stage_factory(
-    source: Any, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    source: Any,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    spread_head: bool = False,
 ) -> Callable[[int, list[int]], HFStage]:
     """The Trainer's model factory: `factory(stage_index, layers_per_stage) -> HFStage`.
     source: a save_pretrained directory (dtype default float32) or a transformers model
-    (dtype default its own). Checks the model is supported now, before any stage is built."""
+    (dtype default its own). Checks the model is supported now, before any stage is built.
+    spread_head: every stage with the head's replica (for Trainer(spread_head=True))."""
     config, name = config_of(source)
     check_supported(config, name)
 
     def factory(stage_index: int, layers_per_stage: list[int]) -> HFStage:
-        return build_stage(source, layers_per_stage, stage_index, dtype=dtype, device=device)
+        return build_stage(
+            source,
+            layers_per_stage,
+            stage_index,
+            dtype=dtype,
+            device=device,
+            spread_head=spread_head,
+        )
 
     return factory

@@ -97,6 +97,18 @@ class HFStage(nn.Module):
     def head(self, hidden: torch.Tensor, ctx: Any = None) -> torch.Tensor:
         return self.lm_head(self.model.norm(hidden))
 
+    @property
+    def head_replica(self) -> bool:
+        """A spread head's replica of the final norm and the LM head on a stage other than the
+        last (docs/design.md, "Spread head")."""
+        return self.has_head and self.stage_index != self.num_stages - 1
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The final norm's and the LM head's parameters (empty without the head)."""
+        if not self.has_head:
+            return []
+        return [*self.model.norm.parameters(), *self.lm_head.parameters()]
+
     def tied_parameters(self) -> list[tuple[nn.Parameter, int]]:
         """(parameter, stage holding its twin) of the input/output embedding tied across
         stages: stage 0's embedding weight and the last stage's LM head weight. Empty when the
@@ -115,4 +127,8 @@ class HFStage(nn.Module):
         state = self.state_dict()
         if self.tied:
             state.pop("lm_head.weight", None)
+        if self.head_replica:  # the last stage's copy is the one saved
+            state = {
+                n: t for n, t in state.items() if not n.startswith(("model.norm.", "lm_head."))
+            }
         return state
