@@ -156,6 +156,8 @@ def parity(cases: list[dict], timeout_s: float = 60.0, cpp_stages: bool = False)
                 recompute=plan.recompute,
                 kinds=list(plan.chunk_kinds),
                 stats=result.stats,
+                schedule=plan.schedule[trainer.stage_index],
+                chunk_tokens=[sum(end - start for _, start, end in c) for c in plan.chunks],
             )
         )
     return records

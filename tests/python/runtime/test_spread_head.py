@@ -15,6 +15,8 @@ multi-step AdamW run keeps the replicas identical and equal to the unpipelined m
 
 from __future__ import annotations
 
+import re
+
 import bodies
 import pytest
 import spread_bodies
@@ -118,6 +120,23 @@ def check_expectations(c: dict, per_rank: list[dict], world: int) -> None:
     for r in per_rank:
         ran_heads = r["stage"] in heads or (r["stage"] == world - 1 and -1 in heads)
         assert ("lm_head.weight" in r["grads"]) == ran_heads, (r["stage"], heads)
+        check_bytes(r)
+
+
+def check_bytes(record: dict) -> None:
+    """The stage's bytes sent and received are its schedule's messages, head transfers
+    included: [chunk tokens, hidden] in float64 each."""
+    row_bytes = bodies.MODEL["hidden"] * 8
+
+    def message_bytes(direction: str) -> int:
+        messages = (
+            re.fullmatch(direction + r"_(?:F|B|H|HG)(\d+)(@\d+)?", a) for a in record["schedule"]
+        )
+        return sum(record["chunk_tokens"][int(m[1])] * row_bytes for m in messages if m)
+
+    stats = record["stats"]
+    assert stats["bytes_sent"] == message_bytes("SEND"), record["stage"]
+    assert stats["bytes_received"] == message_bytes("RECV"), record["stage"]
 
 
 @pytest.mark.parametrize("world", [2, 4])
