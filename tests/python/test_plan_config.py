@@ -19,3 +19,10 @@ def test_a_budget_must_be_finite_and_positive(field, value):
 def test_a_finite_positive_budget_is_used():
     assert PlanConfig(memory_budget_gib=1.5).budget_bytes(0, 1) == 1.5 * (1 << 30)
     assert PlanConfig(memory_budget_bytes=1000).budget_bytes(0, 1) == 1000.0
+
+
+def test_spread_head_defaults_to_the_planner_training_default():
+    from infinipipe import _C
+
+    assert PlanConfig().spread_head is _C.plan.training_defaults()["spread_head"] is False
+    assert PlanConfig(spread_head=True).spread_head
