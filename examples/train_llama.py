@@ -67,6 +67,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sequence", type=int, default=1, help="sequence-parallel ranks per stage")
     p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
     p.add_argument("--zero", type=int, default=1, choices=(0, 1), help="ZeRO level")
+    p.add_argument(
+        "--spread-head",
+        action="store_true",
+        help="a replica of the LM head on every stage; the planner runs each chunk's head where "
+        "it balances the stages (docs/design.md, Spread head)",
+    )
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
     p.add_argument("--eval-every", type=int, default=20)
@@ -104,6 +110,7 @@ def main() -> None:
         plan=plan,
         seed=args.seed,
         parallel=parallel,
+        spread_head=args.spread_head,
     )
     # Batch i+1 is planned on a background thread while batch i trains.
     loader = trainer.prefetching(batches)
@@ -114,6 +121,7 @@ def main() -> None:
     first_loss = result = None
     planning = [0.0, 0.0]  # seconds planned, seconds of it hidden behind earlier steps
     step_times = []  # (measured, predicted) seconds of each step's forward and backward
+    heads = None  # per stage, the chunks whose LM head ran there, summed over the steps
     with infinipipe.MetricsLog(
         jsonl=args.metrics, tensorboard=args.tensorboard, total=args.steps - trainer.steps
     ) as log:
@@ -127,6 +135,8 @@ def main() -> None:
             planning[0] += result.planning_s
             planning[1] += result.planning_hidden_s
             step_times.append((result.step_s, result.predicted_s))
+            step_heads = result.plan["heads_per_stage"]
+            heads = [a + b for a, b in zip(heads, step_heads)] if heads else list(step_heads)
             log.step(trainer.steps, result, grad_norm=norm)
             if trainer.steps % args.eval_every == 0 or trainer.steps == args.steps:
                 log.evaluation(trainer.steps, trainer.evaluate(held_out))
@@ -144,6 +154,8 @@ def main() -> None:
             f"step time: measured {measured:.3f} s, predicted {predicted:.3f} s (medians; "
             f"{predicted / measured - 1:+.0%}), cost model {trainer.cost_model_name}"
         )
+        if args.spread_head:
+            print(f"LM heads run per stage over the steps (spread head): {heads}")
     dist.destroy_process_group()
 
 

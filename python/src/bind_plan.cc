@@ -92,6 +92,12 @@ py::dict summary(const Plan& plan) {
   for (const Chunk& c : plan.chunks) ++kinds[to_string(c.kind())];
   d["chunk_kinds"] = kinds;
   d["waves"] = plan.waves.size();
+  // Per stage, the chunks whose LM head and loss run there (the last stage's F runs every head
+  // the plan does not spread: docs/design.md, "Spread head").
+  std::vector<int> heads(plan.schedule.num_stages(), 0);
+  for (int stage : plan.schedule.head_stages(static_cast<int>(plan.chunks.size())))
+    ++heads[stage >= 0 ? stage : static_cast<int>(heads.size()) - 1];
+  d["heads_per_stage"] = heads;
   d["waves_overlap"] = waves_overlap(plan.schedule, plan.waves);
   int recomputed = 0;
   for (const auto& stage : plan.recompute)

@@ -122,14 +122,15 @@ def test_finetune_hf_saves_what_from_pretrained_loads(tmp_path):
 
 
 def test_train_llama_trains_alike_on_every_layout(tmp_path):
-    """The example on 2 stages, on 2 stages x 2 sequence ranks and on 2 stages x 2 replicas (4
-    processes each): the same batches, the same losses step by step (float32: the layouts sum
-    the same gradients in other orders)."""
+    """The example on 2 stages, with the spread head on 2 stages, on 2 stages x 2 sequence ranks
+    and on 2 stages x 2 replicas (4 processes each): the same batches, the same losses step by
+    step (float32: the layouts sum the same gradients in other orders)."""
     common = [str(REPO / "examples" / "train_llama.py"), "--steps", "4", "--eval-every", "4"]
     common += ["--tokens-per-step", "1024", "--context", "512"]
     losses = {}
     for name, extra, ranks in [
         ("pipeline", [], 2),
+        ("spread", ["--spread-head"], 2),
         ("sequence", ["--pipeline", "2", "--sequence", "2"], 4),
         ("replicas", ["--pipeline", "2", "--replicas", "2"], 4),
     ]:
@@ -137,6 +138,6 @@ def test_train_llama_trains_alike_on_every_layout(tmp_path):
         run([*common, *extra, "--metrics", str(metrics)], ranks=ranks)
         losses[name] = records(metrics)[0]
     assert sorted(losses["pipeline"]) == [1, 2, 3, 4]
-    for name in ("sequence", "replicas"):
+    for name in ("spread", "sequence", "replicas"):
         for step, loss in losses["pipeline"].items():
             assert losses[name][step] == pytest.approx(loss, rel=1e-4), (name, step)

@@ -40,3 +40,22 @@ def test_summary_carries_the_planners_report():
     assert (batch["candidates"], batch["tried"], batch["pruned"]) == (1, 1, 0)
     # The bound belongs to the step, not to the method.
     assert batch["step_time_lower_bound_s"] == report["step_time_lower_bound_s"]
+
+
+def test_summary_counts_the_heads_each_stage_runs():
+    """heads_per_stage: per stage, the chunks whose LM head and loss run there. Without the
+    spread head the last stage's forwards run them all; with it, one per H action in the
+    schedule (docs/design.md, "Spread head"). A vocabulary of 8192 makes the head heavy enough
+    that the planner spreads it."""
+    shape = dict(SHAPE, vocab=8192)
+    cost = _C.plan.CostModel.analytic(json.dumps(shape), "cpu", [2, 2])
+    for method in ("seq1f1b", "epp"):
+        plain = _C.plan.plan_step(LENGTHS, cost, 4 * 2**30, method, k=4, token_cap=3000)
+        assert plain.summary()["heads_per_stage"] == [0, plain.summary()["chunks"]]
+        spread = _C.plan.plan_step(
+            LENGTHS, cost, 4 * 2**30, method, k=4, token_cap=3000, spread_head=True
+        )
+        summary = spread.summary()
+        h_actions = [sum(a.startswith("H") for a in stage) for stage in spread.schedule]
+        assert summary["heads_per_stage"] == h_actions, method
+        assert sum(h_actions) == summary["chunks"] and min(h_actions) > 0, method
