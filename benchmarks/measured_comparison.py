@@ -338,6 +338,9 @@ def pick_fastest(configs, build, dominated, batches, args, name) -> tuple[dict, 
         peak = max(s["memory_bytes"] for s in gathered(runner.step(worst, measure_memory=True)))
         fits = peak <= budget
         out, step_s = timed(lambda: runner.step(batches[0])) if fits else ({}, math.inf)
+        # The step ends with its slowest rank, and every rank must pick the same configuration:
+        # by its own clock, two close ones (0.53 and 0.54 s) made ranks build different pipes.
+        step_s = max(gathered(step_s))
         tried.append(dict(c, peak_bytes=peak, fits=fits, step0_s=step_s))
         runner = None
         gc.collect()  # a peer's stages, schedules and buffers, before the next one is built
