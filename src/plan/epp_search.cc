@@ -293,11 +293,21 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       counts.budget_exhausted = true;
       break;
     }
+    const int family = cand.setting.chunker == Method::kEpp ? 0 : 1;
+    // Once a plan is found and its family has had its recompute searches, a candidate over the
+    // budget is popped again only to be skipped (below): the simulation could not matter.
+    const bool no_recompute_left =
+        have_best && evaluated[family] >= options.max_recompute_candidates;
     if (!cand.simulated) {
-      // Known over the budget as it is, and too many chunks for recompute: the simulation would
-      // only confirm that it needs recompute, which it will not get.
+      // Known over the budget as it is, and no recompute to come (too many chunks, or none
+      // left for its family): the simulation would only confirm that it needs recompute. On
+      // extreme's steps most of the hundred simulations were such.
       if (cand.never_fits_as_is && cand.chunks.size() > recompute_chunk_limit) {
         trace_step("over the budget, too many chunks for recompute:", cand);
+        continue;
+      }
+      if (cand.never_fits_as_is && no_recompute_left && skip_hopeless_simulations()) {
+        trace_step("over the budget, no recompute left for its family:", cand);
         continue;
       }
       ++counts.tried;
@@ -330,8 +340,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       if (over_budget) queue.push(index);
       continue;
     }
-    const int family = cand.setting.chunker == Method::kEpp ? 0 : 1;
-    if (have_best && evaluated[family] >= options.max_recompute_candidates) continue;
+    if (no_recompute_left) continue;
     if (cand.chunks.size() > recompute_chunk_limit) continue;
     ++evaluated[family];
     // What plan_with_recompute would conclude, without its cost: a long sequence near the

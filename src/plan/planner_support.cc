@@ -78,6 +78,11 @@ int64_t& search_work() {
   return work;
 }
 
+bool& skip_hopeless_simulations() {
+  thread_local bool skip = true;
+  return skip;
+}
+
 bool search_work_exhausted(const PlannerOptions& options) {
   return options.search_work_limit > 0 && search_work() >= options.search_work_limit;
 }

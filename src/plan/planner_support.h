@@ -42,6 +42,10 @@ Plan make_plan(Method method, const Setting& setting, const std::vector<int64_t>
 // trainer plans ahead on another one; plan_epp starts it at 0.
 int64_t& search_work();
 bool search_work_exhausted(const PlannerOptions& options);
+// Whether plan_epp leaves unsimulated the candidates over the budget for sure that get no
+// recompute search (epp_search.cc): true unless a test turns it off to see the same plans
+// without it. Per thread, as search_work.
+bool& skip_hopeless_simulations();
 // The simulator without events, checking `budget`; counts its work.
 // With `stop_above`, it may stop once the step is known to take longer (SimResult::stopped_early).
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
