@@ -282,8 +282,17 @@ double CostModel::compute_forward_time(const Chunk& chunk, int stage, double lay
   double t = layers(stage) * layer_forward;
   const double tokens = double(chunk.tokens());
   if (stage == 0) t += tokens * coefficients_.embedding_s_per_token / d_s;
-  if (with_head && stage == num_stages() - 1) t += head_forward_time(chunk);
+  if (with_head && ideal_even_head_)
+    t += head_forward_time(chunk) / num_stages();
+  else if (with_head && stage == num_stages() - 1)
+    t += head_forward_time(chunk);
   return t;
+}
+
+CostModel CostModel::with_ideal_even_head() const {
+  CostModel out = *this;
+  out.ideal_even_head_ = true;
+  return out;
 }
 
 double CostModel::head_forward_time(const Chunk& chunk) const {
@@ -367,7 +376,9 @@ double CostModel::activation_bytes(const Chunk& chunk, int stage, int checkpoint
   // The embedding's output is layer 0's input, already counted there; its backward keeps the
   // token ids.
   if (stage == 0) bytes += tokens * kTokenIdBytes;
-  if (stage == num_stages() - 1)
+  if (ideal_even_head_)
+    bytes += (tokens * coefficients_.logits_bytes + kLossTotalWeightBytes) / num_stages();
+  else if (stage == num_stages() - 1)
     bytes += tokens * coefficients_.logits_bytes + kLossTotalWeightBytes;
   // An SP rank holds 1/d_s of the chunk's tokens outside attention and 1/d_s of its heads inside
   // (q, k, v, the output and the log-sum-exp over all tokens), so 1/d_s of every term (the
@@ -405,6 +416,7 @@ void to_json(nlohmann::json& j, const CostModel& m) {
                      {"coefficients", m.coefficients()}};
   // Only when set, so a cost model without a layout writes the file it always wrote.
   if (m.layout() != ParallelLayout{}) j["layout"] = m.layout();
+  if (m.ideal_even_head()) j["ideal_even_head"] = true;
 }
 
 void from_json(const nlohmann::json& j, CostModel& m) {
@@ -417,8 +429,11 @@ void from_json(const nlohmann::json& j, CostModel& m) {
   f.get("layers_per_stage", layers_per_stage);
   f.get("coefficients", coefficients);
   f.get_optional("layout", layout);  // absent in files written before it existed
+  bool ideal_even_head = false;
+  f.get_optional("ideal_even_head", ideal_even_head);
   f.finish();
   m = CostModel(shape, layers_per_stage, coefficients, layout);
+  if (ideal_even_head) m = m.with_ideal_even_head();
 }
 
 CostModel load_cost_model(const std::string& path) {

@@ -103,14 +103,19 @@ double CostModel::model_state_bytes(int stage) const {
   check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
   double params = double(layers(stage)) * double(shape_.params_per_layer());
   if (stage == 0) params += double(shape_.embedding_params());
-  // Untied LM head as in LLaMA, and the final RMSNorm gain.
-  if (stage == num_stages() - 1) params += double(shape_.embedding_params()) + shape_.hidden;
+  // Untied LM head as in LLaMA, and the final RMSNorm gain (a share of it on every stage in the
+  // what-if of with_ideal_even_head).
+  const double head_params = double(shape_.embedding_params()) + shape_.hidden;
+  if (ideal_even_head_)
+    params += head_params / num_stages();
+  else if (stage == num_stages() - 1)
+    params += head_params;
   double bytes = model_state_bytes_per_rank(params, coefficients_.model_state_bytes_per_param,
                                             shape_.bytes_per_element, layout_);
   if (layout_.zero == 3 && layout_.gradient_group() > 1) {
     // The largest unit gathered whole: a layer, or the embedding / LM head on the end stages.
     double unit = double(shape_.params_per_layer());
-    if (stage == 0 || stage == num_stages() - 1)
+    if (stage == 0 || (stage == num_stages() - 1 && !ideal_even_head_))
       unit = std::max(unit, double(shape_.embedding_params()));
     const double w = shape_.bytes_per_element;
     bytes += unit * (kGatheredUnits * w + w);

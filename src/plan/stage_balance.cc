@@ -51,7 +51,11 @@ void add_step(StageWork& work, const std::vector<int64_t>& lengths, const CostMo
     // Forward and backward all-to-alls, as many each (cost_model.h).
     work.layer_s[p] += layer + 2 * cost.layer_alltoall_time(chunk, p);
     if (p == 0) work.fixed_s[p] += (1 + g) * tokens * k.embedding_s_per_token / d_s;
-    if (p == stages - 1) work.fixed_s[p] += (1 + g) * tokens * k.head_s_per_token / d_s;
+    const double head = (1 + g) * tokens * k.head_s_per_token / d_s;
+    if (cost.ideal_even_head())
+      work.fixed_s[p] += head / stages;
+    else if (p == stages - 1)
+      work.fixed_s[p] += head;
   }
 }
 
@@ -111,7 +115,8 @@ std::vector<int> balanced_layer_split(const std::vector<std::vector<int64_t>>& s
 }
 
 CostModel with_layer_split(const CostModel& cost, const std::vector<int>& split) {
-  return CostModel(cost.shape(), split, cost.coefficients(), cost.layout());
+  const CostModel out(cost.shape(), split, cost.coefficients(), cost.layout());
+  return cost.ideal_even_head() ? out.with_ideal_even_head() : out;
 }
 
 std::vector<LayerSplitCandidate> layer_split_candidates(

@@ -471,6 +471,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       "every method: run chunks' LM heads on the stages the planner assigns, where the "
       "simulator finds it faster (docs/design.md, \"Spread head\"); the table and the JSON "
       "name the heads per stage");
+  app.add_flag("--ideal-even-head", args.ideal_even_head,
+               "what-if for studies: every stage runs 1/d of each chunk's head, logits and head "
+               "parameters, with free communication (vocabulary parallelism's best case: the "
+               "most any balancing of the head gives); not runnable, so no --plan")
+      ->excludes("--spread-head");
   app.add_flag("--json", args.json,
                "one JSON object per line per method (and step) instead of the table");
   app.add_option(
@@ -550,7 +555,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   else
     methods.push_back(ip::parse_method(args.method));
 
+  ip::check(!args.ideal_even_head || args.plan_out.empty(),
+            "--ideal-even-head plans are a what-if the executor cannot run: leave out --plan");
   ip::CostModel cost = build_cost_model(args);
+  if (args.ideal_even_head) cost = cost.with_ideal_even_head();
   const double memory_gib = args.memory_given ? args.memory_gib : default_memory_gib(args);
   ip::PlannerOptions options;
   options.num_stages = args.stages;

@@ -40,6 +40,7 @@ struct PlanToolArgs {
   int64_t search_work = 0;  // set from PlannerOptions
   bool waves_back_to_back = false;
   bool spread_head = false;       // --spread-head (PlannerOptions::spread_head)
+  bool ideal_even_head = false;   // --ideal-even-head (CostModel::with_ideal_even_head)
   double checkpoint_seconds = 0;  // set from PlannerOptions
   bool json = false;
   std::string plan_out;

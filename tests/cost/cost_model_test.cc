@@ -219,6 +219,42 @@ TEST(CostModel, SpreadHeadSplitsTheHeadOutOfTheLastStage) {
   EXPECT_THROW(m.head_transfer_time(chunk, 3), Error);
 }
 
+// The what-if of an evenly shared head: the same head work, logits and parameters over the
+// stages, a 1/d share each; nothing else changes.
+TEST(CostModel, IdealEvenHeadSharesTheHeadOverEveryStage) {
+  const CostModel m = llama7b(4);
+  const CostModel even = m.with_ideal_even_head();
+  EXPECT_FALSE(m.ideal_even_head());
+  EXPECT_TRUE(even.ideal_even_head());
+  std::mt19937_64 rng(11);
+  const Chunk chunk = random_chunk(rng, 3);
+  const double share = m.head_forward_time(chunk) / 4;
+  const double lf = m.layer_forward_time(chunk);
+  double time = 0, even_time = 0, bytes = 0, even_bytes = 0, state = 0, even_state = 0;
+  for (int p = 0; p < 4; ++p) {
+    // Each stage: its own work (the first stage's embedding too) and a quarter of the head.
+    const double own = m.forward_time_with(chunk, p, lf, false);
+    EXPECT_NEAR(even.forward_time(chunk, p), own + share, 1e-12) << p;
+    EXPECT_NEAR(even.backward_time(chunk, p, 1) - m.backward_time_with(chunk, p, 1, lf, false),
+                m.coefficients().backward_ratio * share, 1e-12)
+        << p;
+    time += m.forward_time(chunk, p) + m.backward_time(chunk, p, 2);
+    even_time += even.forward_time(chunk, p) + even.backward_time(chunk, p, 2);
+    bytes += m.activation_bytes(chunk, p, 2);
+    even_bytes += even.activation_bytes(chunk, p, 2);
+    state += m.model_state_bytes(p);
+    even_state += even.model_state_bytes(p);
+  }
+  EXPECT_NEAR(even_time, time, 1e-9 * time);
+  EXPECT_NEAR(even_bytes, bytes, 1e-9 * bytes);
+  EXPECT_NEAR(even_state, state, 1e-9 * state);
+  // The last stage is lighter, the middle ones heavier, by the logits' and parameters' shares.
+  EXPECT_NEAR(even.activation_bytes(chunk, 1, 2) - m.activation_bytes(chunk, 1, 2),
+              m.head_logits_bytes(chunk) / 4, 1e-3);
+  EXPECT_NEAR(even.model_state_bytes(1) - m.model_state_bytes(1), m.head_replica_bytes() / 4, 1.0);
+  EXPECT_LT(even.model_state_bytes(3), m.model_state_bytes(3));
+}
+
 TEST(CostModel, MeasuredLayerBackwardReplacesTheRatioForLayersOnly) {
   const CostModel analytic = llama7b(4);
   CostCoefficients c = analytic.coefficients();
@@ -288,6 +324,12 @@ TEST_F(CostModelFile, SaveThenLoadGivesTheSameModel) {
     EXPECT_EQ(back.coefficients().a2, m.coefficients().a2);
     const Chunk chunk{{{0, 100, 900, 1000}}};
     EXPECT_EQ(back.backward_time(chunk, 2, 1), m.backward_time(chunk, 2, 1));
+    EXPECT_FALSE(nlohmann::json(m).contains("ideal_even_head"));  // the file it always wrote
+    // The what-if survives a file, so a study reloading it plans what it planned.
+    save_cost_model(m.with_ideal_even_head(), path_);
+    EXPECT_TRUE(load_cost_model(path_).ideal_even_head());
+    EXPECT_EQ(load_cost_model(path_).forward_time(chunk, 0),
+              m.with_ideal_even_head().forward_time(chunk, 0));
   }
 }
 

@@ -100,6 +100,20 @@ TEST(StageBalance, StageWorkPutsTheEmbeddingFirstAndTheHeadLast) {
   EXPECT_EQ(work.stage_s(cost.layers_per_stage())[2], 10 * layer);
 }
 
+TEST(StageBalance, AnIdealEvenHeadIsEveryStagesShareAndSurvivesASplit) {
+  const CostModel cost = a800_cost("llama3-8b", 4).with_ideal_even_head();
+  const std::vector<std::vector<int64_t>> steps = {{4096, 100, 30000}};
+  const StageWork work = stage_work(steps, cost);
+  const CostCoefficients& k = cost.coefficients();
+  const double head = (1 + k.backward_ratio) * (4096 + 100 + 30000) * k.head_s_per_token;
+  EXPECT_DOUBLE_EQ(work.fixed_s[3], head / 4);
+  EXPECT_DOUBLE_EQ(work.fixed_s[1], head / 4);
+  // With no head of its own the last stage keeps its layers: the split stays even.
+  EXPECT_EQ(balanced_layer_split(steps, cost), std::vector<int>({8, 8, 8, 8}));
+  EXPECT_TRUE(with_layer_split(cost, {7, 9, 8, 8}).ideal_even_head());
+  EXPECT_FALSE(with_layer_split(a800_cost("llama3-8b", 4), {7, 9, 8, 8}).ideal_even_head());
+}
+
 TEST(StageBalance, LargeVocabularyMovesLayersOffTheLastStage) {
   std::mt19937_64 rng(3);
   const std::vector<std::vector<int64_t>> steps = {test_support::random_lengths(rng, 64, 32768)};

@@ -106,6 +106,30 @@ class Report(unittest.TestCase):
         table = subprocess.run([TOOL, *case, "--spread-head"], capture_output=True, text=True)
         self.assertIn("(spread head)", table.stdout)
 
+    def test_ideal_even_head_is_a_what_if_with_a_lower_bound_and_no_plan_file(self):
+        # The head shared evenly by the stages (CostModel::with_ideal_even_head): the same total
+        # work, so the bound of a step with the head on its last stage can only fall.
+        case = ["--model", "llama3-8b", "--stages", "4", "--memory-gib", "80", "--method", "epp"]
+        case += ["--distribution", "wikipedia", "--batch", "32", "--context", "32768"]
+        case += ["--checkpoint-seconds", "0", "--json"]
+
+        def run(*args):
+            return subprocess.run([TOOL, *case, *args], capture_output=True, text=True)
+
+        plain, ideal = run(), run("--ideal-even-head")
+        self.assertEqual(ideal.returncode, 0, ideal.stderr)
+        a, b = json.loads(plain.stdout), json.loads(ideal.stdout)
+        self.assertLess(
+            b["planner"]["step_time_lower_bound_s"], a["planner"]["step_time_lower_bound_s"]
+        )
+        self.assertLess(b["step_time_s"], a["step_time_s"])
+        self.assertFalse(b["spread_head"])
+        # Not runnable: no plan file; and not with the spread head, a real placement of the head.
+        for extra in (["--plan", "/tmp/never_written.json"], ["--spread-head"]):
+            r = run("--ideal-even-head", *extra)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(extra[0], r.stderr)
+
 
 if __name__ == "__main__":
     TOOL = sys.argv.pop(1)

@@ -169,6 +169,15 @@ class CostModel {
   // nodes when any boundary between them crosses).
   double head_transfer_time(const Chunk& chunk, int stage) const;
 
+  // --- the head shared evenly: a what-if for studies (docs/cluster_study.md, "Balanced stages")
+  // A copy in which every stage runs 1/d of each chunk's head (final norm, LM head, loss) in its
+  // F and B and keeps 1/d of the head's logits and of its parameters, with no communication:
+  // vocabulary parallelism's best case, the most any balancing of the head could give. The
+  // executor cannot run it; plans made with it are only for comparison. The spread head's
+  // functions above keep their meaning (the head of one chunk on one stage).
+  CostModel with_ideal_even_head() const;
+  bool ideal_even_head() const { return ideal_even_head_; }
+
   // --- memory (bytes), of one rank ---
   // Weights, gradients and optimizer state of the stage's parameters under the layout's ZeRO
   // level (model_state_bytes_per_rank), plus with ZeRO-3 the parameters it gathers.
@@ -209,6 +218,7 @@ class CostModel {
   ParallelLayout layout_;
   std::vector<Link> alltoall_link_;  // per stage: its SP group's link
   std::vector<Link> p2p_link_;       // per boundary p -> p + 1 (the last entry unused)
+  bool ideal_even_head_ = false;     // with_ideal_even_head
 };
 
 // {"model": {...}, "layers_per_stage": [...], "coefficients": {...}, "layout": {...}}; the
