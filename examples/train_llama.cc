@@ -14,7 +14,9 @@
 // (docs/design.md, "Parallel layout"): each stage a group of Ulysses sequence ranks, pipelines
 // replicated for data parallelism, each replica planning its cost-balanced share of the batch,
 // and every stage's gradients summed over its gradient group before AdamW (no ZeRO here: the
-// Python trainer shards the optimizer state).
+// Python trainer shards the optimizer state). With --spread-head every stage holds a replica of
+// the final norm and LM head, the planner runs each chunk's head on the stage it assigns
+// (docs/design.md, "Spread head"), and the head's gradients are summed over every rank.
 #include <torch/optim/adamw.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -58,6 +60,7 @@ struct Args {
   double timeout_s = 300;
   int sequence = 1;  // Ulysses ranks per stage
   int replicas = 1;  // data-parallel pipelines
+  bool spread_head = false;
 };
 
 std::string env(const char* name) {
@@ -151,8 +154,9 @@ std::vector<at::Tensor> synthetic_batch(const std::vector<int64_t>& lengths, int
 // Every rank plans on its own, with the trainer's options (deterministic: no CBC).
 ip::Plan plan_step(const Args& args, const std::vector<int64_t>& lengths,
                    const ip::CostModel& cost) {
-  const ip::PlannerOptions options =
+  ip::PlannerOptions options =
       ip::PlannerOptions::for_training(cost.num_stages(), args.memory_gib * (1ull << 30));
+  options.spread_head = args.spread_head;
   ip::Setting setting;
   setting.k = args.k;
   setting.chunk_tokens = args.chunk_tokens;
@@ -201,7 +205,13 @@ int run(const Args& args) {
   const ip::CostModel cost(
       config.shape("tiny"), split,
       ip::CostCoefficients::analytic(config.shape("tiny"), ip::Hardware::builtin("cpu")), layout);
-  auto stage = ip::models::build_stage(config, split, place.stage, args.seed);
+  // With the spread head every stage holds the head; its initialisation is seeded by the
+  // parameter's name, so the replicas start equal.
+  int first_layer = 0;
+  for (int s = 0; s < place.stage; ++s) first_layer += split[s];
+  auto stage = std::make_shared<ip::models::LlamaStage>(
+      config, first_layer, first_layer + split[place.stage], place.stage == 0,
+      place.stage == stages - 1 || args.spread_head, args.seed);
 
   auto store = rendezvous_store(rank, world, timeout);
   std::vector<int> everyone(world);
@@ -233,6 +243,14 @@ int run(const Args& args) {
   ip::runtime::Executor executor(stage, group, options);
   std::vector<at::Tensor> parameters = stage->parameters();
   torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(args.lr));
+  // A spread head's replicas each hold the gradients of the heads their stage ran: one sum over
+  // every rank makes them the batch's; the other parameters sum over the stage's gradient group.
+  std::vector<at::Tensor> head_parameters, stage_parameters;
+  for (const auto& [name, p] : stage->named_parameters()) {
+    const bool head = name == "norm.weight" || name == "lm_head.weight";
+    (args.spread_head && head ? head_parameters : stage_parameters).push_back(p);
+  }
+  std::vector<long long> heads_run(stages, 0);  // per stage, over the steps
 
   std::string layers;
   for (int n : split) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
@@ -266,7 +284,10 @@ int run(const Args& args) {
 
     for (at::Tensor& p : parameters) p.mutable_grad().reset();
     const ip::runtime::StepStats stats = executor.run(plan, share_batch, targets);
-    if (gradient_group) sum_gradients(parameters, *gradient_group, timeout);
+    if (gradient_group) sum_gradients(stage_parameters, *gradient_group, timeout);
+    if (!head_parameters.empty() && world > 1) sum_gradients(head_parameters, *group, timeout);
+    for (int o : plan.schedule.head_stages(static_cast<int>(plan.chunks.size())))
+      ++heads_run[o >= 0 ? o : stages - 1];  // -1: in the last stage's forward
     optimizer.step();
 
     const double seconds =
@@ -283,6 +304,11 @@ int run(const Args& args) {
   }
   if (rank == 0 && args.steps > 0)
     std::printf("loss %.4f -> %.4f over %d steps\n", first_loss, loss, args.steps);
+  if (rank == 0 && args.spread_head) {
+    std::string per_stage;
+    for (long long n : heads_run) per_stage += (per_stage.empty() ? "" : ", ") + std::to_string(n);
+    std::printf("LM heads run per stage over the steps (spread head): [%s]\n", per_stage.c_str());
+  }
   return 0;
 }
 
@@ -313,6 +339,9 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", args.replicas, "data-parallel pipeline replicas")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--spread-head", args.spread_head,
+               "run chunks' LM heads on the stages the planner assigns (every stage holds the "
+               "head)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);

@@ -1,7 +1,7 @@
 """The C++ trainer example (examples/train_llama.cc, target train_llama_cpp) under
 `torchrun --no-python` on 2 ranks: it builds its Gloo group from C++, trains 2 steps, exits 0
-and prints finite losses on rank 0; with 2 sequence ranks or 2 replicas per stage (4 ranks) it
-prints the same losses.
+and prints finite losses on rank 0; with 2 sequence ranks or 2 replicas per stage (4 ranks), and
+with the spread head (heads run on both stages), it prints the same losses.
 
 The binary is $INFINIPIPE_TRAIN_LLAMA_CPP, or build/train_llama_cpp (setup.sh builds it). When
 it is missing the test is skipped, except under CI (CI=true), where that is a failure."""
@@ -42,6 +42,11 @@ def free_port() -> int:
 
 def train(ranks: int, *extra: str) -> list[float]:
     """Rank 0's printed losses of a 2-step run on `ranks` processes."""
+    return run_example(ranks, *extra)[0]
+
+
+def run_example(ranks: int, *extra: str, steps: int = 2) -> tuple[list[float], str]:
+    """Rank 0's printed losses of a `steps`-step run on `ranks` processes, and its output."""
     command = [
         sys.executable,
         "-m",
@@ -51,7 +56,7 @@ def train(ranks: int, *extra: str) -> list[float]:
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
         str(binary()),
-        *("--steps", "2", "--batch", "4", "--context", "256", "--timeout-s", "60"),
+        *("--steps", str(steps), "--batch", "4", "--context", "256", "--timeout-s", "60"),
         *extra,
     ]
     done = subprocess.run(
@@ -65,9 +70,9 @@ def train(ranks: int, *extra: str) -> list[float]:
     assert done.returncode == 0, log
     assert re.search(r"tokens/s", done.stdout), log
     losses = [float(x) for x in re.findall(r"^step +\d+ +loss (\S+)", done.stdout, re.M)]
-    assert len(losses) == 2, log
+    assert len(losses) == steps, log
     assert all(math.isfinite(x) and x > 0 for x in losses), log
-    return losses
+    return losses, done.stdout
 
 
 def test_cpp_example_trains_two_steps_on_two_ranks():
@@ -81,3 +86,16 @@ def test_cpp_example_trains_alike_with_sequence_ranks_or_replicas(layout):
     want = train(2)
     got = train(4, *layout)
     assert got == pytest.approx(want, rel=1e-4), (layout, got, want)
+
+
+def test_cpp_example_spread_head_trains_alike_with_heads_on_both_stages():
+    """--spread-head: head replicas on both stages, heads where the planner puts them (some on
+    stage 0), the head's gradients summed over every rank: the plain run's losses."""
+    want, _ = run_example(2, steps=4)  # the first two steps' plans keep every head last
+    got, out = run_example(2, "--spread-head", steps=4)
+    assert got == pytest.approx(want, rel=1e-4), (got, want)
+    heads = re.search(
+        r"LM heads run per stage over the steps \(spread head\): \[(\d+), (\d+)\]", out
+    )
+    assert heads, out
+    assert int(heads.group(1)) > 0, out
