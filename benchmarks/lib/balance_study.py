@@ -425,7 +425,7 @@ def ideal_text(cases):
         se = spread["result"]["methods"]["epp"]
         parts.append(
             "%s: EPP %.3f s (spread head %.3f s), %.1f%% above the limit: %.1f%% recompute "
-            "(%.2f s a stage, forced by the 80 GiB budget on the long steps) and %.1f%% pipeline "
+            "(%.2f s a stage, forced by the %g GiB budget on the long steps) and %.1f%% pipeline "
             "fill, drain and stalls (mean bubble %.1f%%); static Seq1F1B %s, EPP %s (%s with the "
             "spread head)"
             % (
@@ -435,6 +435,7 @@ def ideal_text(cases):
                 100 * over,
                 100 * recompute,
                 e["recompute_s"] / c["stages"],
+                c["memory_gib"],
                 100 * (over - recompute),
                 100 * e["bubble_fraction"],
                 "%.3f s" % s["mean_step_s"] if s.get("feasible") else _infeasible(s, c),
