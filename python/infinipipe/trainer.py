@@ -20,28 +20,27 @@ and plan (and that none rejected the batch), runs this rank's stage of the plan 
 executor (point-to-point pipes over the torch.distributed process group, Gloo on CPU, NCCL on
 GPU). Errors are raised on every rank, naming the ranks at fault; a lost peer ends the step with
 an error naming it within `timeout_s`. See docs/runtime.md.
+
+Trainer's setup and its gradient plumbing (sums across ranks, norm, clipping) are its bases in
+trainer_setup.py and trainer_gradients.py; the checks of a step's batch and of a given plan are in
+step_input.py, the results it returns in results.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import logging
-import math
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from . import _C, alltoall_profile, mixed_precision, profiled_cost
+from . import _C, mixed_precision, profiled_cost, step_input
 from .agreement import agree, agree_on_setup, digest
-from .cost import cost_model_for, cost_model_name, default_budget, hardware_memory
 from .errors import BatchError, Error
 from .failure_board import FailureBoard
 from .layout import Layout, Parallel, Share, share_indices
@@ -49,51 +48,12 @@ from .memory_meter import MemoryMeter
 from .models import llama
 from .plan_config import PlanConfig
 from .planning_ahead import PlanAhead, Prefetching
-from .rendezvous import join_default_group
-from .stage_adapter import head_parameters, protocol_module
-from .stage_group import (
-    CollectiveFailure,
-    guarded,
-    local_optimizer,
-    settle,
-    sharded_optimizer,
-    sum_gradients,
-)
+from .results import EvalResult, StepResult
+from .stage_group import CollectiveFailure, guarded, local_optimizer, settle
+from .trainer_gradients import TrainerGradients
+from .trainer_setup import TrainerSetup
 
 _log = logging.getLogger("infinipipe")
-
-
-@dataclass
-class StepResult:
-    loss: float  # mean next-token loss over the step's target tokens (the same on every rank)
-    plan: dict  # the plan's summary: method, setting, hash, chunks, waves, predictions
-    stats: dict = field(default_factory=dict)  # this stage's measured times, bytes, memory
-    tokens: int = 0
-    planning_s: float = 0.0  # this rank's planning time (zero for a given plan)
-    planning_hidden_s: float = 0.0  # the part of it done ahead, while earlier work ran
-    step_s: float = 0.0  # wall time of the whole call on this rank, planning included
-
-    @property
-    def predicted_s(self) -> float:
-        """The simulator's step time for the plan (what the planner minimised)."""
-        return float(self.plan.get("predicted_step_s", float("nan")))
-
-
-@dataclass
-class EvalResult:
-    loss: float  # mean next-token loss over every target token of the batches
-    tokens: int  # target tokens evaluated
-    batches: int
-
-    @property
-    def perplexity(self) -> float:
-        return math.exp(self.loss) if self.loss < 700 else float("inf")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _split_of(
@@ -112,7 +72,7 @@ def _split_of(
     return split
 
 
-class Trainer:
+class Trainer(TrainerSetup, TrainerGradients):
     """Pipeline-parallel training of a decoder split into stages, one process per stage.
 
     model: a llama.LlamaConfig (the trainer builds this rank's stage with the seeded
@@ -257,147 +217,6 @@ class Trainer:
             self.layout.parallel,
         )
 
-    # --- setup ---
-
-    def describe_rank(self, rank: int) -> str:
-        layout = getattr(self, "layout", None)
-        if layout is None:  # joining the group: the layout of torchrun's world, when it factors
-            try:
-                world = int(os.environ["WORLD_SIZE"])
-                return Layout(self._parallel, rank, world).describe(rank)
-            except (KeyError, ValueError, Error):
-                return f"rank {rank}"
-        return layout.describe(rank)
-
-    def _set_up_stage(
-        self,
-        model: Any,
-        optimizer_factory: Callable[[Iterable[torch.Tensor]], torch.optim.Optimizer] | None,
-        seed: int,
-        attention_backend: str,
-    ) -> None:
-        if isinstance(model, llama.LlamaConfig):
-            self.module = llama.build_stage(
-                self.config,
-                self.layers_per_stage,
-                self.stage_index,
-                seed=seed,
-                device=self.device,
-                spread_head=self.spread_head,
-            )
-        else:
-            self.module = model(self.stage_index, list(self.layers_per_stage))
-        self.protocol = protocol_module(self.module)
-        if int(self.protocol.num_layers) != self.layers_per_stage[self.stage_index]:
-            raise Error(
-                f"stage {self.stage_index}: the model factory built "
-                f"{self.protocol.num_layers} layers, the split gives it "
-                f"{self.layers_per_stage[self.stage_index]}"
-            )
-        self.head_parameters = self._head_replica() if self.spread_head else []
-        self.parameters = list(self.protocol.parameters())
-        factory = optimizer_factory or (lambda params: torch.optim.AdamW(params, lr=1e-3))
-        self.master = (
-            mixed_precision.MasterWeights(self.parameters, self.master_dtype)
-            if self.master_dtype is not None
-            else None
-        )
-        stepped = self.master.params if self.master else self.parameters
-        if self.layout.gradient_group is not None and self.layout.parallel.zero == 1:
-            self.optimizer = sharded_optimizer(factory, stepped, self.layout.gradient_group)
-        else:
-            self.optimizer = factory(stepped)
-
-        self.cost = self._per_rank(
-            cost_model_for(self.config, self.layers_per_stage, self.dtype, self.plan_config)
-        )
-        self.cost_model_name = cost_model_name(self.plan_config)
-        stages_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
-        self.memory_budget_bytes = self.plan_config.budget_bytes(
-            hardware_memory(self.plan_config), stages_on_host
-        )
-        if self.memory_budget_bytes != self.memory_budget_bytes:  # NaN: no default known
-            self.memory_budget_bytes = default_budget(self.device) / max(1, stages_on_host)
-
-        self.executor = _C.runtime.Executor(
-            self.protocol,
-            self.group,
-            self.stage_index,
-            self.num_stages,
-            self.dtype,
-            self.device,
-            self.config.hidden,
-            self.config.kv_heads,
-            self.config.head_dim,
-            timeout_s=self.timeout_s,
-            stage_ranks=self.layout.pipeline_ranks,
-            attention_backend=attention_backend,
-            sequence_group=self.layout.sequence_group,
-            head_group=self.layout.head_group,
-        )
-
-    def _head_replica(self) -> list[torch.Tensor]:
-        """This stage's replica of the final norm and the LM head (spread head)."""
-        if not bool(self.protocol.has_head):
-            raise Error(
-                f"stage {self.stage_index}: spread_head runs LM heads on every stage, but the "
-                "model factory built this stage without the final norm and the LM head; build "
-                "every stage with them (llama.build_stage(..., spread_head=True), "
-                "models.cpp.build_stage(..., spread_head=True))"
-            )
-        return head_parameters(self.module)
-
-    def _profile_cost(self) -> None:
-        """PlanConfig(cost_model="profile"): rank 0's cached or freshly profiled cost model
-        on every rank (profiled_cost.py)."""
-
-        def gather(text: str) -> list[str]:
-            # bytes from the executor; a PeerError is named by _failures_named
-            return [b.decode() for b in self.executor.all_gather_text(text)]
-
-        text, self.cost_model_name = profiled_cost.agreed_cost_json(
-            self.config,
-            self.layers_per_stage,
-            int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
-            self.device,
-            gather,
-            sequence=self.layout.parallel.sequence,
-            measure_link=lambda: alltoall_profile.measure(
-                self.layout.sequence_group, self.timeout_s
-            ),
-        )
-        self.cost = self._per_rank(_C.plan.CostModel.from_json(text))
-
-    def _per_rank(self, cost: Any) -> Any:
-        """`cost` for one rank of the layout: its share of a chunk's work and memory, the
-        all-to-alls, the model state ZeRO leaves it (cost/parallel_layout.h). The processes on
-        this host share its fast links, as the GPUs of a node do."""
-        p = self.layout.parallel
-        return cost.with_layout(
-            sequence=p.sequence,
-            data=p.data,
-            zero=p.zero,
-            gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
-        )
-
-    def _default_group(self, use_cuda: bool) -> Any:
-        if not dist.is_initialized():
-            backend = "nccl" if use_cuda else "gloo"
-            timeout = datetime.timedelta(seconds=self.timeout_s)
-            if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
-                join_default_group(backend, self.timeout_s, self.describe_rank)
-            else:
-                dist.init_process_group(
-                    backend,
-                    init_method=f"tcp://127.0.0.1:{_free_port()}",
-                    rank=0,
-                    world_size=1,
-                    timeout=timeout,
-                )
-        return dist.group.WORLD
-
-    # --- a step ---
-
     def _lost_peer(self, error: Any) -> Exception:
         """The error naming the rank lost first, for a wait on peers that failed."""
         _log.debug("call %d: the backend said: %s", self._calls, error.backend_detail)
@@ -431,44 +250,7 @@ class Trainer:
 
     def check_batch(self, batch: Any) -> list[torch.Tensor]:
         """The batch as 1-D int64 CPU tensors; BatchError when it cannot be trained on."""
-        if isinstance(batch, torch.Tensor) or not isinstance(batch, Sequence) or len(batch) == 0:
-            if isinstance(batch, Sequence) and not isinstance(batch, torch.Tensor):
-                raise BatchError("the batch is empty: give at least one token sequence")
-            raise BatchError(
-                "a batch must be a list of token sequences (lists of ints or 1-D "
-                f"integer tensors), got {type(batch).__name__}"
-            )
-        sequences = []
-        for i, seq in enumerate(batch):
-            try:
-                t = torch.as_tensor(seq)
-            except Exception as e:  # noqa: BLE001 - reported with the sequence's index
-                raise BatchError(f"sequence {i} is not a token sequence: {e}") from None
-            if t.layout != torch.strided or t.is_meta:
-                raise BatchError(
-                    f"sequence {i} is a {'meta' if t.is_meta else str(t.layout)} tensor, which "
-                    "holds no readable token ids: give a dense tensor (.to_dense()) or a list"
-                )
-            if t.numel() == 0:
-                raise BatchError(f"sequence {i} is empty")
-            if t.dim() != 1 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-                raise BatchError(
-                    f"sequence {i} must be a 1-D list or tensor of integer token "
-                    f"ids, got {t.dtype} of shape {tuple(t.shape)}"
-                )
-            t = t.to(device="cpu", dtype=torch.long)
-            lo, hi = int(t.min()), int(t.max())
-            if lo < 0 or hi >= self.config.vocab:
-                bad = lo if lo < 0 else hi
-                pos = int((t == bad).nonzero()[0])
-                raise BatchError(
-                    f"sequence {i}, position {pos}: token id {bad} is outside the "
-                    f"vocabulary [0, {self.config.vocab})"
-                )
-            sequences.append(t.contiguous())
-        if sum(t.numel() - 1 for t in sequences) == 0:
-            raise BatchError("the batch has no target tokens (every sequence has one token)")
-        return sequences
+        return step_input.check_batch(batch, self.config.vocab)
 
     def plan(self, batch: Any) -> Any:
         """The plan this trainer would run for `batch` (an _C.plan.Plan): with data replicas,
@@ -612,56 +394,6 @@ class Trainer:
 
         return checkpoint.load(self, path)
 
-    def zero_grad(self) -> None:
-        for p in self.parameters:
-            p.grad = None
-        self._tied_pending = False
-        self._reduce_pending = False
-        self._head_pending = False
-
-    def grad_norm(self, norm_type: float = 2.0) -> float:
-        """The norm of all stages' gradients together (a weight tied across stages counted
-        once), the same on every rank. A collective: every rank calls it."""
-        norm_type = float(norm_type)
-        self._gather_gradients()
-        # After the reduction every rank of a stage's gradient group holds its gradients: one of
-        # them counts them.
-        owned = self._owned_parameters() if self.layout.leads_gradients else []
-        local = [p.grad.detach() for p in owned if p.grad is not None]
-        if math.isinf(norm_type):
-            mine = max((float(g.abs().max()) for g in local), default=0.0)
-            try:
-                everyone = self.executor.all_gather_text(repr(mine))
-            except _C.runtime.PeerError as e:
-                raise self._lost_peer(e) from None
-            return max(float(v) for v in everyone)
-        if norm_type <= 0:
-            raise ValueError(f"grad_norm: norm_type must be positive, got {norm_type!r}")
-        mine = sum(
-            float(torch.linalg.vector_norm(g, norm_type, dtype=torch.float64)) ** norm_type
-            for g in local
-        )
-        total = self._all_reduce_sum(mine, "all-reduce of the gradient norm")
-        return total ** (1.0 / norm_type)
-
-    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
-        """Scales every stage's gradients so that their global norm is at most max_norm, as
-        torch.nn.utils.clip_grad_norm_ does on an unpipelined model; returns the norm before
-        clipping (inf or nan are returned, and the gradients left as they are, so a loop can
-        skip the step). A collective: every rank calls it."""
-        if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
-            raise ValueError(
-                f"clip_grad_norm_: max_norm must be finite and positive, got {max_norm!r}"
-            )
-        total = self.grad_norm(norm_type)
-        if math.isfinite(total):
-            coefficient = min(1.0, max_norm / (total + 1e-6))
-            if coefficient < 1.0:
-                for p in self.parameters:
-                    if p.grad is not None:
-                        p.grad.detach().mul_(coefficient)
-        return total
-
     def evaluate(self, batches: Iterable[Any]) -> EvalResult:
         """Forward-only loss over `batches` (each a list of token sequences): the mean loss per
         target token over all of them, and its perplexity. No activations are kept for a
@@ -700,25 +432,9 @@ class Trainer:
             if plan is None:
                 plan, planning = self._planned(lengths)  # validated by the planner
             else:
-                mine = [lengths[i] for i in indices]
-                if list(plan.lengths) != mine:
-                    whose = (
-                        "this replica's share of the batch has"
-                        if len(mine) < len(lengths)
-                        else "the batch has"
-                    )
-                    raise BatchError(
-                        f"the given plan is for sequence lengths "
-                        f"{list(plan.lengths)}, {whose} {mine}"
-                    )
-                if list(plan.layers_per_stage) != list(self.layers_per_stage):
-                    raise BatchError(
-                        f"the given plan splits the layers as {list(plan.layers_per_stage)}, "
-                        f"the trainer as {list(self.layers_per_stage)}: plan with this "
-                        "trainer (trainer.plan(batch))"
-                    )
-                plan.validate()
-                self._check_head_stages(plan)
+                step_input.check_given_plan(
+                    plan, lengths, indices, self.layers_per_stage, self.spread_head
+                )
             fingerprint = digest(*(t.numpy().tobytes() for t in sequences))
         except Error as e:
             error = e
@@ -737,24 +453,6 @@ class Trainer:
             raise self._lost_peer(e) from None
         return plan, share, planning
 
-    def _check_head_stages(self, plan: Any) -> None:
-        """A given plan that runs LM heads on stages other than the last needs their replicas:
-        refused on every rank alike, before any stage waits for one that cannot run it."""
-        if self.spread_head:
-            return
-        spread = sorted(
-            {
-                stage
-                for stage, actions in enumerate(plan.schedule)
-                if stage != self.num_stages - 1 and any(a.startswith("H") for a in actions)
-            }
-        )
-        if spread:
-            raise BatchError(
-                f"the given plan runs LM heads on stages {spread}, which hold no head replica: "
-                "build the trainer with spread_head=True"
-            )
-
     def _planned(self, lengths: list[int]) -> tuple[Any, tuple[float, float]]:
         ahead = self._ahead.take(lengths)
         if ahead is not None:
@@ -763,68 +461,3 @@ class Trainer:
         started = time.perf_counter()
         plan = self._plan_lengths(lengths)
         return plan, (time.perf_counter() - started, 0.0)
-
-    def _all_reduce_sum(self, value: float, what: str) -> float:
-        try:
-            return self.executor.all_reduce_sum(value, what)
-        except _C.runtime.PeerError as e:
-            raise self._lost_peer(e) from None
-
-    def _tied(self) -> list[tuple[torch.Tensor, int]]:
-        """(parameter, the stage holding its twin) of each weight tied across stages."""
-        tied = getattr(self.module, "tied_parameters", None)
-        return list(tied()) if tied is not None else []
-
-    def _owned_parameters(self) -> list[torch.Tensor]:
-        """This stage's parameters, less the twins of tied weights that an earlier stage holds
-        and the head's replica except on the last stage (so a global norm counts each weight
-        once)."""
-        twins = {id(p) for p, peer in self._tied() if peer < self.stage_index}
-        if self.stage_index != self.num_stages - 1:
-            twins |= {id(p) for p in self.head_parameters}
-        return [p for p in self.parameters if id(p) not in twins]
-
-    def _gather_gradients(self) -> None:
-        """The step's gradients complete on every rank: tied weights summed across their
-        stages, then every stage's summed over its gradient group (stage_group.py), then the
-        head replicas' over every rank. Once per accumulation, so a norm and the optimizer see
-        the same."""
-        self._sum_tied_gradients()
-        heads = {id(p) for p in self.head_parameters}
-        if self._reduce_pending:
-            self._reduce_pending = False
-            # The head replicas are left to the all-reduce over every rank below, which covers
-            # the replicas and sequence ranks of each stage as well as the stages.
-            with self._failures_named():
-                sum_gradients(
-                    [p for p in self.parameters if id(p) not in heads],
-                    self.layout.gradient_group,
-                    self.device,
-                    self.timeout_s,
-                )
-        if self._head_pending:
-            self._head_pending = False
-            with self._failures_named():
-                sum_gradients(
-                    self.head_parameters,
-                    self.group,
-                    self.device,
-                    self.timeout_s,
-                    what="the all-reduce of the head replicas' gradients",
-                )
-
-    def _sum_tied_gradients(self) -> None:
-        """Once per accumulation (before the norm or the optimizer step), so that the twins of
-        a tied weight hold the same summed gradient."""
-        if not self._tied_pending:
-            return
-        self._tied_pending = False
-        for index, (param, peer) in enumerate(self._tied()):
-            if param.grad is None:
-                raise Error(
-                    f"stage {self.stage_index}: tied weight {index} got no gradient this step"
-                )
-            try:
-                self.executor.add_peer_tensor(param.grad, peer, index)
-            except _C.runtime.PeerError as e:
-                raise self._lost_peer(e) from None
