@@ -5,6 +5,7 @@ over the stages. Then the same with the spread head (`--spread-head`, docs/desig
 head": each chunk's LM head on a stage the planner assigns, for every method) at LLaMA-13B and
 LLaMA-3-8B."""
 
+from lib import step_breakdown
 from lib.cluster_tables import cell
 from lib.simulated_case import run_case
 
@@ -38,6 +39,8 @@ def run(tool, base, stages=8, context=98304, log=None):
     for model, split, extra in plans:
         case = dict(base, model=model, stages=stages, context=context)
         result = run_case(tool, case, extra)
+        if model == TARGET["model"] and split.startswith("even"):
+            result["epp_breakdown"] = step_breakdown.run(tool, case, extra)
         out.append(dict(case, split=split, result=result))
         if log:
             log("balance: %s, %s split: %.1f s" % (model, split, result["seconds"]))
@@ -443,7 +446,8 @@ def ideal_text(cases):
                 "%.2fx" % ss["speedup"] if ss.get("feasible") else "-",
             )
         )
-    return """
+    return (
+        """
 **The ceiling of any head balancing ("+ ideal even head" rows).** `infinipipe-plan
 --ideal-even-head` is a what-if the executor cannot run (CostModel::with_ideal_even_head): every
 stage does 1/d of each chunk's head in its forward and backward and keeps 1/d of the logits and of
@@ -455,4 +459,42 @@ between chunks of different sizes, not the head; and because the baseline gains 
 head as much as EPP does, the ratio to static Seq1F1B stays below 1.4x. Between the spread head
 and this ceiling lies what a finer placement (one chunk's head split by token rows over several
 stages) could still gain.
-""" % "; ".join(parts)
+"""
+        % "; ".join(parts)
+        + breakdown_text(cases)
+    )
+
+
+def breakdown_text(cases):
+    """Where EPP's step goes on its busiest stage at the target model, per head placement."""
+    names = {"even": "head on the last stage", "even" + SPREAD: "spread head"}
+    names["even" + IDEAL] = "ideal even head"
+    parts = []
+    for split, name in names.items():
+        b = _find(cases, TARGET["model"], split)["result"].get("epp_breakdown")
+        if not b:
+            continue
+        parts.append(
+            "%s: step %.3f s = compute %.3f + recompute %.3f + fill %.3f + drain %.3f + stalls "
+            "%.3f s"
+            % (
+                name,
+                b["step_s"],
+                b["compute_s"],
+                b["recompute_s"],
+                b["fill_s"],
+                b["drain_s"],
+                b["stalls_s"],
+            )
+        )
+    if not parts:
+        return ""
+    return """
+Where EPP's step goes at %s, from the simulated timeline (lib/step_breakdown.py: every step
+planned alone with `--trace`), averaged over the stages and the steps: %s. Compute averaged over
+the stages is the physical limit; fill is a stage's wait for its first chunk, drain its idle time
+after its last action, stalls its waits in between, a slower stage's included. With the head on
+the last stage most of the stalls are the other stages waiting for it; once the stages are
+balanced, every difference between neighbouring chunks' costs is someone's wait, and those stalls
+are what is left besides recompute.
+""" % (NAMES[TARGET["model"]], "; ".join(parts))

@@ -173,3 +173,25 @@ def test_measured_comparison_smoke_under_a_layout(flag, tmp_path):
         in page
     )
     assert "| EPP | planned per step |" in page and "n/a" in page
+
+
+def test_step_breakdown_parts_add_up_to_the_step_and_the_busy_time():
+    """lib/step_breakdown: per stage, compute + recompute is the plan's busy time, and with fill,
+    drain and stalls the parts make the step (every step planned alone with --trace)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from lib import step_breakdown
+        from lib.plan_tool import run_tool, tool_args
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    case = dict(distribution="wikipedia", batch=32, context=8192, seed=0, model="llama-7b")
+    case.update(hardware="a800", stages=STAGES, memory_gib=30, steps=2)
+    got = step_breakdown.run(str(TOOL), case, ["--checkpoint-seconds", "0"])
+    rows = run_tool([str(TOOL)] + tool_args(case, "epp") + ["--checkpoint-seconds", "0"])
+    busy = sum(sum(r["busy_s"]) / len(r["busy_s"]) for r in rows) / len(rows)
+    step = sum(r["step_time_s"] for r in rows) / len(rows)
+    assert got["step_s"] == pytest.approx(step, rel=1e-12)
+    assert got["compute_s"] + got["recompute_s"] == pytest.approx(busy, rel=1e-9)
+    assert sum(got[k] for k in step_breakdown.PARTS) == pytest.approx(step, rel=1e-9)
+    assert all(got[k] >= -1e-9 for k in step_breakdown.PARTS), got
+    assert got["recompute_s"] > 0 and got["stalls_s"] > 0, got  # 30 GiB makes it recompute
