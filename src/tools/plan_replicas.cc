@@ -6,12 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/plan/data_split.h"
+#include "plan_tool.h"
 
 namespace infinipipe::tools {
-
-namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-}  // namespace
 
 ReplicaSteps split_steps(const std::vector<std::vector<int64_t>>& steps, const CostModel& cost,
                          int replicas) {

@@ -1,370 +1,39 @@
-// Over 400 lines for a reason: one command line tool, its options and its two outputs (a table,
-// JSON lines) read best together.
 // infinipipe-plan: plans sampled or given steps with EPP and the baselines and prints what the
 // simulator predicts for each, as a table or as JSON lines.
 #include "plan_tool.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
+#include <exception>
 #include <functional>
 #include <numeric>
 #include <optional>
-#include <sstream>
-#include <stdexcept>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
-#include "infinipipe/data/empirical_lengths.h"
 #include "infinipipe/data/length_file.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/plan/stage_balance.h"
 #include "infinipipe/plan/static_baseline.h"
-#include "infinipipe/sim/simulator.h"
+#include "plan_inputs.h"
 #include "plan_replicas.h"
+#include "plan_report.h"
 
+namespace infinipipe::tools {
 namespace ip = infinipipe;
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-using Args = ip::tools::PlanToolArgs;
-
-bool is_file(const std::string& name) {
-  std::ifstream in(name);
-  return static_cast<bool>(in);
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  ip::check(static_cast<bool>(in), "cannot open " + path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for "1e999"
-    throw ip::Error(path + ": not valid JSON: " + e.what());
-  }
-}
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
-// --model is a built-in name, a model shape JSON, or a whole cost model JSON (measured
-// coefficients), in which case --hardware is not used for the coefficients.
-ip::CostModel build_cost_model(const Args& args) {
-  ip::ModelShape shape;
-  bool have_coefficients = false;
-  ip::CostCoefficients coefficients;
-  ip::ParallelLayout layout;
-  if (is_file(args.model)) {
-    const nlohmann::json j = read_json_file(args.model);
-    try {
-      if (j.contains("coefficients")) {
-        ip::CostModel loaded = ip::load_cost_model(args.model);
-        shape = loaded.shape();
-        coefficients = loaded.coefficients();
-        layout = loaded.layout();
-        have_coefficients = true;
-      } else {
-        shape = j.get<ip::ModelShape>();
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw ip::Error(args.model + ": " + e.what());
-    } catch (const ip::Error& e) {
-      const std::string what = e.what();
-      throw ip::Error(what.rfind(args.model, 0) == 0 ? what : args.model + ": " + what);
-    }
-  } else {
-    const auto names = ip::ModelShape::builtin_names();
-    ip::check(
-        std::find(names.begin(), names.end(), args.model) != names.end(),
-        "--model " + args.model + " is neither a file nor a built-in model (" + join(names) + ")");
-    shape = ip::ModelShape::builtin(args.model);
-  }
-  shape.validate();
-  if (!have_coefficients) {
-    ip::Hardware hw;
-    if (is_file(args.hardware)) {
-      try {
-        hw = read_json_file(args.hardware).get<ip::Hardware>();
-      } catch (const nlohmann::json::exception& e) {
-        throw ip::Error(args.hardware + ": " + e.what());
-      } catch (const ip::Error& e) {
-        const std::string what = e.what();
-        throw ip::Error(what.rfind(args.hardware, 0) == 0 ? what : args.hardware + ": " + what);
-      }
-    } else {
-      const auto names = ip::Hardware::builtin_names();
-      ip::check(std::find(names.begin(), names.end(), args.hardware) != names.end(),
-                "--hardware " + args.hardware + " is neither a file nor a built-in hardware (" +
-                    join(names) + ")");
-      hw = ip::Hardware::builtin(args.hardware);
-    }
-    hw.validate();
-    coefficients = ip::CostCoefficients::analytic(shape, hw);
-  }
-  std::vector<int> layers = args.layers_per_stage;
-  if (layers.empty()) {
-    layers = ip::even_layer_split(shape.layers, args.stages);
-  } else {
-    ip::check(static_cast<int>(layers.size()) == args.stages,
-              "--layers-per-stage lists " + std::to_string(layers.size()) +
-                  " stages but --stages is " + std::to_string(args.stages));
-    const int sum = std::accumulate(layers.begin(), layers.end(), 0);
-    ip::check(sum == shape.layers, "--layers-per-stage adds up to " + std::to_string(sum) +
-                                       " layers but " + shape.name + " has " +
-                                       std::to_string(shape.layers));
-    for (int l : layers)
-      ip::check(l >= 1, "--layers-per-stage: every stage needs at least one layer");
-  }
-  // The command line's layout replaces a cost model file's when any of its flags is given.
-  if (args.layout_given) {
-    layout.sequence = args.sp;
-    layout.data = args.dp;
-    layout.zero = args.zero;
-    layout.gpus_per_node = args.gpus_per_node;
-  }
-  try {
-    return ip::CostModel(shape, layers, coefficients, layout);
-  } catch (const ip::Error& e) {
-    // Name the flags: "d_s = 8 ... 52 heads" alone does not say where the 8 came from.
-    throw ip::Error(std::string(e.what()) + " (--sp " + std::to_string(layout.sequence) + ")");
-  }
-}
-
-// Only called after build_cost_model has accepted --hardware.
-double default_memory_gib(const Args& args) {
-  if (is_file(args.hardware))
-    return read_json_file(args.hardware).get<ip::Hardware>().memory_bytes / kGiB;
-  return ip::Hardware::builtin(args.hardware).memory_bytes / kGiB;
-}
-
-// The steps to plan. --step-lengths is one step, as given. --lengths is a distribution like the
-// built-in ones: both give --steps steps of --batch lengths, truncated to --context, step i
-// drawn with seed + i, and the static baselines are then chosen over all of them.
-std::vector<std::vector<int64_t>> load_steps(const Args& args) {
-  if (!args.step_lengths_file.empty())
-    return {ip::read_lengths(args.step_lengths_file, args.lengths_field)};
-  std::optional<ip::EmpiricalLengths> corpus;
-  if (!args.lengths_file.empty())
-    corpus.emplace(ip::read_lengths(args.lengths_file, args.lengths_field));
-  std::vector<std::vector<int64_t>> steps;
-  for (int i = 0; i < args.steps; ++i) {
-    const uint64_t seed = args.seed + static_cast<uint64_t>(i);
-    steps.push_back(corpus ? corpus->sample(args.batch, args.context, seed)
-                           : ip::sample_lengths(args.distribution, args.batch, args.context, seed));
-  }
-  return steps;
-}
-
-struct Row {
-  int step = 0;
-  ip::Method method = ip::Method::kEpp;
-  bool is_static = false;
-  const ip::PlanResult* result = nullptr;
-};
-
-std::vector<double> to_gib(const std::vector<double>& bytes) {
-  std::vector<double> out;
-  for (double b : bytes) out.push_back(b / kGiB);
-  return out;
-}
-
-// For an EPP plan that recomputes: each checkpointing program solved again on the plan's own
-// schedule and simulated, to show what the choice by simulation is worth.
-nlohmann::json checkpoint_comparison(const ip::Plan& plan, const ip::CostModel& cost, double budget,
-                                     double time_limit_s) {
-  nlohmann::json out = nlohmann::json::array();
-  const std::pair<ip::CheckpointMethod, const char*> methods[] = {
-      {ip::CheckpointMethod::kStageAware, "tied cbc"},
-      {ip::CheckpointMethod::kStageAwareGreedy, "tied greedy"},
-      {ip::CheckpointMethod::kUntiedGreedy, "untied greedy"},
-      {ip::CheckpointMethod::kUniform, "uniform"}};
-  for (const auto& [method, name] : methods) {
-    ip::CheckpointOptions o;
-    o.method = method;
-    o.memory_budget_bytes = budget;
-    o.time_limit_s = time_limit_s;
-    const ip::CheckpointResult ck = ip::plan_checkpointing(plan.schedule, plan.chunks, cost, o);
-    nlohmann::json entry = {{"method", name}, {"feasible", ck.feasible}};
-    if (ck.feasible) {
-      ip::SimOptions sim_options;
-      sim_options.memory_budget_bytes = budget;
-      sim_options.record_events = false;
-      const ip::SimResult sim =
-          ip::simulate(plan.schedule, plan.chunks, cost, ck.recompute, sim_options);
-      entry["solver"] = ck.solver;
-      entry["recompute_s"] = ck.recompute_s;
-      entry["step_time_s"] = sim.step_time_s;
-    }
-    out.push_back(entry);
-  }
-  return out;
-}
-
-// How many chunks' heads each stage runs (spread head), or nothing when no chunk has an H.
-std::vector<int> heads_per_stage(const std::vector<int>& head_stages, int num_stages) {
-  if (std::all_of(head_stages.begin(), head_stages.end(), [](int o) { return o == -1; })) return {};
-  std::vector<int> counts(num_stages, 0);
-  for (int o : head_stages)
-    if (o >= 0) ++counts[o];
-  return counts;
-}
-
-nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, double budget) {
-  nlohmann::json j;
-  j["step"] = row.step;
-  j["method"] = ip::to_string(row.method);
-  j["static"] = row.is_static;
-  j["feasible"] = row.result->feasible;
-  j["tokens"] = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
-  j["num_sequences"] = lengths.size();
-  j["budget_gib"] = budget / kGiB;
-  if (!row.result->feasible) {
-    j["reason"] = row.result->reason;
-    return j;
-  }
-  const ip::Plan& plan = row.result->plan;
-  j["setting"] = plan.setting;
-  j["setting_text"] = ip::describe(plan.method, plan.setting);
-  j["step_time_s"] = plan.step_time_s;
-  j["bubble_fraction"] = plan.bubble_fraction;
-  j["recompute_s"] = plan.recompute_s;
-  j["recompute_s_per_stage"] = plan.stage_recompute_s;
-  j["busy_s"] = plan.busy_s;
-  j["peak_memory_gib"] = to_gib(plan.peak_memory_bytes);
-  j["num_chunks"] = plan.chunks.size();
-  nlohmann::json kinds = {{"packed", 0}, {"split", 0}, {"hybrid", 0}};
-  for (const ip::Chunk& c : plan.chunks)
-    kinds[ip::to_string(c.kind())] = kinds[ip::to_string(c.kind())].get<int>() + 1;
-  j["chunks_by_kind"] = kinds;
-  j["num_waves"] = plan.waves.size();
-  j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
-  const std::vector<int> heads = plan.schedule.head_stages(static_cast<int>(plan.chunks.size()));
-  const std::vector<int> per_stage = heads_per_stage(heads, plan.schedule.num_stages());
-  j["spread_head"] = per_stage.size() > 0;
-  if (!per_stage.empty()) {
-    j["heads_per_stage"] = per_stage;
-    j["head_stages"] = heads;
-  }
-  j["plan_ms"] = plan.plan_ms;
-  j["planner"] = plan.planner;
-  j["checkpoint_solver"] = plan.checkpoint_solver;
-  j["hash"] = plan.hash();
-  return j;
-}
-
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
-}
-
-std::string list(const std::vector<double>& values, int digits) {
-  std::string out;
-  for (double v : values) out += (out.empty() ? "" : " ") + fixed(v, digits);
-  return out;
-}
-
-void print_row(std::ostream& out, const Row& row, double budget) {
-  std::string label = ip::to_string(row.method);
-  if (row.method != ip::Method::kEpp) label += row.is_static ? " (static)" : " (per-step best)";
-  out << "  " << label << "\n";
-  if (!row.result->feasible) {
-    out << "      infeasible: " << row.result->reason << "\n";
-    return;
-  }
-  const ip::Plan& plan = row.result->plan;
-  int packed = 0, split = 0, hybrid = 0;
-  for (const ip::Chunk& c : plan.chunks) {
-    switch (c.kind()) {
-      case ip::ChunkKind::kPacked:
-        ++packed;
-        break;
-      case ip::ChunkKind::kSplit:
-        ++split;
-        break;
-      case ip::ChunkKind::kHybrid:
-        ++hybrid;
-        break;
-    }
-  }
-  out << "      setting    " << ip::describe(plan.method, plan.setting) << "\n"
-      << "      step time  " << fixed(plan.step_time_s, 3) << " s, bubble "
-      << fixed(100 * plan.bubble_fraction, 1) << "%, recompute " << fixed(plan.recompute_s, 3)
-      << " s (" << plan.checkpoint_solver << "), planned in " << fixed(plan.plan_ms, 1) << " ms\n"
-      << "      chunks     " << plan.chunks.size() << " (packed " << packed << ", split " << split
-      << ", hybrid " << hybrid << "), waves " << plan.waves.size()
-      << (ip::waves_overlap(plan.schedule, plan.waves) ? " (overlapped)" : "") << "\n";
-  const std::vector<int> heads = heads_per_stage(
-      plan.schedule.head_stages(static_cast<int>(plan.chunks.size())), plan.schedule.num_stages());
-  if (!heads.empty()) {
-    out << "      heads      per stage";
-    for (int count : heads) out << " " << count;
-    out << " (spread head)\n";
-  }
-  out << "      planner    cpu " << fixed(plan.planner.cpu_ms, 1) << " ms, candidates "
-      << plan.planner.candidates << " (tried " << plan.planner.tried << ", pruned "
-      << plan.planner.pruned << ", recomputed " << plan.planner.recomputed << "), bound "
-      << fixed(plan.planner.step_time_lower_bound_s, 3) << " s (predicted/bound "
-      << fixed(plan.planner.predicted_over_bound, 3) << ")\n"
-      << "      recompute s per stage  " << list(plan.stage_recompute_s, 3) << "\n"
-      << "      peak GiB per stage     " << list(to_gib(plan.peak_memory_bytes), 1) << "  (budget "
-      << fixed(budget / kGiB, 1) << ")\n";
-  const auto& a2a = plan.stage_alltoall_s;
-  if (std::any_of(a2a.begin(), a2a.end(), [](double s) { return s > 0; }))
-    out << "      all-to-all s per stage " << list(a2a, 3) << "\n";
-}
-
-// The layer splits --layers-per-stage balanced weighed, in JSON and as text.
-nlohmann::json candidates_json(const ip::LayerSplitChoice& choice) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const ip::LayerSplitCandidate& c : choice.candidates) {
-    nlohmann::json j = {{"name", c.name},
-                        {"layers_per_stage", c.split},
-                        {"bound_s", c.bound_s},
-                        {"planned", c.planned},
-                        {"chosen", c.split == choice.split}};
-    if (c.planned) {
-      j["feasible_steps"] = c.feasible_steps;
-      if (!c.reason.empty())
-        j["reason"] = c.reason;
-      else
-        j["mean_step_s"] = c.mean_step_s;
-    }
-    out.push_back(j);
-  }
-  return out;
-}
-
-void print_candidates(std::ostream& out, const ip::LayerSplitChoice& choice) {
-  out << "layer splits weighed (EPP over the steps; bound: the busiest stage's compute)\n";
-  for (const ip::LayerSplitCandidate& c : choice.candidates) {
-    out << "  " << (c.split == choice.split ? "* " : "  ") << c.name << ":";
-    for (int l : c.split) out << " " << l;
-    out << ", bound " << fixed(c.bound_s, 3) << " s";
-    if (!c.planned)
-      out << ", not planned (the bound is no better than the best plan)";
-    else if (!c.reason.empty())
-      out << ", feasible on " << c.feasible_steps << " steps";
-    else
-      out << ", mean step " << fixed(c.mean_step_s, 3) << " s";
-    out << "\n";
-  }
-}
+using Args = PlanToolArgs;
 
 // A number option's value must be finite and within its range: CLI11 reads "nan", "inf" and
 // "1e400" as doubles, and a budget of NaN would compare false everywhere and plan with no limit.
@@ -716,8 +385,6 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
 }
 
 }  // namespace
-
-namespace infinipipe::tools {
 
 int plan_tool(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
               const std::function<bool(const PlanToolArgs&)>& admit) {

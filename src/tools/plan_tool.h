@@ -14,6 +14,8 @@ constexpr int kExitPlanned = 0;     // at least one requested method found a fea
 constexpr int kExitError = 2;       // bad command line or input file; nothing was planned
 constexpr int kExitInfeasible = 3;  // every requested method is infeasible (output still printed)
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 struct PlanToolArgs {
   std::string lengths_file;       // --lengths: a corpus to sample each step's lengths from
   std::string step_lengths_file;  // --step-lengths: the lengths of one whole step
