@@ -18,9 +18,9 @@ std::vector<std::vector<int>> best_fit_decreasing(const std::vector<int64_t>& si
   std::vector<std::vector<int>> bins;
   std::multimap<int64_t, int> bins_by_room;  // equal room: the older bin first
   for (int item : order) {
-    check(sizes[item] >= 1 && sizes[item] <= capacity,
-          "cannot pack an item of " + std::to_string(sizes[item]) + " tokens into bins of " +
-              std::to_string(capacity) + " tokens");
+    if (sizes[item] < 1 || sizes[item] > capacity)
+      throw Error("cannot pack an item of " + std::to_string(sizes[item]) +
+                  " tokens into bins of " + std::to_string(capacity) + " tokens");
     auto fit = bins_by_room.lower_bound(sizes[item]);
     int bin;
     int64_t room;
@@ -45,11 +45,11 @@ std::vector<Chunk> batch_chunks(const std::vector<int64_t>& lengths, int64_t tok
   check(token_cap >= 1, "micro-batch token cap " + std::to_string(token_cap) +
                             " is invalid: it must be at least 1 token");
   for (size_t i = 0; i < lengths.size(); ++i) {
-    check(lengths[i] <= token_cap,
-          "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
-              " tokens, more than the micro-batch token cap of " + std::to_string(token_cap) +
-              "; batch-level pipelining never splits a sequence: raise the cap to at least " +
-              std::to_string(lengths[i]) + " or truncate the sequence");
+    if (lengths[i] > token_cap)
+      throw Error("sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                  " tokens, more than the micro-batch token cap of " + std::to_string(token_cap) +
+                  "; batch-level pipelining never splits a sequence: raise the cap to at least " +
+                  std::to_string(lengths[i]) + " or truncate the sequence");
   }
   std::vector<Chunk> chunks;
   for (const std::vector<int>& bin : best_fit_decreasing(lengths, token_cap)) {

@@ -12,11 +12,11 @@ namespace infinipipe {
 
 void check_lengths(const std::vector<int64_t>& lengths) {
   check(!lengths.empty(), "the step has no sequences: pass at least one sequence length");
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    check(lengths[i] > 0, "sequence " + std::to_string(i) + " has length " +
-                              std::to_string(lengths[i]) +
-                              ": every sequence needs at least one token (drop empty samples)");
-  }
+  // Every candidate's chunking checks the step again: the message is built only on failure.
+  for (size_t i = 0; i < lengths.size(); ++i)
+    if (lengths[i] <= 0)
+      throw Error("sequence " + std::to_string(i) + " has length " + std::to_string(lengths[i]) +
+                  ": every sequence needs at least one token (drop empty samples)");
 }
 
 namespace {

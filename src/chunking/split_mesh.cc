@@ -64,8 +64,9 @@ std::vector<int64_t> equal_cost_cuts(const std::vector<int64_t>& lengths, int pi
   std::vector<int64_t> offsets(n + 1, 0);
   std::vector<double> cost_before_seq(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
-    check(lengths[i] > 0, "equal_cost_cuts: piece " + std::to_string(i) + " has length " +
-                              std::to_string(lengths[i]) + "; lengths must be positive");
+    if (lengths[i] <= 0)
+      throw Error("equal_cost_cuts: piece " + std::to_string(i) + " has length " +
+                  std::to_string(lengths[i]) + "; lengths must be positive");
     offsets[i + 1] = offsets[i] + lengths[i];
     cost_before_seq[i + 1] = cost_before_seq[i] + cost.slice_layer_time(0, lengths[i]);
   }

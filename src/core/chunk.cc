@@ -94,9 +94,9 @@ std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
       for (int e = out_start[c]; e < out_start[c + 1]; ++e)
         if (--indegree[after[e]] == 0) ready.push_back(after[e]);
     }
-    check(order.size() == component.size(),
-          "chunks " + std::to_string(component.front()) +
-              "... hold slices of the same sequences in contradictory order");
+    if (order.size() != component.size())
+      throw Error("chunks " + std::to_string(component.front()) +
+                  "... hold slices of the same sequences in contradictory order");
     result.push_back(std::move(order));
   }
   return result;

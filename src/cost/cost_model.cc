@@ -238,11 +238,14 @@ CostModel CostModel::analytic(const ModelShape& shape, const Hardware& hw, int s
 }
 
 namespace {
-// Called on every cost query in the planner's inner loops: build the message only on failure.
-void check_stage(const CostModel& m, int stage) {
-  if (stage >= 0 && stage < m.num_stages()) return;
+// Called on every cost query in the planner's inner loops: build the message only on failure,
+// out of line, so the check itself inlines to a comparison.
+[[noreturn, gnu::noinline, gnu::cold]] void stage_out_of_range(const CostModel& m, int stage) {
   throw Error("cost model: stage " + std::to_string(stage) + " out of range [0, " +
               std::to_string(m.num_stages()) + ")");
+}
+inline void check_stage(const CostModel& m, int stage) {
+  if (__builtin_expect(stage < 0 || stage >= m.num_stages(), 0)) stage_out_of_range(m, stage);
 }
 }  // namespace
 

@@ -122,9 +122,11 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
   std::vector<size_t> in_wave(all_chains.size(), 0);
   std::vector<int> wave_chains;  // in order of first appearance in `wave`
   for (int id : wave) {
-    check(id >= 0 && id < n, "wave holds chunk id " + std::to_string(id) +
-                                 ", but the step has only " + std::to_string(n) + " chunks");
-    check(!seen[id], "chunk " + std::to_string(id) + " appears twice in one wave");
+    // Messages are built only on failure: the planner orders a wave for every schedule and bound.
+    if (id < 0 || id >= n)
+      throw Error("wave holds chunk id " + std::to_string(id) + ", but the step has only " +
+                  std::to_string(n) + " chunks");
+    if (seen[id]) throw Error("chunk " + std::to_string(id) + " appears twice in one wave");
     seen[id] = 1;
     if (in_wave[chain_of[id]]++ == 0) wave_chains.push_back(chain_of[id]);
   }
@@ -132,10 +134,10 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
     const std::vector<int>& chain = all_chains[c];
     if (in_wave[c] == chain.size()) continue;
     for (int id : chain)
-      check(seen[id], "the wave holds part of the chain starting at chunk " +
-                          std::to_string(chain.front()) + " but not its chunk " +
-                          std::to_string(id) +
-                          ": chunks with slices of one sequence must run in the same wave");
+      if (!seen[id])
+        throw Error("the wave holds part of the chain starting at chunk " +
+                    std::to_string(chain.front()) + " but not its chunk " + std::to_string(id) +
+                    ": chunks with slices of one sequence must run in the same wave");
   }
   if (!options.keep_chain_order) {
     // Longest first, so the warm-up of k_max - 1 extra forwards covers every chain (see
@@ -162,19 +164,20 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
   const int n = static_cast<int>(chunks.size());
   std::vector<int> wave_of(n, -1);
   for (size_t w = 0; w < waves.size(); ++w) {
-    for (int id : waves[w]) {
-      check(id >= 0 && id < n, "wave " + std::to_string(w) + " holds chunk id " +
-                                   std::to_string(id) + ", but the step has only " +
-                                   std::to_string(n) + " chunks");
-      check(wave_of[id] == -1 || wave_of[id] == static_cast<int>(w),
-            "chunk " + std::to_string(id) + " is in waves " + std::to_string(wave_of[id]) +
-                " and " + std::to_string(w) + ": every chunk must be in exactly one wave");
+    for (int id : waves[w]) {  // messages built only on failure, as in order_wave
+      if (id < 0 || id >= n)
+        throw Error("wave " + std::to_string(w) + " holds chunk id " + std::to_string(id) +
+                    ", but the step has only " + std::to_string(n) + " chunks");
+      if (wave_of[id] != -1 && wave_of[id] != static_cast<int>(w))
+        throw Error("chunk " + std::to_string(id) + " is in waves " + std::to_string(wave_of[id]) +
+                    " and " + std::to_string(w) + ": every chunk must be in exactly one wave");
       wave_of[id] = static_cast<int>(w);
     }
   }
   for (int id = 0; id < n; ++id)
-    check(wave_of[id] != -1,
-          "chunk " + std::to_string(id) + " is in no wave: every chunk must be in exactly one");
+    if (wave_of[id] == -1)
+      throw Error("chunk " + std::to_string(id) +
+                  " is in no wave: every chunk must be in exactly one");
 
   std::vector<std::vector<Action>> computes(d);
   for (std::vector<Action>& actions : computes) actions.reserve(2 * static_cast<size_t>(n));

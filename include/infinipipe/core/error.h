@@ -17,5 +17,9 @@ class Error : public std::runtime_error {
 inline void check(bool condition, const std::string& message) {
   if (!condition) throw Error(message);
 }
+// A fixed message becomes a std::string only on failure (checks run in the planner's loops).
+inline void check(bool condition, const char* message) {
+  if (!condition) throw Error(message);
+}
 
 }  // namespace infinipipe
