@@ -40,7 +40,7 @@ Recompute from_variables(const TiedProblem& problem, const std::vector<int>& val
 CheckpointResult finish(CheckpointResult result, const MemoryCheck& memory,
                         const std::vector<Chunk>& chunks, const CostModel& cost) {
   result.recompute_s = recompute_seconds(chunks, cost, result.recompute);
-  const MemoryViolation violation = memory.worst_violation(result.recompute);
+  const MemoryViolation violation = memory.worst_violation(result.recompute, &result.peaks);
   result.feasible = violation.stage < 0;
   if (!result.feasible && result.reason.empty())
     result.reason =

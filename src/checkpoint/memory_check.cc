@@ -50,12 +50,24 @@ double MemoryCheck::bytes_at(int stage, int moment,
   return bytes;
 }
 
-MemoryViolation MemoryCheck::worst_violation(const Recompute& recompute) const {
+MemoryViolation MemoryCheck::worst_violation(const Recompute& recompute, MemoryPeaks* peaks) const {
   MemoryViolation worst;
   const std::vector<std::vector<double>> held = held_bytes(recompute);
-  for (int p = 0; p < static_cast<int>(moments_.size()); ++p)
+  const int stages = static_cast<int>(moments_.size());
+  if (peaks) {
+    // The simulator's peak (Simulation::measure_memory): the first largest moment, or the model
+    // state alone when the stage has none.
+    peaks->bytes.resize(stages);
+    peaks->action_index.assign(stages, -1);
+    for (int p = 0; p < stages; ++p) peaks->bytes[p] = stage_model_state_bytes(schedule_, p, cost_);
+  }
+  for (int p = 0; p < stages; ++p)
     for (int m = 0; m < static_cast<int>(moments_[p].size()); ++m) {
       const double bytes = bytes_at(p, m, held);
+      if (peaks && (m == 0 || bytes > peaks->bytes[p])) {
+        peaks->bytes[p] = bytes;
+        peaks->action_index[p] = moments_[p][m].action_index;
+      }
       if (bytes <= budget_) continue;
       // The planner's rows accept being short by a tolerance relative to what they need, so
       // the check does too (see problem_tools.h); the unrecomputed bytes bound that need.

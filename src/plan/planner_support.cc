@@ -87,16 +87,35 @@ bool search_work_exhausted(const PlannerOptions& options) {
   return options.search_work_limit > 0 && search_work() >= options.search_work_limit;
 }
 
-SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
-                  const Recompute& recompute, double budget, double stop_above,
-                  std::vector<double> stop_floor) {
+namespace {
+
+SimResult counted_simulation(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                             const CostModel& cost, const Recompute& recompute, double budget,
+                             double stop_above, std::vector<double> stop_floor,
+                             const MemoryPeaks* known_peaks) {
   search_work() += static_cast<int64_t>(chunks.size()) * schedule.num_stages();
   SimOptions sim_options;
   sim_options.memory_budget_bytes = budget;
   sim_options.stop_above = stop_above;
   sim_options.stop_floor = std::move(stop_floor);
   sim_options.record_events = false;
+  sim_options.known_peaks = known_peaks;
   return simulate(schedule, chunks, cost, recompute, sim_options);
+}
+
+}  // namespace
+
+SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
+                  const Recompute& recompute, double budget, double stop_above,
+                  std::vector<double> stop_floor) {
+  return counted_simulation(schedule, chunks, cost, recompute, budget, stop_above,
+                            std::move(stop_floor), nullptr);
+}
+
+SimResult predict_checked(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                          const CostModel& cost, const CheckpointResult& checked, double budget) {
+  return counted_simulation(schedule, chunks, cost, checked.recompute, budget, kInfinity, {},
+                            checked.peaks.bytes.empty() ? nullptr : &checked.peaks);
 }
 
 int64_t shortest_slice(const SplitMesh& mesh) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/plan/planner.h"
 #include "infinipipe/sim/simulator.h"
 
@@ -52,6 +53,11 @@ SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, co
                   const Recompute& recompute, double budget,
                   double stop_above = std::numeric_limits<double>::infinity(),
                   std::vector<double> stop_floor = {});
+// predict for a recompute the checkpoint planner has just returned on this schedule: its byte
+// check measured the stages' peaks with the simulator's sums (CheckpointResult::peaks), so the
+// simulation takes them instead of measuring again.
+SimResult predict_checked(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                          const CostModel& cost, const CheckpointResult& checked, double budget);
 // Shortest slice of a mesh; short slices under-use the device, so the search stops before them.
 int64_t shortest_slice(const SplitMesh& mesh);
 std::string label(const Setting& setting);  // an EPP setting's text

@@ -27,7 +27,7 @@ bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chun
       continue;
     }
     SimResult simulated =
-        predict(schedule, chunks, cost, solved.recompute, options.memory_budget_bytes);
+        predict_checked(schedule, chunks, cost, solved, options.memory_budget_bytes);
     if (simulated.over_budget) {
       if (reason.empty()) reason = simulated.over_budget_message;
       continue;

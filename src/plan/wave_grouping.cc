@@ -125,7 +125,7 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
     const CheckpointResult ck = plan_checkpointing(one, chunks, cost, greedy);
     search_work() += static_cast<int64_t>(chunks.size()) * one.num_stages();
     if (ck.feasible)
-      return predict(one, chunks, cost, ck.recompute, options.memory_budget_bytes).step_time_s;
+      return predict_checked(one, chunks, cost, ck, options.memory_budget_bytes).step_time_s;
     if (wave_reason.empty() || key.size() < wave_reason_size) {
       // The smallest wave that does not fit explains a failure best.
       wave_reason = ck.reason;

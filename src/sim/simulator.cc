@@ -67,6 +67,7 @@ class Simulation {
   void record(int stage, const Action& action, const char* category, double start, double end,
               const char* prefix = nullptr);
   void measure_memory(int stage);
+  void report_peak(int stage, double peak, int peak_index);  // peak_index -1: no moment
 
   size_t cell(int stage, int chunk) const { return static_cast<size_t>(stage) * n_ + chunk; }
 
@@ -345,6 +346,12 @@ void Simulation::deadlock() const {
 }
 
 void Simulation::measure_memory(int p) {
+  // Peaks measured already (SimOptions::known_peaks); with events the timeline walks anyway.
+  const MemoryPeaks* known = options_.known_peaks;
+  if (known && !options_.record_events) {
+    report_peak(p, known->bytes[p], known->action_index[p]);
+    return;
+  }
   // Same terms, same order as moment_bytes, so planner and simulator agree to the last bit.
   std::vector<double> activation(n_);
   double total = 0;
@@ -395,6 +402,10 @@ void Simulation::measure_memory(int p) {
   }
   // A stage with nothing to run still holds its model state.
   if (peak_index < 0) peak = stage_model_state_bytes(schedule_, p, cost_);
+  report_peak(p, peak, peak_index);
+}
+
+void Simulation::report_peak(int p, double peak, int peak_index) {
   result_.peak_memory_bytes[p] = peak;
   if (peak > options_.memory_budget_bytes) {
     result_.over_budget_message +=
@@ -421,6 +432,15 @@ SimResult Simulation::run() {
       check(static_cast<int>(recompute_[p].size()) == n_,
             "simulate: recompute of stage " + std::to_string(p) + " has " +
                 std::to_string(recompute_[p].size()) + " chunks, expected " + std::to_string(n_));
+  }
+
+  if (const MemoryPeaks* known = options_.known_peaks) {
+    check(static_cast<int>(known->bytes.size()) == real_stages &&
+              static_cast<int>(known->action_index.size()) == real_stages,
+          "simulate: known_peaks must give one peak per stage");
+    for (int p = 0; p < real_stages; ++p)
+      check(known->action_index[p] < static_cast<int>(schedule_.stages[p].size()),
+            "simulate: a known peak names an action outside its stage's list");
   }
 
   pc_.assign(d_, 0);

@@ -10,6 +10,7 @@
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/sim/simulator.h"
+#include "sim/random_step.h"
 
 namespace infinipipe {
 namespace {
@@ -219,6 +220,60 @@ TEST(CheckpointPlanner, NoRecomputeWhenEverythingFits) {
     EXPECT_EQ(r.recompute_s, 0);
   }
   EXPECT_GT(plan(step, cost, CheckpointMethod::kFull, budget).recompute_s, 0);
+}
+
+// Every answer's byte check measures the stages' peaks (CheckpointResult::peaks); a simulation
+// given them (SimOptions::known_peaks) reports what it would have measured, bit for bit: the
+// same peaks, the same over-budget verdict and message (which names each peak's action). EPP
+// steps with split sequences (K/V buffers), on the tiny model's analytic bytes (whole numbers)
+// and scaled by fractions (not).
+TEST(CheckpointPlanner, CheckedPeaksAreWhatTheSimulatorMeasures) {
+  std::mt19937_64 rng(17);
+  const ModelShape shape = ModelShape::builtin("tiny");
+  int compared = 0, over = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const test::RandomStep step = test::random_step(rng, trial, shape);
+    for (double scale : {1.0, 1.1}) {
+      CostCoefficients c = CostCoefficients::analytic(shape, Hardware::builtin("cpu"));
+      c.kv_bytes *= scale;
+      c.activation_bytes *= scale;
+      const CostModel cost(shape, even_layer_split(shape.layers, step.d), c);
+      SimOptions measure;
+      measure.record_events = false;
+      const Recompute none(step.d, std::vector<int>(step.chunks.size(), 0));
+      const SimResult plain = simulate(step.schedule, step.chunks, cost, none, measure);
+      double most = 0;
+      for (double bytes : plain.peak_memory_bytes) most = std::max(most, bytes);
+      // Tight enough that some need recompute and some fail, and 1 byte (every stage over).
+      for (double budget : {most * 0.9, most * 0.6, 1.0}) {
+        SCOPED_TRACE("trial " + std::to_string(trial) + ", scale " + std::to_string(scale) +
+                     ", budget " + std::to_string(budget));
+        for (CheckpointMethod method :
+             {CheckpointMethod::kNone, CheckpointMethod::kFull, CheckpointMethod::kUniform,
+              CheckpointMethod::kStageAwareGreedy, CheckpointMethod::kUntiedGreedy}) {
+          CheckpointOptions options;
+          options.method = method;
+          options.memory_budget_bytes = budget;
+          const CheckpointResult r = plan_checkpointing(step.schedule, step.chunks, cost, options);
+          if (r.peaks.bytes.empty()) continue;  // never reached the byte check
+          SimOptions sim;
+          sim.memory_budget_bytes = budget;
+          sim.record_events = false;
+          const SimResult measured = simulate(step.schedule, step.chunks, cost, r.recompute, sim);
+          sim.known_peaks = &r.peaks;
+          const SimResult given = simulate(step.schedule, step.chunks, cost, r.recompute, sim);
+          EXPECT_EQ(given.peak_memory_bytes, measured.peak_memory_bytes);
+          EXPECT_EQ(given.over_budget, measured.over_budget);
+          EXPECT_EQ(given.over_budget_message, measured.over_budget_message);
+          EXPECT_EQ(given.step_time_s, measured.step_time_s);
+          ++compared;
+          over += measured.over_budget;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 500);
+  EXPECT_GT(over, 100);
 }
 
 TEST(CheckpointPlanner, RejectsABadBudget) {

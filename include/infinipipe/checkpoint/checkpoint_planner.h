@@ -19,6 +19,7 @@
 #include "infinipipe/core/recompute.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
+#include "infinipipe/sim/memory_timeline.h"
 
 namespace infinipipe {
 
@@ -77,6 +78,10 @@ struct CheckpointResult {
   double recompute_s = 0;  // the objective: sum over stages and chunks of recompute time
   std::string solver;
   std::string reason;  // when infeasible: names the sequence, the stage and the bytes
+  // Each stage's largest moment with `recompute`, from the byte check every answer gets (empty
+  // for an answer that never reached it): a simulation of this recompute on the same schedule
+  // can take it (SimOptions::known_peaks) rather than measure it again.
+  MemoryPeaks peaks;
 };
 
 CheckpointResult plan_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chunks,

@@ -25,8 +25,9 @@ class MemoryCheck {
   MemoryCheck(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,
               double budget_bytes);
 
-  // The moment furthest over the budget, or stage -1 when every moment fits.
-  MemoryViolation worst_violation(const Recompute& recompute) const;
+  // The moment furthest over the budget, or stage -1 when every moment fits. With `peaks`, also
+  // each stage's largest moment (MemoryPeaks), from the same sums.
+  MemoryViolation worst_violation(const Recompute& recompute, MemoryPeaks* peaks = nullptr) const;
   bool fits(const Recompute& recompute) const { return worst_violation(recompute).stage < 0; }
 
   // Every layer of every chunk recomputed on every stage.

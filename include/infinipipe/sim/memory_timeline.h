@@ -31,6 +31,16 @@ struct MemoryMoment {
                                // activation_bytes(chunk, stage, recompute)
 };
 
+// Per stage, the largest moment_bytes over the binding moments (the first such moment in action
+// order) and the index of its action in the stage's list (-1 when the stage has no moment). The
+// checkpoint planner's byte check measures them for the recompute it returns, with the
+// simulator's sums in the simulator's order, so a simulation of that recompute can take them
+// instead of walking every stage's moments again (SimOptions::known_peaks).
+struct MemoryPeaks {
+  std::vector<double> bytes;
+  std::vector<int> action_index;
+};
+
 // The stage's model state: CostModel::model_state_bytes plus, on a stage other than the last
 // that runs H actions, the head's replica.
 double stage_model_state_bytes(const Schedule& schedule, int stage, const CostModel& cost);

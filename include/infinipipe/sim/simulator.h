@@ -12,6 +12,7 @@
 #include "infinipipe/core/recompute.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
+#include "infinipipe/sim/memory_timeline.h"
 
 namespace infinipipe {
 
@@ -32,6 +33,10 @@ struct SimOptions {
   bool virtual_head_stage = false;
   // Keep every action's start time (SimResult::start_s).
   bool record_starts = false;
+  // The stages' peaks, already measured for this schedule and recompute with the same sums
+  // (CheckpointResult::peaks): taken as they are instead of walking the memory moments again.
+  // Only a caller that measured them for exactly these inputs may pass them; null measures.
+  const MemoryPeaks* known_peaks = nullptr;
 };
 
 struct SimEvent {
