@@ -64,12 +64,29 @@ class Simulation {
   [[noreturn]] void fail(int stage, int index, const std::string& what) const;
   [[noreturn]] void deadlock() const;
   std::string waiting_for(int stage) const;
+  // Planners simulate without events: the test inlines, the event is made out of line.
   void record(int stage, const Action& action, const char* category, double start, double end,
-              const char* prefix = nullptr);
+              const char* prefix = nullptr) {
+    if (options_.record_events) record_event(stage, action, category, start, end, prefix);
+  }
+  void record_event(int stage, const Action& action, const char* category, double start, double end,
+                    const char* prefix);
   void measure_memory(int stage);
   void report_peak(int stage, double peak, int peak_index);  // peak_index -1: no moment
 
   size_t cell(int stage, int chunk) const { return static_cast<size_t>(stage) * n_ + chunk; }
+
+  // A chunk's compute costs on one stage. Stages whose per-chunk costs are alike
+  // (CostModel::chunk_costs_alike: same layers and link, neither first nor last) give the same
+  // numbers, bit for bit, and a chunk's forward reaches stage p right after stage p - 1's, its
+  // backward right after stage p + 1's: the neighbour's numbers are taken when alike (and, for a
+  // backward, with the same recompute) instead of asking the cost model again.
+  struct BackwardCost {
+    double duration = 0, recompute = 0, alltoall = 0;
+    int stage = -1, layers = -1;  // where, and with how many recomputed layers
+  };
+  double forward_cost(int stage, int chunk);
+  const BackwardCost& backward_cost(int stage, int chunk);
 
   const Schedule& schedule_;
   const std::vector<Chunk>& chunks_;
@@ -91,6 +108,10 @@ class Simulation {
   std::vector<double> arrive_head_;       // per chunk: its hidden state at its head stage
   std::vector<double> arrive_head_grad_;  // per chunk: that state's gradient at the last stage
   std::vector<double> layer_forward_;     // per chunk: its slices summed once, for every stage
+  std::vector<char> alike_before_;        // per real stage: chunk_costs_alike(p, p - 1)
+  std::vector<double> forward_s_;         // per chunk: its latest forward's duration ...
+  std::vector<int> forward_at_;           // ... and the stage it ran on (-1: none yet)
+  std::vector<BackwardCost> backward_;    // per chunk: its latest backward's costs
   std::vector<Channel> channels_;
   // Per stage and action: end of a forward, start of a backward (the times of memory moments).
   std::vector<std::vector<double>> moment_time_;
@@ -117,9 +138,8 @@ void Simulation::check_chunk(int stage, int index, const Action& action) const {
   if (peer_missing) fail(stage, index, action.text() + " has no peer stage");
 }
 
-void Simulation::record(int stage, const Action& action, const char* category, double start,
-                        double end, const char* prefix) {
-  if (!options_.record_events) return;
+void Simulation::record_event(int stage, const Action& action, const char* category, double start,
+                              double end, const char* prefix) {
   SimEvent event;
   event.stage = stage;
   event.name = prefix ? std::string(prefix) + action.text() : action.text();
@@ -127,6 +147,27 @@ void Simulation::record(int stage, const Action& action, const char* category, d
   event.start_s = start;
   event.end_s = end;
   result_.events.push_back(std::move(event));
+}
+
+double Simulation::forward_cost(int p, int c) {
+  if (!(forward_at_[c] == p - 1 && alike_before_[p]))
+    forward_s_[c] = cost_.forward_time_with(chunks_[c], p, layer_forward_[c], with_head(p, c));
+  forward_at_[c] = p;
+  return forward_s_[c];
+}
+
+const Simulation::BackwardCost& Simulation::backward_cost(int p, int c) {
+  BackwardCost& costs = backward_[c];
+  const int layers = recompute_layers(recompute_, p, c);
+  if (!(costs.stage == p + 1 && alike_before_[p + 1] && costs.layers == layers)) {
+    costs.duration =
+        cost_.backward_time_with(chunks_[c], p, layers, layer_forward_[c], with_head(p, c));
+    costs.recompute = layers > 0 ? cost_.recompute_time(chunks_[c], p, layers) : 0.0;
+    costs.alltoall = cost_.alltoall_time(chunks_[c], p, layers);
+    costs.layers = layers;
+  }
+  costs.stage = p;
+  return costs;
 }
 
 Simulation::Step Simulation::execute(int p, const Action& a) {
@@ -141,10 +182,7 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
         start = std::max(start, arrival);
       }
       if (forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
-      const double duration =
-          is_virtual(p)
-              ? cost_.head_time(chunks_[c])
-              : cost_.forward_time_with(chunks_[c], p, layer_forward_[c], with_head(p, c));
+      const double duration = is_virtual(p) ? cost_.head_time(chunks_[c]) : forward_cost(p, c);
       clock = start + duration;
       result_.busy_s[p] += duration;
       forwarded_[cell(p, c)] = 1;
@@ -170,15 +208,13 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
         clock = start;
         return Step::kDone;
       }
-      int layers = recompute_layers(recompute_, p, c);
-      double duration =
-          cost_.backward_time_with(chunks_[c], p, layers, layer_forward_[c], with_head(p, c));
-      double recompute = layers > 0 ? cost_.recompute_time(chunks_[c], p, layers) : 0.0;
+      const BackwardCost& costs = backward_cost(p, c);
+      const double duration = costs.duration, recompute = costs.recompute;
       clock = start + duration;
       result_.busy_s[p] += duration;
       result_.recompute_s[p] += recompute;
       if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
-      result_.alltoall_s[p] += cost_.alltoall_time(chunks_[c], p, layers);
+      result_.alltoall_s[p] += costs.alltoall;
       backwarded_[cell(p, c)] = 1;
       moment_time_[p][pc_[p]] = start;
       if (recompute > 0) record(p, a, "recompute", start, start + recompute, "recompute ");
@@ -452,6 +488,12 @@ SimResult Simulation::run() {
   backwarded_.assign(cells, 0);
   layer_forward_.resize(n_);
   for (int c = 0; c < n_; ++c) layer_forward_[c] = cost_.layer_forward_time(chunks_[c]);
+  // alike_before_[p + 1] is read for p = real_stages - 1 too (never alike: the last stage).
+  alike_before_.assign(real_stages + 1, 0);
+  for (int p = 1; p < real_stages; ++p) alike_before_[p] = cost_.chunk_costs_alike(p, p - 1);
+  forward_s_.assign(n_, 0.0);
+  forward_at_.assign(n_, -1);
+  backward_.assign(n_, BackwardCost{});
   channels_.assign(4 * static_cast<size_t>(d_), Channel{});
   head_stage_ = schedule_.head_stages(n_);
   check(!virtual_head_ ||

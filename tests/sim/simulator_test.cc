@@ -10,6 +10,7 @@
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/sim/memory_timeline.h"
+#include "sim/random_step.h"
 #include "sim/sim_fixtures.h"
 
 namespace infinipipe {
@@ -459,6 +460,54 @@ TEST(Simulator, SequenceParallelismAddsAlltoallsAndDividesCompute) {
   EXPECT_NEAR(r8.recompute_s[0], eight.recompute_time(chunks[1], 0, 2), 1e-12);
   EXPECT_LT(r8.step_time_s, r1.step_time_s / 4);
   EXPECT_GT(r8.step_time_s, r1.step_time_s / 8);
+}
+
+// The simulator takes a chunk's forward and backward costs from the stage before (after) when
+// the two stages' costs are alike (CostModel::chunk_costs_alike) rather than asking the cost
+// model again: every stage's busy, recompute and all-to-all time is still the sum of the cost
+// model's own numbers, in the order the stage runs them, bit for bit. Random EPP steps on 1-6
+// stages of uneven layers (alike and not), with random recompute, without and with sequence
+// parallelism over nodes of 3 GPUs (all-to-all links that differ between stages).
+TEST(Simulator, ComputeCostsAreTheCostModelsBitForBit) {
+  std::mt19937_64 rng(23);
+  const ModelShape shape = ModelShape::builtin("tiny");
+  ParallelLayout sp;
+  sp.sequence = 2;
+  sp.gpus_per_node = 3;
+  int alike = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const test::RandomStep step = test::random_step(rng, trial, shape);
+    for (const ParallelLayout& layout : {ParallelLayout{}, sp}) {
+      const CostModel cost = CostModel::analytic(shape, Hardware::builtin("cpu"), step.d, layout);
+      Recompute recompute(step.d, std::vector<int>(step.chunks.size(), 0));
+      for (int p = 0; p < step.d; ++p)
+        for (int& layers : recompute[p])
+          if (trial % 3 != 0) layers = std::uniform_int_distribution<int>(0, cost.layers(p))(rng);
+      SimOptions options;
+      options.record_events = false;
+      const SimResult r = simulate(step.schedule, step.chunks, cost, recompute, options);
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", d_s " + std::to_string(layout.sequence));
+      for (int p = 0; p < step.d; ++p) {
+        if (p > 0) alike += cost.chunk_costs_alike(p, p - 1);
+        double busy = 0, recomputed = 0, alltoall = 0;
+        for (const Action& a : step.schedule.stages[p]) {
+          const Chunk& chunk = step.chunks[a.chunk];
+          const double layer_forward = cost.layer_forward_time(chunk);
+          if (a.type == ActionType::kForward)
+            busy += cost.forward_time_with(chunk, p, layer_forward);
+          if (a.type != ActionType::kBackward) continue;
+          const int layers = recompute[p][a.chunk];
+          busy += cost.backward_time_with(chunk, p, layers, layer_forward);
+          recomputed += layers > 0 ? cost.recompute_time(chunk, p, layers) : 0.0;
+          alltoall += cost.alltoall_time(chunk, p, layers);
+        }
+        EXPECT_EQ(r.busy_s[p], busy) << "stage " << p;
+        EXPECT_EQ(r.recompute_s[p], recomputed) << "stage " << p;
+        EXPECT_EQ(r.alltoall_s[p], alltoall) << "stage " << p;
+      }
+    }
+  }
+  EXPECT_GT(alike, 50) << "too few alike stages: the test shows little";
 }
 
 }  // namespace
