@@ -141,7 +141,11 @@ TiedSolution solve_greedy(const TiedProblem& problem) {
       const TiedProblem::Row& row = problem.rows[e.row];
       for (size_t i = 0; i < row.var.size(); ++i) {
         const int v = row.var[i];
-        score[v] += covered(row.coef[i], after) - covered(row.coef[i], before);
+        const double change = covered(row.coef[i], after) - covered(row.coef[i], before);
+        // Covering no less than its coefficient before and after: its score, so its priority,
+        // stays as it is (adding 0 to a score, never -0, changes no bit).
+        if (change == 0) continue;
+        score[v] += change;
         if (values[v] < problem.upper[v]) {
           priority[v] = score[v] > 0 ? score[v] * inv_cost[v] : 0;
           tournament.update(v);

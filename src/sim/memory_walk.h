@@ -66,6 +66,9 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
   std::vector<SplitSequence> grad_open;
   std::vector<int> in_flight;
   std::vector<int> times_held(num_chunks, 0);  // per chunk, its entries in in_flight
+  std::vector<int> pushed_as(num_chunks, 0);   // per chunk, the number of its latest push
+  int pushes = 0;
+  bool repeated = false;  // a chunk was pushed while in flight: the numbers do not sort the list
   double weight_sum = 0;
   // On the last stage, chunks with an H keep no logits from F to B (the H holds them while it
   // runs): `unkept` is their share of activation_bytes for the chunks in flight, taken off the
@@ -147,7 +150,9 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
           open(kv_open, s.seq);
         }
       in_flight.push_back(action.chunk);
+      repeated = repeated || times_held[action.chunk] > 0;
       ++times_held[action.chunk];
+      pushed_as[action.chunk] = pushes++;
       if (weights) weight_sum += weights[action.chunk];
       if (headed[action.chunk]) unkept += cost.head_logits_bytes(chunk);
       visit(index, buffer_bytes() - unkept, in_flight, weight_sum);
@@ -169,13 +174,13 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
     visit(index, buffer_bytes() - unkept + cost.backward_workspace_bytes(chunk, stage), in_flight,
           weight_sum);
 
-    // The chunk's latest entry leaves (a valid schedule holds each chunk once). In 1F1B's steady
-    // state that is the oldest chunk in flight, the front; a split sequence's slices go backward
-    // latest first, from the back.
+    // The chunk's latest entry leaves. The list is in forward order, so while no chunk has been
+    // in it twice (a valid schedule's case) the entry is found by its forward's number.
     if (times_held[action.chunk] > 0) {
       const auto held =
-          times_held[action.chunk] == 1 && in_flight.front() == action.chunk
-              ? in_flight.begin()
+          !repeated
+              ? std::lower_bound(in_flight.begin(), in_flight.end(), action.chunk,
+                                 [&](int a, int b) { return pushed_as[a] < pushed_as[b]; })
               : std::next(std::find(in_flight.rbegin(), in_flight.rend(), action.chunk)).base();
       in_flight.erase(held);
       --times_held[action.chunk];
