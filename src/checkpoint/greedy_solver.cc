@@ -8,6 +8,7 @@
 
 #include "infinipipe/checkpoint/checkpoint_planner.h"
 #include "problem_tools.h"
+#include "tournament.h"
 
 namespace infinipipe {
 namespace {
@@ -27,41 +28,6 @@ struct Span {
 inline double covered(double coef, double remaining) {
   return remaining > 0 ? std::min(coef, remaining) : 0;
 }
-
-// The variable of highest priority, the lowest index among equals (what a scan from the front
-// keeping strict improvements finds), kept in a tournament tree: the greedy picks thousands of
-// times among tens of thousands of variables (one per stage and chunk, untied), and a pick
-// changes the priorities of few of them, so a scan per pick was most of a solve.
-class Tournament {
- public:
-  explicit Tournament(const std::vector<double>& priority) : priority_(priority) {
-    const int n = static_cast<int>(priority.size());
-    while (size_ < n) size_ *= 2;
-    winner_.assign(2 * static_cast<size_t>(size_), -1);
-    for (int j = 0; j < n; ++j) winner_[size_ + j] = j;
-    for (int node = size_ - 1; node >= 1; --node) winner_[node] = better(2 * node, 2 * node + 1);
-  }
-  int best() const { return winner_[1]; }
-  // After priority[j] changed.
-  void update(int j) {
-    for (int node = (size_ + j) / 2; node >= 1; node /= 2) {
-      const int w = better(2 * node, 2 * node + 1);
-      if (winner_[node] == w && w != j) break;  // nothing above can change
-      winner_[node] = w;
-    }
-  }
-
- private:
-  int better(int left, int right) const {
-    const int a = winner_[left], b = winner_[right];
-    if (a < 0) return b;
-    if (b < 0) return a;
-    return priority_[b] > priority_[a] ? b : a;  // a < b: ties keep the lower index
-  }
-  const std::vector<double>& priority_;
-  int size_ = 1;
-  std::vector<int> winner_;
-};
 
 // Free recompute goes first; among free variables the larger score still wins (scores stay
 // below 1e15 bytes, so the product cannot overflow).

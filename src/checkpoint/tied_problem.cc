@@ -104,6 +104,10 @@ void add_rows(const std::vector<std::vector<MemoryMoment>>& moments,
       row.need = base - budget;
       row.stage = p;
       row.action_index = moment.action_index;
+      // At most one entry per chunk in flight: reserved, not grown (rows of dozens of chunks,
+      // thousands of rows per program).
+      row.var.reserve(moment.in_flight.size());
+      row.coef.reserve(moment.in_flight.size());
       for (int k : moment.in_flight) {
         if (saving[k] <= 0) continue;
         const int j = problem.var_of[p][k];
