@@ -269,6 +269,9 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
   // Step 5: each long sequence's split chunks then its tail's chunk (hybrid, or split if nothing
   // joined the tail), longest sequence first; then the packed chunks.
   std::vector<Chunk> chunks;
+  size_t count = buckets.size();
+  for (const std::vector<Chunk>& split : split_chunks) count += split.size();
+  chunks.reserve(count);
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (i < long_seqs.size())
       for (Chunk& c : split_chunks[i]) chunks.push_back(std::move(c));

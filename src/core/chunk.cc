@@ -40,14 +40,42 @@ std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
     int64_t start;
     int chunk;
   };
-  std::vector<Piece> pieces;  // every slice, by sequence, then start, then chunk
-  for (int c = 0; c < n; ++c)
-    for (const Slice& s : chunks[c].slices) pieces.push_back({s.seq, s.start, c});
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
-    if (a.seq != b.seq) return a.seq < b.seq;
+  // Every slice, by sequence, then start, then chunk: placed by sequence (a counting sort; a
+  // uniform step's candidates have tens of thousands of slices, and sorting them all was most of
+  // the search's bounds there), then each sequence's few pieces sorted.
+  auto by_start = [](const Piece& a, const Piece& b) {
     if (a.start != b.start) return a.start < b.start;
     return a.chunk < b.chunk;
-  });
+  };
+  int max_seq = -1;
+  bool negative = false;
+  size_t total = 0;
+  for (const Chunk& chunk : chunks)
+    for (const Slice& s : chunk.slices) {
+      max_seq = std::max(max_seq, s.seq);
+      negative = negative || s.seq < 0;
+      ++total;
+    }
+  std::vector<Piece> pieces(total);
+  if (negative) {  // not a valid chunking, but ordered all the same
+    size_t i = 0;
+    for (int c = 0; c < n; ++c)
+      for (const Slice& s : chunks[c].slices) pieces[i++] = {s.seq, s.start, c};
+    std::sort(pieces.begin(), pieces.end(), [&](const Piece& a, const Piece& b) {
+      return a.seq != b.seq ? a.seq < b.seq : by_start(a, b);
+    });
+  } else {
+    std::vector<size_t> first(max_seq + 2, 0);  // pieces of sequence q: [first[q], first[q + 1])
+    for (const Chunk& chunk : chunks)
+      for (const Slice& s : chunk.slices) ++first[s.seq + 1];
+    for (int q = 0; q <= max_seq; ++q) first[q + 1] += first[q];
+    std::vector<size_t> next(first.begin(), first.end() - 1);
+    for (int c = 0; c < n; ++c)
+      for (const Slice& s : chunks[c].slices) pieces[next[s.seq]++] = {s.seq, s.start, c};
+    for (int q = 0; q <= max_seq; ++q)
+      if (first[q + 1] - first[q] > 1)
+        std::sort(pieces.begin() + first[q], pieces.begin() + first[q + 1], by_start);
+  }
   // Per sequence, the chunk with the earlier slice comes first: an edge between neighbours in
   // the order above (repeated when two chunks share several sequences, as counted below).
   std::vector<int> parent(n);

@@ -93,6 +93,10 @@ TEST(Chains, ChunksSharingAnySequenceJoinOneChain) {
   EXPECT_EQ(chains({Chunk{{Slice{0, 0, 5, 10}, Slice{0, 5, 10, 10}}}}),
             (std::vector<std::vector<int>>{{0}}));
   EXPECT_TRUE(chains({}).empty());
+  // Sequence numbers are placed by counting; a negative one (no valid step has it) is sorted.
+  EXPECT_EQ(
+      chains({Chunk{{Slice{-1, 5, 10, 10}}}, Chunk{{whole(7, 3)}}, Chunk{{Slice{-1, 0, 5, 10}}}}),
+      (std::vector<std::vector<int>>{{2, 0}, {1}}));
 }
 
 TEST(Chains, RecoverTheChainsAStepWasBuiltFrom) {
