@@ -98,22 +98,33 @@ std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
     std::vector<int> fill(out_start.begin(), out_start.end() - 1);
     for (const auto& [from, to] : edges) after[fill[from]++] = to;
   }
-  // Components in order of their smallest chunk, each one's chunks ascending.
-  std::vector<int> component_of_root(n, -1);
-  std::vector<std::vector<int>> members;
+  // Components in order of their smallest chunk, each one's chunks ascending: flat arrays, the
+  // component's members at [member_start[i], member_start[i + 1]) (most chunks are chains of
+  // their own, and a vector each was most of the time left here).
+  std::vector<int> component_of_root(n, -1), component_of(n);
+  int components = 0;
   for (int c = 0; c < n; ++c) {
     int& component = component_of_root[find_root(parent, c)];
-    if (component < 0) {
-      component = static_cast<int>(members.size());
-      members.emplace_back();
-    }
-    members[component].push_back(c);
+    if (component < 0) component = components++;
+    component_of[c] = component;
   }
-  std::vector<std::vector<int>> result;
-  for (const std::vector<int>& component : members) {
-    std::vector<int> ready, order;
-    for (int c : component)
-      if (indegree[c] == 0) ready.push_back(c);
+  std::vector<int> member_start(components + 1, 0), members(n);
+  for (int c = 0; c < n; ++c) ++member_start[component_of[c] + 1];
+  for (int i = 0; i < components; ++i) member_start[i + 1] += member_start[i];
+  {
+    std::vector<int> fill(member_start.begin(), member_start.end() - 1);
+    for (int c = 0; c < n; ++c) members[fill[component_of[c]]++] = c;
+  }
+  std::vector<std::vector<int>> result(components);
+  std::vector<int> ready;
+  for (int i = 0; i < components; ++i) {
+    const int* first = members.data() + member_start[i];
+    const int* last = members.data() + member_start[i + 1];
+    std::vector<int>& order = result[i];
+    order.reserve(last - first);
+    ready.clear();
+    for (const int* c = first; c != last; ++c)
+      if (indegree[*c] == 0) ready.push_back(*c);
     while (!ready.empty()) {
       std::sort(ready.begin(), ready.end(), std::greater<int>());
       int c = ready.back();
@@ -122,10 +133,9 @@ std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
       for (int e = out_start[c]; e < out_start[c + 1]; ++e)
         if (--indegree[after[e]] == 0) ready.push_back(after[e]);
     }
-    if (order.size() != component.size())
-      throw Error("chunks " + std::to_string(component.front()) +
+    if (static_cast<long>(order.size()) != last - first)
+      throw Error("chunks " + std::to_string(*first) +
                   "... hold slices of the same sequences in contradictory order");
-    result.push_back(std::move(order));
   }
   return result;
 }
