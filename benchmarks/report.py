@@ -207,11 +207,12 @@ def calibration_section(meta: dict | None) -> list[str]:
         "backward_b",
         "backward_a3",
         "backward_ratio",
+        "checkpointed_forward_ratio",
         "head_s_per_token",
         "embedding_s_per_token",
         "activation_bytes",
     ):
-        if key in meta:
+        if meta.get(key) is not None:
             out.append(f"| {key} | {meta[key]:.4g} |")
     out.append("")
     for part in ("forward", "backward"):

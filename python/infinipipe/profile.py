@@ -62,6 +62,9 @@ from infinipipe.models import cpp, llama
 from infinipipe.stage_adapter import LlamaStageAdapter
 
 STAGES = ("python", "cpp")
+# What a profile measures, in profiled_cost's cache key: a cost JSON profiled before the forward
+# without autograd was timed has no checkpointed_forward_ratio, and a trainer must not reuse it.
+MEASURES = "forward, backward, forward without autograd; embedding, head"
 STATISTICS = ("min", "median", "trimmed_mean")
 DTYPES = ("float32", "bfloat16", "float64")
 
@@ -191,9 +194,13 @@ def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int 
     def t(x):
         return _C.plan.robust_time(x, statistic)
 
-    layer = [
-        (r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"])) for r in runs["layer"]
-    ]
+    def sample(r: dict) -> tuple:
+        # Runs recorded before the profiler timed the forward without autograd have no such key:
+        # their calibration keeps r = 1 (cost/calibration.h).
+        no_grad = (t(r["checkpointed_forward_s"]),) if r.get("checkpointed_forward_s") else ()
+        return (r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"]), *no_grad)
+
+    layer = [sample(r) for r in runs["layer"]]
     embedding = [(r["tokens"], t(r["seconds"])) for r in runs["embedding"]]
     head = [(r["tokens"], t(r["seconds"])) for r in runs["head"]]
     return _C.plan.calibrate(layer, embedding, head, holdout_fraction=holdout, seed=seed)
@@ -335,6 +342,7 @@ def print_fit(cal: Any, activation_bytes_per_token: float) -> None:
         f"forward a1={c['a1']:.4g} a2={c['a2']:.4g} b={c['b']:.4g} a3={c['a3']:.4g}; backward "
         f"a1={c['backward_a1']:.4g} a2={c['backward_a2']:.4g} b={c['backward_b']:.4g} "
         f"a3={c['backward_a3']:.4g}; g={c['backward_ratio']:.3f} "
+        f"r={c['checkpointed_forward_ratio'] or 1:.3f} "
         f"embedding={c['embedding_s_per_token']:.3g} s/token head={c['head_s_per_token']:.3g} "
         f"s/token activation_bytes/token/layer={activation_bytes_per_token:.0f}"
     )

@@ -7,8 +7,8 @@ this machine's, so its step times can be several times off (a CPU step predicted
 core) on every rank at once, so each runs beside the others as in training, fits the
 coefficients and plans with rank 0's fit on every rank (the ranks must plan alike). The cost
 JSON is cached by what it depends on: model shape and dtype, layer split, the CPU's model, the
-threads per rank, the ranks on the host, and the torch and InfiniPipe versions; a later run on
-the same machine loads it. The cache lives in $INFINIPIPE_CACHE_DIR, else
+threads per rank, the ranks on the host, the torch and InfiniPipe versions and what the profiler
+measures (profile.MEASURES); a later run on the same machine loads it. The cache lives in $INFINIPIPE_CACHE_DIR, else
 ~/.cache/infinipipe.
 
 With sequence parallelism (d_s > 1) every rank also times the Ulysses all-to-all over its
@@ -57,7 +57,7 @@ def cache_path(
     """Where the cost JSON of this model, split and machine set-up is cached; with `sequence`
     above 1 a profile holding the all-to-all over that many ranks (another key)."""
     from .alltoall_profile import VERSION
-    from .profile import cpu_model
+    from .profile import MEASURES, cpu_model
 
     parts: list = [
         model_shape_json(config, config.dtype),
@@ -69,6 +69,7 @@ def cache_path(
         torch.__version__,
         __version__,
         GRID,
+        MEASURES,
     ]
     if sequence > 1:
         parts.append(dict(alltoall=VERSION, sequence=int(sequence)))

@@ -450,6 +450,7 @@ void bind_plan(py::module_& root) {
       .def_readonly("backward_b", &Calibration::backward_b)
       .def_readonly("embedding_s_per_token", &Calibration::embedding_s_per_token)
       .def_readonly("head_s_per_token", &Calibration::head_s_per_token)
+      .def_readonly("checkpointed_forward_ratio", &Calibration::checkpointed_forward_ratio)
       .def_readonly("fit", &Calibration::fit, "Indices of the layer samples fitted.")
       .def_readonly("held_out", &Calibration::held_out, "Indices of the layer samples held out.")
       .def_readonly("forward_median_error", &Calibration::forward_median_error)
@@ -461,12 +462,19 @@ void bind_plan(py::module_& root) {
       .def("to_json", [](const Calibration& c) { return nlohmann::json(c).dump(); });
   m.def(
       "calibrate",
-      [](const std::vector<std::tuple<int64_t, int64_t, double, double>>& layer,
+      [](const std::vector<py::tuple>& layer,
          const std::vector<std::pair<int64_t, double>>& embedding,
          const std::vector<std::pair<int64_t, double>>& head, double holdout_fraction,
          uint64_t seed) {
         CalibrationSamples samples;
-        for (const auto& [s, c, f, b] : layer) samples.layer.push_back({s, c, f, b});
+        for (const py::tuple& t : layer) {
+          check(t.size() == 4 || t.size() == 5,
+                "calibrate: a layer sample is (tokens, context, forward_s, backward_s) or "
+                "(..., checkpointed_forward_s), got " +
+                    std::to_string(t.size()) + " values");
+          samples.layer.push_back({t[0].cast<int64_t>(), t[1].cast<int64_t>(), t[2].cast<double>(),
+                                   t[3].cast<double>(), t.size() == 5 ? t[4].cast<double>() : 0.0});
+        }
         for (const auto& [s, t] : embedding) samples.embedding.push_back({s, t});
         for (const auto& [s, t] : head) samples.head.push_back({s, t});
         return calibrate(samples, {holdout_fraction, seed});
@@ -475,10 +483,11 @@ void bind_plan(py::module_& root) {
       py::arg("head") = std::vector<std::pair<int64_t, double>>{},
       py::arg("holdout_fraction") = CalibrationOptions{}.holdout_fraction,
       py::arg("seed") = CalibrationOptions{}.seed,
-      "Fits a1, a2, b and the backward's a1', a2', b' (non-negative), the backward ratio to layer "
-      "samples (tokens, context, "
-      "forward_s, backward_s), and per-token times to embedding and head samples (tokens, "
-      "seconds), holding out a seeded fraction of the layer samples.");
+      "Fits a1, a2, b, a3 and the backward's a1', a2', b', a3' (non-negative) and the backward "
+      "ratio to layer samples (tokens, context, forward_s, backward_s[, "
+      "checkpointed_forward_s]), r (checkpointed_forward_ratio) when every sample has the "
+      "fifth value, and per-token times to embedding and head samples (tokens, seconds), "
+      "holding out a seeded fraction of the layer samples.");
   m.def("apply_calibration", &apply_calibration, py::arg("cost"), py::arg("calibration"),
         "The cost model with the calibrated time coefficients; everything else kept.");
   py::class_<LinkFit>(m, "LinkFit", "A link's fitted bandwidth (bytes/s) and latency (s).")

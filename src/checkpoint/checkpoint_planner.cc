@@ -24,7 +24,7 @@ double recompute_seconds(const std::vector<Chunk>& chunks, const CostModel& cost
       if (recompute[p][k] > 0)
         alltoall += recompute[p][k] * cost.layer_alltoall_time(chunks[k], static_cast<int>(p));
     }
-    if (layers > 0) total += layers * cost.layer_forward_time(chunks[k]) + alltoall;
+    if (layers > 0) total += layers * cost.layer_recompute_time(chunks[k]) + alltoall;
   }
   return total;
 }

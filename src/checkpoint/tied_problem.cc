@@ -148,7 +148,7 @@ TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk
   std::vector<double> work(num_vars, 0);
   problem.var_of.assign(d, std::vector<int>(n));
   for (int k = 0; k < n; ++k) {
-    const double layer_compute = cost.layer_forward_time(chunks[k]);
+    const double layer_compute = cost.layer_recompute_time(chunks[k]);
     for (int p = 0; p < d; ++p) {
       // A recomputed layer's forward with its all-to-alls (layer_compute exactly with d_s = 1).
       const double layer_time = layer_compute + cost.layer_alltoall_time(chunks[k], p);
@@ -180,7 +180,8 @@ TiedProblem build_untied_problem(const Schedule& schedule, const std::vector<Chu
     for (int k = 0; k < n; ++k) {
       const int j = p * n + k;
       problem.var_of[p][k] = j;
-      problem.cost[j] = cost.layer_forward_time(chunks[k]) + cost.layer_alltoall_time(chunks[k], p);
+      problem.cost[j] =
+          cost.layer_recompute_time(chunks[k]) + cost.layer_alltoall_time(chunks[k], p);
       problem.upper[j] = cost.layers(p);
     }
   add_rows(moments, chunks, cost, memory_budget_bytes, problem);

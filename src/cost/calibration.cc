@@ -269,6 +269,8 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
           "calibration: " + what + ": tokens must be at least 1 and context at least 0");
     check_positive_time(s.forward_s, what + " forward");
     check_positive_time(s.backward_s, what + " backward");
+    if (s.checkpointed_forward_s != 0)
+      check_positive_time(s.checkpointed_forward_s, what + " forward without autograd");
   }
   check(layer.size() >= 3, "calibration: " + std::to_string(layer.size()) +
                                " layer samples are fewer than the 3 unknowns a1, a2, b; profile "
@@ -297,6 +299,15 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
     backward.push_back(s.backward_s);
   }
   cal.backward_ratio = fit_ratio(predicted, backward);
+  // r the same way: the planner charges a checkpointed layer's saving as r of its fitted forward.
+  const bool have_r = std::all_of(layer.begin(), layer.end(), [](const LayerSample& s) {
+    return s.checkpointed_forward_s > 0;
+  });
+  if (have_r) {
+    std::vector<double> no_grad;
+    for (const LayerSample& s : fit) no_grad.push_back(s.checkpointed_forward_s);
+    cal.checkpointed_forward_ratio = fit_ratio(predicted, no_grad);
+  }
 
   std::vector<double> fwd_err, bwd_err;
   for (int i : cal.held_out) {
@@ -372,7 +383,9 @@ CostModel apply_calibration(const CostModel& base, const Calibration& calibratio
   if (calibration.embedding_s_per_token)
     c.embedding_s_per_token = *calibration.embedding_s_per_token;
   if (calibration.head_s_per_token) c.head_s_per_token = *calibration.head_s_per_token;
-  return CostModel(base.shape(), base.layers_per_stage(), c);
+  if (calibration.checkpointed_forward_ratio)
+    c.checkpointed_forward_ratio = *calibration.checkpointed_forward_ratio;
+  return CostModel(base.shape(), base.layers_per_stage(), c, base.layout());
 }
 
 void to_json(nlohmann::json& j, const Calibration& c) {
@@ -391,6 +404,7 @@ void to_json(nlohmann::json& j, const Calibration& c) {
                      {"backward_a3", c.backward_a3},
                      {"embedding_s_per_token", optional(c.embedding_s_per_token)},
                      {"head_s_per_token", optional(c.head_s_per_token)},
+                     {"checkpointed_forward_ratio", optional(c.checkpointed_forward_ratio)},
                      {"fit", c.fit},
                      {"held_out", c.held_out},
                      {"forward_heldout_median", number(c.forward_median_error)},

@@ -117,6 +117,11 @@ void CostCoefficients::validate() const {
   at_least_zero(b, "b");
   at_least_zero(a3, "a3");
   positive(backward_ratio, "backward_ratio");
+  check(std::isfinite(checkpointed_forward_ratio) && checkpointed_forward_ratio > 0 &&
+            checkpointed_forward_ratio <= 2,
+        "cost coefficients: checkpointed_forward_ratio (a layer's forward without autograd over "
+        "its recorded forward) must be in (0, 2], got " +
+            std::to_string(checkpointed_forward_ratio) + "; profile again or remove the field");
   at_least_zero(backward_a1, "backward_a1");
   at_least_zero(backward_a2, "backward_a2");
   at_least_zero(backward_b, "backward_b");
@@ -170,6 +175,8 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
     j["a3"] = c.a3;
     j["backward_a3"] = c.backward_a3;
   }
+  if (c.checkpointed_forward_ratio != 1)
+    j["checkpointed_forward_ratio"] = c.checkpointed_forward_ratio;
   if (c.alltoall_bandwidth > 0) {
     j["alltoall_bandwidth"] = c.alltoall_bandwidth;
     j["alltoall_latency_s"] = c.alltoall_latency_s;
@@ -187,6 +194,7 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get_optional("backward_b", c.backward_b);
   f.get_optional("a3", c.a3);  // absent in files written before it existed: 0
   f.get_optional("backward_a3", c.backward_a3);
+  f.get_optional("checkpointed_forward_ratio", c.checkpointed_forward_ratio);  // absent: 1
   f.get("embedding_s_per_token", c.embedding_s_per_token);
   f.get("head_s_per_token", c.head_s_per_token);
   f.get("activation_bytes", c.activation_bytes);

@@ -80,10 +80,12 @@ double CostModel::recompute_time(const Chunk& chunk, int stage, int checkpointed
 }
 
 double CostModel::recompute_time(int checkpointed_layers, double layer_forward,
-                                 double layer_alltoall) {
+                                 double layer_alltoall) const {
   // Two products, not one of a sum: with d_s = 1 the second is an exact 0.0 and the first is
-  // the layout-free model's recompute to the bit.
-  return checkpointed_layers * layer_forward + checkpointed_layers * layer_alltoall;
+  // the layout-free model's recompute to the bit (r = 1 multiplies exactly). The all-to-alls
+  // are repeated in full: only the compute ran cheaper without autograd.
+  const double r = coefficients_.checkpointed_forward_ratio;
+  return checkpointed_layers * (r * layer_forward) + checkpointed_layers * layer_alltoall;
 }
 
 double CostModel::alltoall_time(const Chunk& chunk, int stage, int checkpointed_layers) const {

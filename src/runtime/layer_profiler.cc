@@ -61,26 +61,36 @@ class Bench {
                                            std::move(kv), options)};
   }
 
-  // (forward, backward) seconds of local layer 0.
-  std::pair<double, double> layer(GridPoint p) {
+  struct LayerTimes {
+    double forward = 0, backward = 0, checkpointed_forward = 0;
+  };
+
+  // Seconds of local layer 0: its forward without autograd, as the executor runs a checkpointed
+  // layer first, then the recorded forward and its backward.
+  LayerTimes layer(GridPoint p) {
     const auto ctx = context(p);
     at::Tensor x = at::randn({p.tokens, o_.hidden}, float_);
+    LayerTimes times;
     {
       // The executor runs all of a stage's layers on one context: the first builds the chunk's
       // module state (rotary tables, the Python adapter's context) and the others reuse it.
       // Build it untimed, so that the time is that of the typical layer.
       at::NoGradGuard no_grad;
       module_.layer(0, x, *ctx);
+      const double t0 = now();
+      module_.layer(0, x, *ctx);
+      times.checkpointed_forward = since(t0);
     }
     x.requires_grad_(true);
     at::AutoGradMode grad_mode(true);
     const double t0 = now();
     at::Tensor out = module_.layer(0, x, *ctx);
-    const double forward = since(t0);
+    times.forward = since(t0);
     const at::Tensor grad = at::ones_like(out);
     const double t1 = now();
     torch::autograd::backward({out}, {grad});
-    return {forward, since(t1)};
+    times.backward = since(t1);
+    return times;
   }
 
   double embedding(int64_t tokens) {
@@ -153,7 +163,8 @@ CalibrationSamples LayerProfile::samples(Statistic statistic) const {
   CalibrationSamples out;
   for (const PointRuns& r : layer)
     out.layer.push_back({r.point.tokens, r.point.context, robust_time(r.forward_s, statistic),
-                         robust_time(r.backward_s, statistic)});
+                         robust_time(r.backward_s, statistic),
+                         robust_time(r.checkpointed_forward_s, statistic)});
   for (const PartRuns& r : embedding)
     out.embedding.push_back({r.tokens, robust_time(r.seconds, statistic)});
   for (const PartRuns& r : head) out.head.push_back({r.tokens, robust_time(r.seconds, statistic)});
@@ -167,7 +178,7 @@ LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& opti
   LayerProfile profile;
   std::vector<Task> round;
   for (int i = 0; i < int(options.points.size()); ++i) {
-    profile.layer.push_back({options.points[i], {}, {}});
+    profile.layer.push_back({options.points[i], {}, {}, {}});
     round.push_back({Kind::Layer, i});
   }
   std::set<int64_t> token_counts;
@@ -197,8 +208,12 @@ LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& opti
     switch (t.kind) {
       case Kind::Layer: {
         PointRuns& r = profile.layer[t.index];
-        const auto [fwd, bwd] = bench.layer(r.point);
-        if (timed) r.forward_s.push_back(fwd), r.backward_s.push_back(bwd);
+        const auto times = bench.layer(r.point);
+        if (timed) {
+          r.forward_s.push_back(times.forward);
+          r.backward_s.push_back(times.backward);
+          r.checkpointed_forward_s.push_back(times.checkpointed_forward);
+        }
         break;
       }
       case Kind::Embedding: {

@@ -119,7 +119,8 @@ int run(const Args& args) {
     runs.push_back({{"tokens", r.point.tokens},
                     {"context", r.point.context},
                     {"forward_s", r.forward_s},
-                    {"backward_s", r.backward_s}});
+                    {"backward_s", r.backward_s},
+                    {"checkpointed_forward_s", r.checkpointed_forward_s}});
   auto part = [](const std::vector<ip::runtime::PartRuns>& parts) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : parts) out.push_back({{"tokens", r.tokens}, {"seconds", r.seconds}});

@@ -130,6 +130,35 @@ TEST(Calibration, ContextTerm) {
   EXPECT_EQ(coef[3], 0);
 }
 
+TEST(Calibration, ForwardWithoutAutogradGivesR) {
+  // The profiler times each point's forward without autograd too (a checkpointed layer's first
+  // forward): r is its ratio to the fitted forward, and the cost model takes it.
+  std::vector<LayerSample> samples = synthetic(0, 0);
+  Calibration cal = calibrate({samples});
+  EXPECT_FALSE(cal.checkpointed_forward_ratio.has_value());  // not measured
+  EXPECT_TRUE(nlohmann::json(cal)["checkpointed_forward_ratio"].is_null());
+  for (LayerSample& s : samples) s.checkpointed_forward_s = 0.94 * s.forward_s;
+  cal = calibrate({samples});
+  ASSERT_TRUE(cal.checkpointed_forward_ratio.has_value());
+  EXPECT_NEAR(*cal.checkpointed_forward_ratio, 0.94, 1e-9);
+
+  // apply_calibration sets it and keeps everything else, the layout included.
+  ParallelLayout layout;
+  layout.sequence = 2;
+  const ModelShape tiny = ModelShape::builtin("tiny");
+  const CostModel base(tiny, {tiny.layers / 2, tiny.layers - tiny.layers / 2},
+                       CostCoefficients::analytic(tiny, Hardware::builtin("cpu")), layout);
+  const CostModel got = apply_calibration(base, cal);
+  EXPECT_NEAR(got.coefficients().checkpointed_forward_ratio, 0.94, 1e-9);
+  EXPECT_EQ(got.layout().sequence, 2);
+
+  // Measured on some points only: no r rather than one from part of the grid.
+  samples[3].checkpointed_forward_s = 0;
+  EXPECT_FALSE(calibrate({samples}).checkpointed_forward_ratio.has_value());
+  samples[3].checkpointed_forward_s = -1;
+  EXPECT_NE(error_of([&] { calibrate({samples}); }).find("without autograd"), std::string::npos);
+}
+
 TEST(Calibration, HeldOutSplit) {
   const std::vector<LayerSample> samples = synthetic(0, 0);  // 6 x 6 grid
   const CalibrationOptions options{0.25, 7};

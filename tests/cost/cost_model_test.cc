@@ -128,6 +128,37 @@ TEST(CostModel, CheckpointingTradesMemoryForTimeMonotonically) {
   }
 }
 
+TEST(CostModel, CheckpointingAddsRForwardsChargedToTheBackward) {
+  // A checkpointed layer's first forward runs without autograd at r of the recorded forward, so
+  // checkpointing it adds r forwards net; the model charges that to the backward and leaves the
+  // forward as it is, so F + B of every chunk is exact for any number of checkpointed layers.
+  std::mt19937_64 rng(6);
+  const CostModel plain = llama7b(4);
+  CostCoefficients k = plain.coefficients();
+  k.checkpointed_forward_ratio = 0.9;
+  const CostModel m(plain.shape(), plain.layers_per_stage(), k);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Chunk chunk = random_chunk(rng, 1 + rng() % 6);
+    const int stage = rng() % m.num_stages();
+    const int ckpt = 1 + rng() % m.layers(stage);
+    const double f = m.layer_forward_time(chunk);
+    EXPECT_EQ(m.forward_time(chunk, stage), plain.forward_time(chunk, stage));
+    EXPECT_EQ(m.backward_time(chunk, stage, 0), plain.backward_time(chunk, stage, 0));
+    EXPECT_NEAR(m.backward_time(chunk, stage, ckpt) - m.backward_time(chunk, stage, 0),
+                ckpt * 0.9 * f, 1e-12 * f);
+    EXPECT_NEAR(m.recompute_time(chunk, stage, ckpt), ckpt * 0.9 * f, 1e-12 * f);
+    EXPECT_EQ(m.layer_recompute_time(chunk), 0.9 * f);
+    // What the executor runs: (layers - ckpt) recorded forwards and ckpt at r in F, ckpt recorded
+    // forwards again in B.
+    const double executed = m.forward_time(chunk, stage) - ckpt * (1 - 0.9) * f +
+                            plain.backward_time(chunk, stage, ckpt);
+    EXPECT_NEAR(m.forward_time(chunk, stage) + m.backward_time(chunk, stage, ckpt), executed,
+                1e-12 * executed);
+  }
+  // r = 1 (the analytic model, older files) is the model before r existed, bit for bit.
+  EXPECT_EQ(plain.coefficients().checkpointed_forward_ratio, 1.0);
+}
+
 TEST(CostModel, SplitSlicesKeepTheirOwnKvBesidesTheBuffer) {
   // The chunk attention saves a slice's k and v for its backward although the sequence's K/V
   // buffer holds them too: a slice keeps as much as a whole sequence of its length.
@@ -374,6 +405,23 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   j["coefficients"]["a3"] = -1;
   write(j.dump(2));
   EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("a3"), std::string::npos);
+
+  // r: absent is 1 and not written back; measured, it survives the round trip; outside (0, 2]
+  // is refused with the field's name.
+  j = llama7b(2);
+  EXPECT_FALSE(j["coefficients"].contains("checkpointed_forward_ratio"));
+  j["coefficients"]["checkpointed_forward_ratio"] = 0.93;
+  write(j.dump(2));
+  const CostModel with_r = load_cost_model(path_);
+  EXPECT_EQ(with_r.coefficients().checkpointed_forward_ratio, 0.93);
+  EXPECT_EQ(nlohmann::json(with_r)["coefficients"]["checkpointed_forward_ratio"], 0.93);
+  for (double bad : {0.0, -0.5, 2.5}) {
+    j["coefficients"]["checkpointed_forward_ratio"] = bad;
+    write(j.dump(2));
+    EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("checkpointed_forward_ratio"),
+              std::string::npos)
+        << bad;
+  }
 
   j = llama7b(2);
   j["layers_per_stage"] = {16, 15};

@@ -58,6 +58,12 @@ def test_fit_recovers_exact_coefficients():
     np.testing.assert_allclose([cal.a1, cal.a2, cal.b], TRUE, rtol=1e-6)
     assert cal.backward_ratio == pytest.approx(2.3)
     assert cal.forward_max_error < 1e-6 and cal.backward_max_error < 1e-6
+    assert cal.checkpointed_forward_ratio is None  # no forward without autograd given
+    # With it (a checkpointed layer's first forward): r, its ratio to the fitted forward.
+    with_r = _C.plan.calibrate([(*x, 0.93 * x[2]) for x in samples(0.0, 0)])
+    assert with_r.checkpointed_forward_ratio == pytest.approx(0.93)
+    with pytest.raises(Exception, match="checkpointed_forward_s"):
+        _C.plan.calibrate([(*x, 1.0, 2.0) for x in samples(0.0, 0)])
     assert len(cal.held_out) == 6 and len(cal.fit) == 19  # a quarter of 25 held out
     assert cal.embedding_s_per_token is None and cal.head_s_per_token is None
 
@@ -130,8 +136,12 @@ def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
         "embedding_s_per_token",
         "head_s_per_token",
         "activation_bytes",
+        "checkpointed_forward_ratio",
     ):
         assert coef[key] == pytest.approx(meta[key])
+    assert 0 < coef["checkpointed_forward_ratio"] <= 2
+    for r in meta["runs"]["layer"]:  # the forward without autograd, timed at every repeat
+        assert len(r["checkpointed_forward_s"]) == len(r["forward_s"]) > 0
     assert coef["a2"] > 0 and coef["activation_bytes"] > 0 and coef["head_s_per_token"] > 0
     assert 0 <= meta["forward_heldout_median"] <= meta["forward_heldout_max"]
     assert meta["stage"] == stage and meta["threads"] == 1 and meta["torch"] == torch.__version__

@@ -9,6 +9,8 @@
 //   T_bwd = a1' * ((c+s)^2 - c^2) + a2' * s + b' + a3' * c   (the same, on the backward times)
 // (a3, the context's per-slice cost, only when the samples have more than one context; else 0)
 // and g, the backward over the fitted forward (for the embedding's and the head's backward),
+// and r, the layer's forward without autograd (a checkpointed layer's first forward) over the
+// fitted forward (CostCoefficients::checkpointed_forward_ratio), when the samples have it,
 // all by relative least squares (each residual divided by its measured time), because the
 // planner needs the same relative accuracy for a 64-token chunk as for a 4096-token one. A seeded
 // fraction of the points is held out of the fit (never the grid's extreme corners, so the fit
@@ -52,6 +54,9 @@ struct LayerSample {
   int64_t context = 0;
   double forward_s = 0;
   double backward_s = 0;
+  // The same forward without autograd, as a checkpointed layer's first forward runs; 0: not
+  // measured (then calibrate() leaves r out, and apply_calibration keeps the base model's).
+  double checkpointed_forward_s = 0;
 };
 
 // Seconds of a part that is linear in tokens (embedding; head with the loss).
@@ -77,6 +82,8 @@ struct Calibration {
   double backward_a1 = 0, backward_a2 = 0, backward_b = 0, backward_a3 = 0;
   std::optional<double> embedding_s_per_token;
   std::optional<double> head_s_per_token;
+  // r against the fitted forward, over the fitted points; only when every sample measured it.
+  std::optional<double> checkpointed_forward_ratio;
   std::vector<int> fit;       // indices into samples.layer used by the fit
   std::vector<int> held_out;  // the others
   // |predicted - measured| / measured over the held-out points; NaN when none is held out.
@@ -131,9 +138,9 @@ LinkFit fit_link(const std::vector<LinkSample>& samples);
 // alltoall_bandwidth, alltoall_latency_s); everything else, the layout included, kept.
 CostModel apply_alltoall_link(const CostModel& base, const LinkFit& link);
 
-// `base` with the calibrated time coefficients (a1, a2, b, the backward's a1', a2', b', the
-// backward ratio, and the embedding and head per-token times when measured); everything else is
-// kept.
+// `base` with the calibrated time coefficients (a1, a2, b, a3, the backward's a1', a2', b', a3',
+// the backward ratio, and r and the embedding and head per-token times when measured);
+// everything else, the layout included, is kept.
 CostModel apply_calibration(const CostModel& base, const Calibration& calibration);
 
 // All fields; NaN errors and unmeasured parts are null.

@@ -6,10 +6,13 @@
 // Per stage with l layers, a chunk whose slices have lengths s_i and contexts c_i costs
 //   T_fwd = l * (sum_i [a1 * ((c_i + s_i)^2 - c_i^2) + a2 * s_i + a3 * c_i] + b)
 //           + extras(first/last stage)
-//   T_bwd = g * T_fwd + ckpt_layers * (per-layer forward time)
+//   T_bwd = g * T_fwd + ckpt_layers * r * (per-layer forward time)
 // or, when the layer's backward was measured apart (the profiler fits it like the forward),
 //   T_bwd = l * (sum_i [a1' * ((c_i + s_i)^2 - c_i^2) + a2' * s_i + a3' * c_i] + b') + g * extras
-//           + ckpt_layers * (per-layer forward time)
+//           + ckpt_layers * r * (per-layer forward time)
+// where r (checkpointed_forward_ratio) is what checkpointing a layer adds net: the backward
+// re-runs the recorded forward, and the layer's first forward ran without autograd, r of a
+// recorded one, so the extra is r forwards (docs/design.md, "Recompute's net cost").
 // With a parallel layout of d_s sequence-parallel ranks per stage (parallel_layout.h) every
 // time and byte is one rank's: the slice terms and the extras are divided by d_s (each rank has
 // 1/d_s of the tokens, and of the heads in attention; b, a launch overhead, is not), and every
@@ -52,6 +55,15 @@ struct CostCoefficients {
   double backward_a2 = 0;
   double backward_b = 0;
   double backward_a3 = 0;  // a3 of the backward
+  // r: a checkpointed layer's first forward, run without autograd, over the recorded forward
+  // the model charges (T_fwd). Checkpointing a layer adds r forwards net (its recorded forward
+  // again in the backward, less the 1 - r its first forward saved), all charged to the
+  // backward's recompute so that T_fwd stays independent of the checkpointing: each chunk's
+  // F + B on a stage is exact, its F over by (1 - r) of a forward per checkpointed layer and its
+  // B under by as much. 1 in the analytic model (the FLOPs are the same; what autograd saves is
+  // bookkeeping, not measured on GPUs here) and in files written before it existed; the
+  // profiler measures it (cost/calibration.h).
+  double checkpointed_forward_ratio = 1;
   // Time of the parts outside the layers, per token.
   double embedding_s_per_token = 0;  // first stage
   double head_s_per_token = 0;       // last stage: final norm, LM head, loss (forward only)
@@ -122,6 +134,11 @@ class CostModel {
   double forward_time(const Chunk& chunk, int stage) const;
   // One layer's backward compute, without recompute or all-to-alls.
   double layer_backward_time(const Chunk& chunk) const;
+  // What checkpointing one of the chunk's layers adds, without all-to-alls: r times
+  // layer_forward_time (CostCoefficients::checkpointed_forward_ratio).
+  double layer_recompute_time(const Chunk& chunk) const {
+    return coefficients_.checkpointed_forward_ratio * layer_forward_time(chunk);
+  }
   // Backward of the chunk on the stage, recomputing `checkpointed_layers` of its layers (their
   // forward compute and all-to-alls), with its own all-to-alls.
   double backward_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
@@ -208,8 +225,7 @@ class CostModel {
   // a tenth of the planner's time (docs/planning.md, "Search speed").
   double compute_forward_time(const Chunk& chunk, int stage, double layer_forward,
                               bool with_head = true) const;
-  static double recompute_time(int checkpointed_layers, double layer_forward,
-                               double layer_alltoall);
+  double recompute_time(int checkpointed_layers, double layer_forward, double layer_alltoall) const;
   void set_links();  // alltoall_link_ and p2p_link_ from the layout (cost_model_parallel.cc)
 
   ModelShape shape_;

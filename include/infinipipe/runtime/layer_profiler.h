@@ -8,7 +8,9 @@
 // whose first c rows hold (random) K/V of the earlier slices, its dK/dV accumulators allocated,
 // as for every slice but the last of a split sequence. Local layer 0 runs forward with grad on a
 // random input that requires grad, then backward from a gradient of ones, each timed alone;
-// parameter gradients accumulate across runs as across a step's chunks. The embedding (forward)
+// parameter gradients accumulate across runs as across a step's chunks. Before them the same
+// forward runs without autograd, timed too: a checkpointed layer's first forward in the executor
+// (CostCoefficients::checkpointed_forward_ratio). The embedding (forward)
 // and the head with the cross-entropy loss (forward) are timed per token count when the module
 // has them, since the cost model charges them per token on the first and last stage.
 #include <cstdint>
@@ -47,7 +49,8 @@ struct LayerProfilerOptions {
 
 struct PointRuns {
   GridPoint point;
-  std::vector<double> forward_s, backward_s;  // one per repeat, in the order they ran
+  std::vector<double> forward_s, backward_s;   // one per repeat, in the order they ran
+  std::vector<double> checkpointed_forward_s;  // the forward without autograd, one per repeat
 };
 
 struct PartRuns {
