@@ -107,10 +107,26 @@ def timed_step(c: dict) -> None:
         stats = dict(c["trainer"].step(c["batch"], plan=c["plan"]).stats)
     finally:
         executor.set_after_action(None)
-    stats["compute_cpu_s"] = sum(
-        t - marks[i - 1][1] for i, (a, t) in enumerate(marks) if i and a[0] in "FB"
-    )
+    for kind, key in (("F", "forward_cpu_s"), ("B", "backward_cpu_s")):
+        stats[key] = sum(
+            t - marks[i - 1][1] for i, (a, t) in enumerate(marks) if i and a[0] == kind
+        )
+    stats["compute_cpu_s"] = stats["forward_cpu_s"] + stats["backward_cpu_s"]
     c["measured"].append(gathered(stats))
+
+
+def predicted_parts(c: dict) -> dict:
+    """Per stage, the simulator's forward (F actions), backward (B actions, recompute included)
+    and recompute seconds of the case's plan, from its timed actions (Plan.predicted_actions)."""
+    plan = c["plan"]
+    stages = len(plan.summary()["predicted_busy_s"])
+    parts = {k: [0.0] * stages for k in ("forward", "backward", "recompute")}
+    for stage, _, category, seconds in plan.predicted_actions(c["trainer"].cost):
+        if category in ("recompute", "backward"):
+            parts["backward"][stage] += seconds
+        if category in parts and category != "backward":
+            parts[category][stage] += seconds
+    return {f"predicted_{k}_s": v for k, v in parts.items()}
 
 
 def result_row(c: dict) -> dict:
@@ -125,6 +141,10 @@ def result_row(c: dict) -> dict:
         for p in range(len(measured[0]))
     ]
     busy_cpu = [min(ranks[p]["compute_cpu_s"] for ranks in measured) for p in range(len(busy))]
+
+    def fastest(key):
+        return [min(ranks[p][key] for ranks in measured) for p in range(len(busy))]
+
     return dict(
         case=dict(
             distribution=distribution,
@@ -152,6 +172,10 @@ def result_row(c: dict) -> dict:
         measured_busy_s=busy,
         # per stage, the fastest repeat's thread CPU time in forward and backward actions
         measured_busy_cpu_s=busy_cpu,
+        # the same split into the F and the B actions (recompute in B), beside the simulator's
+        measured_forward_cpu_s=fastest("forward_cpu_s"),
+        measured_backward_cpu_s=fastest("backward_cpu_s"),
+        **predicted_parts(c),
         # per repeat and rank: its executor's wall time waiting on peers, and its compute
         measured_wait_s=[[s["wait_s"] for s in ranks] for ranks in measured],
         predicted_activation_bytes=[s["predicted_activation_bytes"] for s in memory],
@@ -159,7 +183,7 @@ def result_row(c: dict) -> dict:
     )
 
 
-def compared(rows: list, cost_model: str | None, compare_cost: str | None) -> dict:
+def compared(rows: list, cost_model: str | None, compare_cost: str | None, label: str) -> dict:
     """With --compare-cost: every row's plan predicted with that cost model too, and the errors
     per method under it."""
     if not compare_cost or not cost_model:
@@ -172,6 +196,7 @@ def compared(rows: list, cost_model: str | None, compare_cost: str | None) -> di
         )
     return dict(
         compare_cost=compare_cost,
+        compare_label=label,
         per_method_compare=per_method(rows, "predicted_step_s_compare", "predicted_busy_s_compare"),
     )
 
@@ -190,6 +215,11 @@ def main() -> int:
         "--compare-cost",
         help="another cost JSON (an earlier fit): every measured plan is also predicted with it "
         "(predicted_*_compare) and its errors per method are given beside",
+    )
+    p.add_argument(
+        "--compare-label",
+        default="the other cost model",
+        help="what --compare-cost is, for the report (e.g. 'fit without a3')",
     )
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -221,7 +251,9 @@ def main() -> int:
                 f"({e['step']:+.1%}); activation memory "
                 f"{', '.join(f'{m:+.1%}' for m in e['memory'])}; busy "
                 f"{', '.join(f'{b:+.1%}' for b in e['busy'])}; busy (CPU time) "
-                f"{', '.join(f'{b:+.1%}' for b in e['busy_cpu'])}",
+                f"{', '.join(f'{b:+.1%}' for b in e['busy_cpu'])} (forward "
+                f"{', '.join(f'{b:+.1%}' for b in e['forward_cpu'])}, backward "
+                f"{', '.join(f'{b:+.1%}' for b in e['backward_cpu'])})",
                 flush=True,
             )
     if dist.get_rank() == 0:
@@ -235,7 +267,7 @@ def main() -> int:
             median_abs_memory_error=statistics.median(mem_err),
             max_abs_memory_error=max(mem_err),
             per_method=per_method(rows),
-            **compared(rows, args.cost_model, args.compare_cost),
+            **compared(rows, args.cost_model, args.compare_cost, args.compare_label),
             heavy_seeds=[] if args.smoke else HEAVY_SEEDS,
             rounds="interleaved: every case's timed step in turn, --repeats rounds, odd ones "
             "backwards",
@@ -250,7 +282,8 @@ def main() -> int:
             print(
                 f"{m}: median step error {e['median_step_error']:+.1%}, median |error| "
                 f"{e['median_abs_step_error']:.1%} over {e['cases']} cases; busy CPU time "
-                f"{e['median_busy_cpu_error']:+.1%}"
+                f"{e['median_busy_cpu_error']:+.1%} (forward {e['median_forward_cpu_error']:+.1%}, "
+                f"backward {e['median_backward_cpu_error']:+.1%})"
             )
         if args.output:
             results.write(args.output, result)

@@ -35,6 +35,16 @@ def errors(row):
         busy_cpu=[
             p / m - 1 for p, m in zip(row["predicted_busy_s"], row.get("measured_busy_cpu_s", []))
         ],
+        # the same, of the F actions and of the B actions (recompute included) apart
+        **{
+            f"{part}_cpu": [
+                p / m - 1
+                for p, m in zip(
+                    row.get(f"predicted_{part}_s", []), row.get(f"measured_{part}_cpu_s", [])
+                )
+            ]
+            for part in ("forward", "backward")
+        },
     )
 
 
@@ -63,15 +73,28 @@ def per_method(rows, step_key="predicted_step_s", busy_key="predicted_busy_s"):
     the median error of the busy time against its thread CPU time (over stages and cases)."""
     by, cpu = {}, {}
     for r in rows:
-        e = errors(dict(r, predicted_step_s=r[step_key], predicted_busy_s=r[busy_key]))
-        by.setdefault(r["case"]["method"], []).append(e["step"])
-        cpu.setdefault(r["case"]["method"], []).extend(e["busy_cpu"])
+        row = dict(r, predicted_step_s=r[step_key], predicted_busy_s=r[busy_key])
+        if busy_key != "predicted_busy_s":  # the parts are the run's cost model's: leave them out
+            for part in ("forward", "backward"):
+                row.pop(f"predicted_{part}_s", None)
+        e = errors(row)
+        m = r["case"]["method"]
+        by.setdefault(m, []).append(e["step"])
+        for part in ("busy", "forward", "backward"):
+            cpu.setdefault((m, part), []).extend(e[f"{part}_cpu"])
+
+    def median(m, part):
+        return statistics.median(cpu[m, part]) if cpu[m, part] else None
+
     return {
         m: dict(
             cases=len(e),
             median_step_error=statistics.median(e),
             median_abs_step_error=statistics.median(abs(x) for x in e),
-            median_busy_cpu_error=statistics.median(cpu[m]) if cpu[m] else None,
+            median_busy_cpu_error=median(m, "busy"),
+            # the F and the B actions apart (with the run's own cost model only)
+            median_forward_cpu_error=median(m, "forward"),
+            median_backward_cpu_error=median(m, "backward"),
         )
         for m, e in by.items()
     }

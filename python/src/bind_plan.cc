@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -220,6 +221,20 @@ std::vector<double> predicted_activation_peaks(const Plan& plan, const CostModel
   return peaks;
 }
 
+// Every compute action the simulator times when the plan runs on `cost`, in its order:
+// (stage, action text, category, seconds), a B's recompute apart from the rest of it.
+std::vector<std::tuple<int, std::string, std::string, double>> predicted_actions(
+    const Plan& plan, const CostModel& cost) {
+  SimOptions sim_options;
+  sim_options.record_events = true;
+  std::vector<std::tuple<int, std::string, std::string, double>> out;
+  for (const SimEvent& e :
+       simulate(plan.schedule, plan.chunks, cost, plan.recompute, sim_options).events)
+    if (e.category != "send" && e.category != "recv")
+      out.emplace_back(e.stage, e.name, e.category, e.end_s - e.start_s);
+  return out;
+}
+
 }  // namespace
 
 void bind_plan(py::module_& root) {
@@ -329,6 +344,10 @@ void bind_plan(py::module_& root) {
       .def_property_readonly("step_time_s", [](const Plan& p) { return p.step_time_s; })
       .def("predicted_peaks", &predicted_peaks, py::arg("cost"),
            "Per stage, the peak memory the simulator predicts with the plan's current recompute.")
+      .def("predicted_actions", &predicted_actions, py::arg("cost"),
+           "Every compute action the simulator times with `cost`: (stage, text, category, "
+           "seconds), category forward, recompute (a B's, before the rest of it), backward or "
+           "head.")
       .def("predicted_activation_peaks", &predicted_activation_peaks, py::arg("cost"),
            "Per stage, the part of the predicted peak that saved-tensor hooks and the "
            "executor's held buffers can observe: no model state, no backward workspace beyond "
