@@ -59,10 +59,13 @@ benchmarks/lib/validation.py) that every method plans at 192 MiB
 (`benchmarks/validate_simulator.py`). The cases run in rounds, one timed step of every case
 after the other (odd rounds backwards), so that the load of other work on this shared machine
 falls on every case alike and a heavy step's methods run one after the other on the same step.
-The run below and its repeat had the machine to themselves (load average 0.0 when they
-started); the two earlier runs of the same cases, on a machine loaded by other work, are in git
-history (`git show 4834637:benchmarks/results/validation.json`, and `validation_repeat_1.json`).
-Measured step: the
+The run below and its repeat (2026-11-26, with the profile above) shared the machine with another
+job (load average 1-5 during them), so their wall-clock step errors hold that load and the
+load's changes within a run; their busy time against thread CPU time does not. The two quiet
+runs of the earlier profile (median step error 1.8% and max 5.9%, load average 0.0) are in git
+history (`git show 89624c0:benchmarks/results/validation.json`, its cost model
+`git show 89624c0:benchmarks/results/cost_cpu.json`), as are two earlier loaded runs
+(`git show 4834637:benchmarks/results/validation.json`). Measured step: the
 slower rank's executor time, the median of 2 runs (planning and the optimizer step are not part
 of the simulation). Busy: a stage's measured forward and backward compute, the faster run, on
 the wall clock and as the rank's thread CPU time in its forward and backward actions (which
@@ -70,7 +73,26 @@ other processes sharing the cores inflate far less). Activation peak: the memory
 tensors plus K/V buffers and checkpoint inputs) against the plan's prediction of what it can
 see."""
 
-VALIDATION_FINDINGS = """What the simulator missed on EPP's heavy steps (issue 12, item 6) was looked for per action:
+VALIDATION_FINDINGS = """Where the methods still differ, the F and B actions apart (the run above, thread CPU time
+against the simulator's time of the same actions, recompute inside B): the busy time's median
+error is +5.6% for EPP and +6.0% to +6.5% for the baselines (0.4-0.9 points apart; the repeat:
+1.4, 0.1, 1.9), but EPP's forward is over-predicted +4.1% against the baselines' +6.8% to +7.7%
+and its backward +6.6% against +5.6% to +6.2%. Case by case the split follows the share of
+recomputed layers: plans without recompute (EPP's unbounded cases, Seq1F1B on extreme) F +1.8%
+to +6.0% and B +4.1% to +9.8%; the heavy steps' fully recomputed baselines F +6.0% to +9.3% and B
++3.7% to +7.9%. So the more layers a plan recomputes, the more the model over-predicts its F and
+the less its B: a checkpointed layer's first forward runs cheaper in the executor than the
+profiler's back-to-back runs of the same layer say, and its recompute in B does not. The profiler
+now times that first forward (without autograd) at every grid point, and over the 36 points of
+the profile above it ran at 0.984 of the recorded forward in the median (0.86-1.18; fitted r =
+0.986, charged to B: docs/design.md, "Recompute's net cost"), far less than the 0-11% (median
+6%) six points had suggested before: on these plans r moves the baselines' busy-time error 0.2-0.3
+points down and EPP's not at all (`--compare-cost` with r = 1, the columns above). What makes
+the executor's first forward cheaper is its memory state, which the profiler does not copy: the
+executor keeps every recorded layer's saved tensors until the chunk's backward, many chunks in
+flight, while the profiler frees them at once; timing the layer in that state is what is left.
+
+What the simulator missed on EPP's heavy steps (issue 12, item 6) was looked for per action:
 on 2 ranks, each rank's thread CPU time in every forward and backward of a heavy step (16
 sequences, 41078 tokens, 40% of them in sequences cut at 8192; EPP K=22, 81 chunks in 2 waves,
 162 of 324 layer-chunks recomputed; Seq1F1B k=4, 24 chunks; ChunkFlow 41 chunks; batch-level 6
@@ -102,7 +124,8 @@ on a loaded one. What was found, each measured:
   autograd, which measured 0-11% cheaper than the recorded forward the cost model charges for it
   (six points of the grid, shuffled, thread CPU time; median 6%, on about a quarter of a fully
   recomputed chunk's busy time), so they are over-predicted by 2-4% in CPU time while EPP is
-  within about 1%. The cost model does not have that yet.
+  within about 1%. (The profiler's full grid later measured 1.6% in the median, not 6%: see
+  above.)
 - The wall clock, where the methods differed most in the two loaded runs, is the machine. Other work shares these two
   cores, and a rank computes at whatever share of a core the scheduler gives it, which is larger
   while its peer waits: on the first heavy step (two runs each, interleaved), EPP's ranks got
@@ -124,8 +147,8 @@ on a loaded one. What was found, each measured:
   chunk's tokens times logits_bytes (3596 bytes a token): 28.1 MiB for batch-level 1F1B's
   8192-token chunks (+29.8%), 14.0 MiB for Seq1F1B's 4096-token ones (+11%). The meter does not
   see, at that moment, the logits the prediction counts; not looked into here.
-- On the quiet machine the wall clock agrees with the prediction within 6% on every case of
-  both runs, heavy steps included, but run-to-run noise is as large as the target: EPP's median
+- On the quiet machine (the earlier profile's two runs) the wall clock agreed with the
+  prediction within 6% on every case of both runs, heavy steps included, but run-to-run noise is as large as the target: EPP's median
   step error was +1.1% in the run above and -3.7% in its repeat, the baselines' +1.2% to +3.7%
   in both, so EPP's distance from them was 0.2-2.6 points in one run and 5.3-6.5 in the other.
   What stays in both is in the busy time against CPU time: the baselines' compute is
