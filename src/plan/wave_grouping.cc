@@ -12,6 +12,7 @@
 #include "infinipipe/schedule/scheduler.h"
 #include "planner_support.h"
 #include "recompute_choice.h"
+#include "wave_bounds.h"
 
 namespace infinipipe::planning {
 
@@ -87,11 +88,12 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   // Waves that no recompute makes fit alone (pipeline_bound's floor with every layer
   // recomputed): weighing them would only find that out.
   std::map<Wave, int> hopeless;  // the stage where it is over
+  // The candidate's chunks costed once for all the waves' bounds (wave_bounds.h).
+  WaveBounds bounds(cand.chunks, cost, options.num_stages);
   const WaveCost least_time = [&](const Wave& wave) {
     return memoized(least_memo, wave, [&](const Wave& key) {
       Candidate wave_only;
-      wave_only.chunks = alone(key);
-      pipeline_bound(wave_only, cost, options.num_stages, options.memory_budget_bytes);
+      bounds.bound(key, wave_only, options.memory_budget_bytes);
       if (wave_only.never_fits_recomputed) hopeless.emplace(key, wave_only.never_fits_stage);
       return one_wave_key(wave_only);
     });
