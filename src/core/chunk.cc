@@ -29,7 +29,7 @@ int find_root(std::vector<int>& parent, int x) {
 
 }  // namespace
 
-std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
+ChainList chain_list(const std::vector<Chunk>& chunks) {
   // Union chunks that share a sequence; within a component, order by the earliest slice start
   // of any sequence they share, which for valid chunkings is the forward order. Flat arrays, not
   // maps: the planner asks for the chains of every candidate several times (docs/planning.md,
@@ -115,28 +115,46 @@ std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
     std::vector<int> fill(member_start.begin(), member_start.end() - 1);
     for (int c = 0; c < n; ++c) members[fill[component_of[c]]++] = c;
   }
-  std::vector<std::vector<int>> result(components);
+  // The chains written one after another into one list (most chunks are chains of their own:
+  // a vector each was most of what the search's never-fits checks spent here).
+  ChainList result;
+  result.start.assign(1, 0);
+  result.start.reserve(components + 1);
+  result.ids.reserve(n);
   std::vector<int> ready;
   for (int i = 0; i < components; ++i) {
     const int* first = members.data() + member_start[i];
     const int* last = members.data() + member_start[i + 1];
-    std::vector<int>& order = result[i];
-    order.reserve(last - first);
+    const size_t begin = result.ids.size();
+    if (last - first == 1) {  // a chain of its own (no edges): most chunks
+      result.ids.push_back(*first);
+      result.start.push_back(static_cast<int>(result.ids.size()));
+      continue;
+    }
     ready.clear();
     for (const int* c = first; c != last; ++c)
       if (indegree[*c] == 0) ready.push_back(*c);
     while (!ready.empty()) {
-      std::sort(ready.begin(), ready.end(), std::greater<int>());
+      if (ready.size() > 1) std::sort(ready.begin(), ready.end(), std::greater<int>());
       int c = ready.back();
       ready.pop_back();
-      order.push_back(c);
+      result.ids.push_back(c);
       for (int e = out_start[c]; e < out_start[c + 1]; ++e)
         if (--indegree[after[e]] == 0) ready.push_back(after[e]);
     }
-    if (static_cast<long>(order.size()) != last - first)
+    if (static_cast<long>(result.ids.size() - begin) != last - first)
       throw Error("chunks " + std::to_string(*first) +
                   "... hold slices of the same sequences in contradictory order");
+    result.start.push_back(static_cast<int>(result.ids.size()));
   }
+  return result;
+}
+
+std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
+  const ChainList list = chain_list(chunks);
+  std::vector<std::vector<int>> result(list.size());
+  for (size_t i = 0; i < list.size(); ++i)
+    result[i].assign(list.ids.begin() + list.start[i], list.ids.begin() + list.start[i + 1]);
   return result;
 }
 

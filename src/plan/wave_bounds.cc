@@ -11,21 +11,22 @@ namespace infinipipe::planning {
 WaveBounds::WaveBounds(const std::vector<Chunk>& chunks, const CostModel& cost, int num_stages)
     : chunks_(chunks), cost_(cost), num_stages_(num_stages) {
   const int n = static_cast<int>(chunks.size());
-  std::vector<std::vector<int>> all_chains = chains(chunks);
+  const ChainList all_chains = chain_list(chunks);
   std::vector<int> by_order(all_chains.size());
   for (size_t i = 0; i < by_order.size(); ++i) by_order[i] = static_cast<int>(i);
   std::sort(by_order.begin(), by_order.end(), [&](int a, int b) {
-    if (all_chains[a].size() != all_chains[b].size())
-      return all_chains[a].size() > all_chains[b].size();
-    return all_chains[a].front() < all_chains[b].front();
+    if (all_chains.length(a) != all_chains.length(b))
+      return all_chains.length(a) > all_chains.length(b);
+    return all_chains.ids[all_chains.start[a]] < all_chains.ids[all_chains.start[b]];
   });
   chain_start_.assign(1, 0);
+  chain_start_.reserve(all_chains.size() + 1);
   chain_ids_.reserve(n);
   chain_of_.assign(n, -1);
   for (int i : by_order) {
-    for (int c : all_chains[i]) {
-      chain_ids_.push_back(c);
-      chain_of_[c] = static_cast<int>(chain_start_.size()) - 1;
+    for (int k = all_chains.start[i]; k < all_chains.start[i + 1]; ++k) {
+      chain_ids_.push_back(all_chains.ids[k]);
+      chain_of_[all_chains.ids[k]] = static_cast<int>(chain_start_.size()) - 1;
     }
     chain_start_.push_back(static_cast<int>(chain_ids_.size()));
   }
@@ -206,19 +207,22 @@ void WaveBounds::bound(const Wave& wave, Candidate& out, double budget_bytes) {
       if (fixed + in_flight + kv_open > sure_limit) out.never_fits_as_is = true;
       // The backward that follows this forward (after the last warm-up forward, the oldest
       // chunk's; all of them once every forward has run) still holds this set, and its workspace
-      // and the dK/dV buffers of its split sequences too (memory_timeline.h).
+      // and the dK/dV buffers of its split sequences too (memory_timeline.h). Only the first
+      // moment over is kept: once one is found, the others need not be added up.
       const int next = i >= warmup ? backward_[i - warmup] : (i == n - 1 ? backward_[0] : -1);
-      double least = fixed + least_in_flight + kv_open;
-      if (next >= 0) {
-        least += workspace[next];
-        const auto seqs = split_seqs_.begin();
-        for (int k = split_of_[next]; k < split_of_[next + 1]; ++k)
-          if (std::find(seqs + split_of_[next], seqs + k, seqs[k]) == seqs + k)
-            least += kv_bytes[seqs[k]];
-      }
-      if (least > sure_limit && !out.never_fits_recomputed) {
-        out.never_fits_recomputed = true;
-        out.never_fits_stage = p;
+      if (!out.never_fits_recomputed) {
+        double least = fixed + least_in_flight + kv_open;
+        if (next >= 0) {
+          least += workspace[next];
+          const auto seqs = split_seqs_.begin();
+          for (int k = split_of_[next]; k < split_of_[next + 1]; ++k)
+            if (std::find(seqs + split_of_[next], seqs + k, seqs[k]) == seqs + k)
+              least += kv_bytes[seqs[k]];
+        }
+        if (least > sure_limit) {
+          out.never_fits_recomputed = true;
+          out.never_fits_stage = p;
+        }
       }
       const double over = fixed + in_flight - budget_bytes;
       if (over > 0 && marked_left == 0) {

@@ -113,13 +113,14 @@ std::vector<Action> with_communication(const std::vector<Action>& computes, int 
 WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
                      const ScheduleOptions& options) {
   const int n = static_cast<int>(chunks.size());
-  const std::vector<std::vector<int>> all_chains = chains(chunks);
+  const ChainList all_chains = chain_list(chunks);
   std::vector<int> chain_of(n, -1);
   for (size_t c = 0; c < all_chains.size(); ++c)
-    for (int id : all_chains[c]) chain_of[id] = static_cast<int>(c);
+    for (int k = all_chains.start[c]; k < all_chains.start[c + 1]; ++k)
+      chain_of[all_chains.ids[k]] = static_cast<int>(c);
 
   std::vector<char> seen(n, 0);
-  std::vector<size_t> in_wave(all_chains.size(), 0);
+  std::vector<int> in_wave(all_chains.size(), 0);
   std::vector<int> wave_chains;  // in order of first appearance in `wave`
   for (int id : wave) {
     // Messages are built only on failure: the planner orders a wave for every schedule and bound.
@@ -130,29 +131,33 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
     seen[id] = 1;
     if (in_wave[chain_of[id]]++ == 0) wave_chains.push_back(chain_of[id]);
   }
+  const int* ids = all_chains.ids.data();
   for (int c : wave_chains) {
-    const std::vector<int>& chain = all_chains[c];
-    if (in_wave[c] == chain.size()) continue;
-    for (int id : chain)
-      if (!seen[id])
+    if (in_wave[c] == all_chains.length(c)) continue;
+    for (int k = all_chains.start[c]; k < all_chains.start[c + 1]; ++k)
+      if (!seen[ids[k]])
         throw Error("the wave holds part of the chain starting at chunk " +
-                    std::to_string(chain.front()) + " but not its chunk " + std::to_string(id) +
+                    std::to_string(ids[all_chains.start[c]]) + " but not its chunk " +
+                    std::to_string(ids[k]) +
                     ": chunks with slices of one sequence must run in the same wave");
   }
   if (!options.keep_chain_order) {
     // Longest first, so the warm-up of k_max - 1 extra forwards covers every chain (see
     // one_f_one_b); equal lengths keep a stable order by their first chunk.
     std::stable_sort(wave_chains.begin(), wave_chains.end(), [&](int a, int b) {
-      if (all_chains[a].size() != all_chains[b].size())
-        return all_chains[a].size() > all_chains[b].size();
-      return all_chains[a].front() < all_chains[b].front();
+      if (all_chains.length(a) != all_chains.length(b))
+        return all_chains.length(a) > all_chains.length(b);
+      return ids[all_chains.start[a]] < ids[all_chains.start[b]];
     });
   }
   WaveOrder order;
+  order.forward.reserve(wave.size());
+  order.backward.reserve(wave.size());
   for (int c : wave_chains) {
-    const std::vector<int>& chain = all_chains[c];
-    order.forward.insert(order.forward.end(), chain.begin(), chain.end());
-    order.backward.insert(order.backward.end(), chain.rbegin(), chain.rend());
+    order.forward.insert(order.forward.end(), ids + all_chains.start[c],
+                         ids + all_chains.start[c + 1]);
+    for (int k = all_chains.start[c + 1] - 1; k >= all_chains.start[c]; --k)
+      order.backward.push_back(ids[k]);
   }
   return order;
 }

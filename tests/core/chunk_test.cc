@@ -144,7 +144,25 @@ TEST(Chains, RecoverTheChainsAStepWasBuiltFrom) {
           return *std::min_element(a.begin(), a.end()) < *std::min_element(b.begin(), b.end());
         });
     EXPECT_EQ(chains(shuffled), expected);
+    // The flat list holds the same chains in the same order.
+    const ChainList list = chain_list(shuffled);
+    ASSERT_EQ(list.size(), expected.size());
+    EXPECT_EQ(list.start.front(), 0);
+    EXPECT_EQ(list.start.back(), static_cast<int>(shuffled.size()));
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(list.length(i), static_cast<int>(expected[i].size()));
+      EXPECT_EQ(
+          std::vector<int>(list.ids.begin() + list.start[i], list.ids.begin() + list.start[i + 1]),
+          expected[i]);
+    }
   }
+}
+
+TEST(Chains, NoChunksNoChains) {
+  EXPECT_TRUE(chains({}).empty());
+  const ChainList list = chain_list({});
+  EXPECT_EQ(list.size(), 0u);
+  EXPECT_TRUE(list.ids.empty());
 }
 
 TEST(Chains, ContradictoryOrderIsAnError) {

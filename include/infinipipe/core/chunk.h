@@ -51,6 +51,17 @@ const char* to_string(ChunkKind kind);
 // derived from the slices (connected components over shared sequences), never stored.
 std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks);
 
+// The same chains in one flat list: chain i is ids[start[i] .. start[i + 1]), in the order
+// chains() gives. For callers that ask for the chains of tens of thousands of chunks, most of
+// them chains of their own (the planner's bounds and schedules).
+struct ChainList {
+  std::vector<int> start;  // size() + 1 entries, start[0] = 0
+  std::vector<int> ids;
+  size_t size() const { return start.empty() ? 0 : start.size() - 1; }
+  int length(size_t i) const { return start[i + 1] - start[i]; }
+};
+ChainList chain_list(const std::vector<Chunk>& chunks);
+
 // Checks that every token of every sequence is in exactly one slice; throws Error naming the
 // first sequence and position that is missing or covered twice.
 void check_coverage(const std::vector<Chunk>& chunks, const std::vector<int64_t>& lengths);
