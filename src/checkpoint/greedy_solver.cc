@@ -36,16 +36,19 @@ inline double inverse_cost(double cost) { return cost > 0 ? 1 / cost : 1e200; }
 }  // namespace
 
 TiedSolution solve_greedy(const TiedProblem& problem) {
-  check_problem_shape(problem);
+  check_variable_shape(problem);
   const int num_vars = static_cast<int>(problem.upper.size());
   const int num_rows = static_cast<int>(problem.rows.size());
 
-  // Column-major copy (compressed: column j is entries[start[j] .. start[j+1])).
+  // Column-major copy (compressed: column j is entries[start[j] .. start[j+1])), each row's shape
+  // checked as it is counted (check_problem_shape's answer, without a pass of its own).
   std::vector<int> start(num_vars + 1, 0);
   std::vector<double> max_coef(num_rows, 0);
   for (int r = 0; r < num_rows; ++r) {
     const TiedProblem::Row& row = problem.rows[r];
+    if (row.var.size() != row.coef.size()) throw_bad_row(r, true);
     for (size_t i = 0; i < row.var.size(); ++i) {
+      if (!entry_in_shape(row.var[i], row.coef[i], num_vars)) throw_bad_row(r, false);
       ++start[row.var[i] + 1];
       max_coef[r] = std::max(max_coef[r], row.coef[i]);
     }

@@ -32,6 +32,14 @@ double solution_objective(const TiedProblem& problem, const std::vector<int>& va
 int first_unsatisfiable_row(const TiedProblem& problem);
 // The greedy answer must be valid input for the other solvers; throws Error when sizes disagree.
 void check_problem_shape(const TiedProblem& problem);
+// Its parts, for a solver that checks each row while it reads it (the greedy solver, which runs
+// on every wave the planner weighs): the variables' bounds and costs; a row entry's variable and
+// coefficient; the error for row r (its sizes differ, or an entry is out of shape).
+void check_variable_shape(const TiedProblem& problem);
+inline bool entry_in_shape(int var, double coef, int num_vars) {
+  return var >= 0 && var < num_vars && coef > 0;
+}
+[[noreturn]] void throw_bad_row(size_t r, bool sizes_differ);
 
 // The tied problem from memory moments already computed ([stage], as binding_moments gives them).
 TiedProblem build_tied_problem(const Schedule& schedule, const std::vector<Chunk>& chunks,

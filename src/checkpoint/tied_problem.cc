@@ -216,7 +216,7 @@ int first_unsatisfiable_row(const TiedProblem& problem) {
   return -1;
 }
 
-void check_problem_shape(const TiedProblem& problem) {
+void check_variable_shape(const TiedProblem& problem) {
   // Messages are built only on failure: this runs on every solve inside the planner's sweep.
   if (problem.cost.size() != problem.upper.size())
     throw Error("checkpoint problem: " + std::to_string(problem.cost.size()) + " costs but " +
@@ -227,15 +227,24 @@ void check_problem_shape(const TiedProblem& problem) {
     if (problem.upper[j] < 0 || !(problem.cost[j] >= 0))
       throw Error("checkpoint problem: variable " + std::to_string(j) +
                   " has a negative bound or cost; bounds and costs must be >= 0");
+}
+
+void throw_bad_row(size_t r, bool sizes_differ) {
+  if (sizes_differ)
+    throw Error("checkpoint problem: row " + std::to_string(r) +
+                " has different numbers of variables and coefficients");
+  throw Error("checkpoint problem: row " + std::to_string(r) +
+              " names a variable out of range or has a coefficient <= 0");
+}
+
+void check_problem_shape(const TiedProblem& problem) {
+  check_variable_shape(problem);
+  const int num_vars = static_cast<int>(problem.upper.size());
   for (size_t r = 0; r < problem.rows.size(); ++r) {
     const TiedProblem::Row& row = problem.rows[r];
-    if (row.var.size() != row.coef.size())
-      throw Error("checkpoint problem: row " + std::to_string(r) +
-                  " has different numbers of variables and coefficients");
+    if (row.var.size() != row.coef.size()) throw_bad_row(r, true);
     for (size_t i = 0; i < row.var.size(); ++i)
-      if (row.var[i] < 0 || row.var[i] >= num_vars || !(row.coef[i] > 0))
-        throw Error("checkpoint problem: row " + std::to_string(r) +
-                    " names a variable out of range or has a coefficient <= 0");
+      if (!entry_in_shape(row.var[i], row.coef[i], num_vars)) throw_bad_row(r, false);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -38,6 +39,39 @@ TEST(GreedySolver, NoRowsMeansNoRecompute) {
 
 TEST(GreedySolver, MalformedProblemsAreRejected) {
   EXPECT_THROW(solve_greedy(malformed_problem()), Error);
+}
+
+// The greedy solver checks each row while it reads it: the same first error, word for word, as
+// check_problem_shape (a later row is never named before an earlier one, nor before a variable).
+TEST(GreedySolver, RejectsWithCheckProblemShapesMessage) {
+  auto message = [](auto run) {
+    try {
+      run();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TiedProblem good;
+  good.cost = {1.0, 2.0};
+  good.upper = {3, 3};
+  good.rows = {{{0, 1}, {1.0, 2.0}, 2.0}, {{1}, {1.0}, 1.0}};
+  std::vector<TiedProblem> bad(6, good);
+  bad[0].rows[1].var = {2};          // out of range
+  bad[1].rows[0].coef[1] = 0;        // coefficient <= 0
+  bad[2].rows[1].coef = {1.0, 1.0};  // sizes differ
+  bad[3].upper[1] = -1;              // negative bound, and a bad row after it
+  bad[3].rows[0].var[0] = -1;
+  bad[4].cost = {1.0};         // one cost short
+  bad[5].rows[0].var[0] = -3;  // the first of two bad rows
+  bad[5].rows[1].coef = {};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE("problem " + std::to_string(i));
+    const std::string expected = message([&] { check_problem_shape(bad[i]); });
+    EXPECT_NE(expected, "no error");
+    EXPECT_EQ(message([&] { solve_greedy(bad[i]); }), expected);
+  }
+  EXPECT_EQ(message([&] { solve_greedy(good); }), "no error");
 }
 
 TEST(GreedySolver, TakesTheMostBytesPerSecondFirst) {
