@@ -23,6 +23,16 @@ class WaveBounds {
   // ids of whole chains (throws Error otherwise); out.chunks is left as it is.
   void bound(const Wave& wave, Candidate& out, double budget_bytes);
 
+  // The candidate's chains in order_wave's order (longest first, equal lengths by their first
+  // chunk), cut where the length changes: chains runs[g] .. runs[g + 1] - 1 have one length, the
+  // grouping DP's group g. The last entry is the number of chains.
+  std::vector<int> length_runs() const;
+  // The bounds of the waves of chains first_chain .. end_chains[k] - 1 (in that order), into
+  // out[k], as bound() gives them, with one walk for all: a wave's moments are the first of a
+  // longer one's that starts with the same chains. end_chains ascending, above first_chain.
+  void bound_runs(int first_chain, const std::vector<int>& end_chains, std::vector<Candidate>& out,
+                  double budget_bytes);
+
  private:
   const std::vector<Chunk>& chunks_;
   const CostModel& cost_;
@@ -44,6 +54,11 @@ class WaveBounds {
   std::vector<int> class_of_;
   std::vector<double> compute_, saving_rate_, activation_, least_activation_, workspace_;
   std::vector<double> kv_bytes_;  // at p * split_lengths_.size() + s
+  // The bounds of the waves of forward_'s first ends[k] chunks (ids[k]: those, ascending), into
+  // *out[k]; forward_ and backward_ hold the longest one's order.
+  void walk(const std::vector<int>& ends, const std::vector<const Wave*>& ids,
+            Candidate* const* out, double budget_bytes);
+
   // Scratch for bound(), sized by the candidate.
   std::vector<char> in_wave_, marked_;
   std::vector<int> place_, open_chunks_, forward_, backward_, flying_;

@@ -88,12 +88,34 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   // Waves that no recompute makes fit alone (pipeline_bound's floor with every layer
   // recomputed): weighing them would only find that out.
   std::map<Wave, int> hopeless;  // the stage where it is over
-  // The candidate's chunks costed once for all the waves' bounds (wave_bounds.h).
+  // The candidate's chunks costed once for all the waves' bounds (wave_bounds.h), and the
+  // waves of groups g .. e - 1 bounded for every e in one walk once one of them is asked for
+  // (the DP asks for nearly all): from_group[g][e - g - 1].
   WaveBounds bounds(cand.chunks, cost, options.num_stages);
+  const std::vector<int> runs = bounds.length_runs();
+  std::vector<std::vector<Candidate>> from_group(groups);
+  auto bounded = [&](const Wave& key, Candidate& wave_only) {
+    int first = groups, last = -1;
+    for (int c : key) {
+      first = std::min(first, group_of[c]);
+      last = std::max(last, group_of[c]);
+    }
+    int held = 0;
+    for (int g = first; g <= last; ++g) held += group_chunks[g];
+    if (static_cast<int>(runs.size()) != groups + 1 || held != static_cast<int>(key.size())) {
+      bounds.bound(key, wave_only, options.memory_budget_bytes);  // not a run of whole groups
+      return;
+    }
+    if (from_group[first].empty()) {
+      std::vector<int> ends(runs.begin() + first + 1, runs.end());
+      bounds.bound_runs(runs[first], ends, from_group[first], options.memory_budget_bytes);
+    }
+    wave_only = std::move(from_group[first][last - first]);
+  };
   const WaveCost least_time = [&](const Wave& wave) {
     return memoized(least_memo, wave, [&](const Wave& key) {
       Candidate wave_only;
-      bounds.bound(key, wave_only, options.memory_budget_bytes);
+      bounded(key, wave_only);
       if (wave_only.never_fits_recomputed) hopeless.emplace(key, wave_only.never_fits_stage);
       return one_wave_key(wave_only);
     });

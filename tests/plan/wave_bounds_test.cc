@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -83,6 +84,61 @@ TEST(WaveBounds, AWaveIsBoundedAsItsChunksAlone) {
   EXPECT_GE(split, 100) << "too few split sequences to compare the K/V buffers";
 }
 
+// Every run of chains from each first chain, bounded in one walk, as each wave alone: cut at the
+// chain lengths (the grouping DP's groups) and at every chain, under a budget that makes some
+// waves end while their stages still warm up.
+TEST(WaveBounds, RunsFromOneChainAreBoundedAsEachWaveAlone) {
+  std::mt19937_64 rng(77);
+  int waves = 0, hopeless = 0, walks = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const Instance inst = random_instance(rng);
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    SCOPED_TRACE(described(inst, cand.setting));
+    const int d = inst.options.num_stages;
+    planning::WaveBounds bounds(cand.chunks, inst.cost, d);
+    const std::vector<int> runs = bounds.length_runs();
+    const int chains = runs.back();
+    ASSERT_EQ(chains, static_cast<int>(infinipipe::chains(cand.chunks).size()));
+    // The chains in the walk's order, to build each wave's ids.
+    std::vector<std::vector<int>> ordered = infinipipe::chains(cand.chunks);
+    std::stable_sort(ordered.begin(), ordered.end(),
+                     [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    for (size_t g = 0; g + 1 < runs.size(); ++g)
+      for (int c = runs[g]; c < runs[g + 1]; ++c)
+        EXPECT_EQ(ordered[c].size(), ordered[runs[g]].size()) << "a run of one length";
+    for (bool by_length : {true, false}) {
+      const double budget =
+          inst.options.memory_budget_bytes * (by_length ? 1.0 : 0.3 + 0.1 * (rng() % 5));
+      const int first =
+          by_length ? runs[rng() % (runs.size() - 1)] : static_cast<int>(rng() % chains);
+      std::vector<int> ends;
+      for (int end = first + 1; end <= chains; ++end)
+        if (!by_length || std::find(runs.begin(), runs.end(), end) != runs.end())
+          ends.push_back(end);
+      std::vector<Candidate> got;
+      bounds.bound_runs(first, ends, got, budget);
+      ++walks;
+      ASSERT_EQ(got.size(), ends.size());
+      for (size_t k = 0; k < ends.size(); ++k) {
+        Wave wave;
+        for (int c = first; c < ends[k]; ++c)
+          wave.insert(wave.end(), ordered[c].begin(), ordered[c].end());
+        std::sort(wave.begin(), wave.end());
+        Candidate alone;
+        for (int c : wave) alone.chunks.push_back(cand.chunks[c]);
+        planning::pipeline_bound(alone, inst.cost, d, budget);
+        SCOPED_TRACE("chains " + std::to_string(first) + " .. " + std::to_string(ends[k]));
+        expect_same_bounds(got[k], alone);
+        ++waves;
+        hopeless += alone.never_fits_recomputed;
+      }
+    }
+  }
+  EXPECT_EQ(walks, 60);
+  EXPECT_GE(waves, 100);
+  EXPECT_GE(hopeless, 20) << "too few waves that never fit";
+}
+
 TEST(WaveBounds, RefusesAWaveThatSplitsAChainOrIsNotAscending) {
   std::mt19937_64 rng(3);
   int refused = 0;
@@ -102,6 +158,8 @@ TEST(WaveBounds, RefusesAWaveThatSplitsAChainOrIsNotAscending) {
     EXPECT_NO_THROW(bounds.bound(whole, out, inst.options.memory_budget_bytes));
     std::reverse(whole.begin(), whole.end());
     EXPECT_THROW(bounds.bound(whole, out, inst.options.memory_budget_bytes), Error);
+    std::vector<Candidate> outs;
+    EXPECT_THROW(bounds.bound_runs(1, {1}, outs, inst.options.memory_budget_bytes), Error);
     ++refused;
   }
   EXPECT_EQ(refused, 5);
