@@ -166,6 +166,14 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths, int k, const 
 
 std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
                               const EppChunkingOptions& options, const CostModel& cost) {
+  EppChunkingReport ignored;
+  return epp_chunks(lengths, options, cost, ignored);
+}
+
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
+                              const EppChunkingOptions& options, const CostModel& cost,
+                              EppChunkingReport& report) {
+  report = EppChunkingReport{};
   check_lengths(lengths);
   check(options.max_chunk_tokens >= 0, "the chunk token cap " +
                                            std::to_string(options.max_chunk_tokens) +
@@ -223,6 +231,7 @@ std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
       for (const Bucket& b : buckets)
         if (b.tokens + n <= token_cap) cheapest = std::min(cheapest, b.time + seq_time[q]);
       if (options.relax_time_target && cheapest < std::numeric_limits<double>::infinity()) {
+        report.time_target_relaxed = true;
         time_target = cheapest;
         target = pick_bucket(buckets, n, seq_time[q], token_cap, time_target);
       }

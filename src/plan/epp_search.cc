@@ -135,10 +135,16 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   std::vector<Candidate> candidates;
   std::string reason;  // of the last candidate that failed
   // The candidate of `setting`: false, with the reason, when the setting cannot chunk the step.
+  // time_target_relaxed: whether the sequence processor's packing relaxed T_t (below).
+  EppChunkingReport packing;
   auto chunked = [&](const Setting& setting, Candidate& cand) {
     cand.setting = setting;
+    packing = EppChunkingReport{};
     try {
-      cand.chunks = setting_chunks(Method::kEpp, lengths, setting, cost);
+      if (setting.chunker == Method::kEpp)
+        cand.chunks = epp_chunks(lengths, epp_chunking(setting), cost, packing);
+      else
+        cand.chunks = setting_chunks(Method::kEpp, lengths, setting, cost);
       return true;
     } catch (const Error& e) {
       reason = label(setting) + ": " + e.what();
@@ -177,13 +183,18 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
       if (std::find(caps.begin(), caps.end(), effective) == caps.end()) caps.push_back(effective);
     }
     for (int64_t cap : caps) {
+      bool relaxed_as_strict = false;  // the relaxing packing, chunked, never relaxed T_t
       for (bool relax : {true, false}) {
         Setting setting;
         setting.k = k;
         setting.token_cap = cap;
         setting.strict_packing = !relax;
+        // Then strict packing gives the same chunks, which are dropped below: not chunked (on a
+        // uniform step most strict settings were, tens of thousands of chunks each).
+        if (!relax && relaxed_as_strict) continue;
         Candidate cand;
         if (!chunked(setting, cand)) continue;
+        relaxed_as_strict = relax && !packing.time_target_relaxed;
         // Strict packing only differs when relaxing T_t would have helped some sequence.
         if (!relax && !candidates.empty() && candidates.back().setting.k == k &&
             candidates.back().setting.token_cap == cap &&

@@ -463,6 +463,45 @@ TEST(EppChunking, StrictPackingKeepsEveryChunkWithinTheTimeTarget) {
       << "the relaxing packer never went over T_t: the comparison shows nothing";
 }
 
+// The report says when relaxing T_t mattered: when it did not, strict packing gives the same
+// chunks (EPP's search skips chunking them); the strict packing never reports a relaxation.
+TEST(EppChunking, ReportsWhetherRelaxingTheTimeTargetMattered) {
+  std::mt19937_64 rng(35);
+  const CostModel cost = llama13b_a800();
+  int relaxed = 0, not_relaxed = 0, differ = 0;
+  auto same = [](const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const Chunk& x, const Chunk& y) { return x.slices == y.slices; });
+  };
+  for (int trial = 0; trial < 80; ++trial) {
+    const std::vector<int64_t> lengths = random_lengths(rng, 20 + trial % 100, 65536);
+    EppChunkingOptions o;
+    o.k = 1 + trial % 24;
+    o.max_chunk_tokens = trial % 3 == 0 ? 8192 : 0;
+    o.packed_light_first = trial % 2 == 0;
+    if (o.k > longest_of(lengths)) continue;
+    EppChunkingReport report;
+    report.time_target_relaxed = true;  // a stale answer is overwritten
+    o.relax_time_target = true;
+    const std::vector<Chunk> relaxing = epp_chunks(lengths, o, cost, report);
+    EXPECT_TRUE(same(relaxing, epp_chunks(lengths, o, cost))) << "the report changes nothing";
+    o.relax_time_target = false;
+    EppChunkingReport strict_report;
+    const std::vector<Chunk> strict = epp_chunks(lengths, o, cost, strict_report);
+    EXPECT_FALSE(strict_report.time_target_relaxed);
+    if (report.time_target_relaxed) {
+      ++relaxed;
+      differ += !same(relaxing, strict);
+    } else {
+      ++not_relaxed;
+      EXPECT_TRUE(same(relaxing, strict)) << "trial " << trial;
+    }
+  }
+  EXPECT_GE(relaxed, 10);
+  EXPECT_GE(not_relaxed, 10);
+  EXPECT_GT(differ, 0) << "relaxing never changed the chunks: the comparison shows nothing";
+}
+
 TEST(EppChunking, LightFirstAndDrainTaperOnlyReorderAndRepackPackedChunks) {
   std::mt19937_64 rng(34);
   const CostModel cost = llama13b_a800();

@@ -55,6 +55,16 @@ struct EppChunkingOptions {
 };
 std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
                               const EppChunkingOptions& options, const CostModel& cost);
+// What epp_chunks did, for a caller about to chunk the same step with other options.
+struct EppChunkingReport {
+  // relax_time_target raised T_t for some sequence. When it did not, the same options with
+  // relax_time_target false give the same chunks (the packing never reached the choice where the
+  // two differ): EPP's search then skips chunking the strict setting.
+  bool time_target_relaxed = false;
+};
+std::vector<Chunk> epp_chunks(const std::vector<int64_t>& lengths,
+                              const EppChunkingOptions& options, const CostModel& cost,
+                              EppChunkingReport& report);
 
 // Batch-level: whole sequences, best-fit-decreasing into micro-batches of at most `token_cap`
 // tokens. Error when a sequence is longer than the cap.
