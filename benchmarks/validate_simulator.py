@@ -122,9 +122,9 @@ def predicted_parts(c: dict) -> dict:
     stages = len(plan.summary()["predicted_busy_s"])
     parts = {k: [0.0] * stages for k in ("forward", "backward", "recompute")}
     for stage, _, category, seconds in plan.predicted_actions(c["trainer"].cost):
-        if category in ("recompute", "backward"):
+        if category in ("recompute", "backward"):  # a B action holds its recompute
             parts["backward"][stage] += seconds
-        if category in parts and category != "backward":
+        if category in ("forward", "recompute"):
             parts[category][stage] += seconds
     return {f"predicted_{k}_s": v for k, v in parts.items()}
 
@@ -140,11 +140,11 @@ def result_row(c: dict) -> dict:
         min(ranks[p]["forward_s"] + ranks[p]["backward_s"] for ranks in measured)
         for p in range(len(measured[0]))
     ]
-    busy_cpu = [min(ranks[p]["compute_cpu_s"] for ranks in measured) for p in range(len(busy))]
 
     def fastest(key):
         return [min(ranks[p][key] for ranks in measured) for p in range(len(busy))]
 
+    busy_cpu = fastest("compute_cpu_s")
     return dict(
         case=dict(
             distribution=distribution,
