@@ -7,6 +7,7 @@ leaves the other ranks to time out inside the backend's own set-up, neither nami
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import threading
@@ -19,6 +20,36 @@ from .errors import LostRankError
 
 # A live store answers a key check in milliseconds; one whose host stopped never does.
 _CHECK_TIMEOUT_S = 2.0
+
+# Set once a run on the pipeline lost a peer (see at_exit).
+_peer_lost = False
+
+
+def peer_lost() -> None:
+    """Says a peer was lost: the groups are then left to the process's end (see at_exit)."""
+    global _peer_lost
+    _peer_lost = True
+
+
+def at_exit(shut_down: Callable[[], None]) -> None:
+    """Runs shut_down (destroying process groups InfiniPipe made) when the interpreter exits,
+    while it is still whole. A Gloo group left to the interpreter's finalization can abort the
+    process ("terminate called without an active exception"): its worker threads may drop the
+    last work's tensors after Python is gone (pytorch/pytorch#190489). Skipped once a peer was
+    lost, since destroying a group waits for its work stuck on that peer: the rank would then
+    exit only after the backend's timeout, and it is failing anyway."""
+
+    def run() -> None:
+        if not _peer_lost:
+            shut_down()
+
+    atexit.register(run)
+
+
+def destroy_default_group() -> None:
+    """Destroys the default group (and every group left) if the user has not already."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:

@@ -48,6 +48,7 @@ from .memory_meter import MemoryMeter
 from .models import llama
 from .plan_config import PlanConfig
 from .planning_ahead import PlanAhead, Prefetching
+from .rendezvous import at_exit, peer_lost
 from .results import EvalResult, StepResult
 from .stage_group import CollectiveFailure, guarded, local_optimizer, settle
 from .trainer_gradients import TrainerGradients
@@ -173,6 +174,7 @@ class Trainer(TrainerSetup, TrainerGradients):
             )
         self.layout = Layout(parallel, self.rank, self.world_size)
         self.layout.create_groups(self.timeout_s, spread_head=self.spread_head)
+        at_exit(self.layout.destroy_groups)  # when the caller neither closes nor destroys
         self.stage_index = self.layout.stage
 
         # Every rank sets up its stage, then all check that every rank did: a rank whose model
@@ -219,6 +221,7 @@ class Trainer(TrainerSetup, TrainerGradients):
 
     def _lost_peer(self, error: Any) -> Exception:
         """The error naming the rank lost first, for a wait on peers that failed."""
+        peer_lost()  # the groups are left to the process's end (rendezvous.at_exit)
         _log.debug("call %d: the backend said: %s", self._calls, error.backend_detail)
         if self.board is None:
             return error

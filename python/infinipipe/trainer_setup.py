@@ -18,7 +18,7 @@ from .cost import cost_model_for, cost_model_name, default_budget, hardware_memo
 from .errors import Error
 from .layout import Layout
 from .models import llama
-from .rendezvous import join_default_group
+from .rendezvous import at_exit, destroy_default_group, join_default_group
 from .stage_adapter import head_parameters, protocol_module
 from .stage_group import sharded_optimizer
 
@@ -172,4 +172,5 @@ class TrainerSetup:
                     world_size=1,
                     timeout=timeout,
                 )
+            at_exit(destroy_default_group)  # made here, so ended here if the caller does not
         return dist.group.WORLD

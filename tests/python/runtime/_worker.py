@@ -23,6 +23,10 @@ def main() -> int:
         traceback.print_exc()
         error, code = (type(e).__name__, str(e)), 1
     torch.save({"value": value, "error": error}, f"{tmp}/rank{rank}.pt")
+    if error is None and torch.distributed.is_initialized():
+        # A body that made the default group itself: ended here, not in the interpreter's
+        # finalization, where Gloo's threads can abort the process (rendezvous.at_exit).
+        torch.distributed.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
     return code

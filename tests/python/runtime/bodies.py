@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 import infinipipe
 from infinipipe import _C
@@ -251,6 +253,20 @@ def factory_raises(victim: int, timeout_s: float) -> None:
     infinipipe.Trainer(factory, frozen_optimizer, model_config=config, timeout_s=timeout_s)
 
 
+def report_groups_at_exit() -> None:
+    """Registered before the Trainer, so it runs after the Trainer's own exit handlers: prints
+    whether a process group was left for the interpreter's end."""
+    atexit.register(lambda: print(f"at exit: groups left {dist.is_initialized()}", flush=True))
+
+
+def exits_without_closing() -> float:
+    """Trains one step and returns without closing the trainer or destroying a group, as a
+    short script would. Returns the loss."""
+    report_groups_at_exit()
+    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer)
+    return trainer.step(make_batch([30, 12, 7], seed=1)).loss
+
+
 def exits_before_setup(victim: int, timeout_s: float) -> float:
     """Rank `victim` exits before creating its Trainer; the others' setup must fail naming it.
     Returns (on the others) the seconds the setup took to fail."""
@@ -308,6 +324,7 @@ def peer_dies(
     start to the error. parallel: the layout's degrees (infinipipe.Parallel)."""
     rank = int(os.environ["RANK"])
     config = model_config("float32")
+    report_groups_at_exit()
 
     def factory(stage, split):
         ranges = llama.layer_ranges(config, split)

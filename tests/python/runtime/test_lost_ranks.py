@@ -55,6 +55,8 @@ def test_every_other_rank_names_the_lost_rank_in_time(world, victim, signal_name
         assert f"step 1: lost rank {victim} (stage {victim})" in r.error[1], r.describe()
         assert "Traceback" not in r.error[1] and ".cpp:" not in r.error[1], r.describe()
         assert _failure_seconds(r.stdout) < TIMEOUT_S + 2, r.describe()
+        # The groups are left to the process's end: destroying them would wait on the lost peer.
+        assert "at exit: groups left True" in r.stdout, r.describe()
 
 
 # (degrees, victim, how every other rank names it): a sequence rank, a replica's stage.
@@ -91,6 +93,16 @@ def test_a_lost_rank_of_a_layout_is_named_in_time(degrees, victim, name, signal_
         assert f"step 1: lost {name}" in r.error[1], r.describe()
         assert "Traceback" not in r.error[1] and ".cpp:" not in r.error[1], r.describe()
         assert _failure_seconds(r.stdout) < TIMEOUT_S + 2, r.describe()
+
+
+def test_a_script_that_neither_closes_nor_destroys_exits_cleanly():
+    """The groups a Trainer made are destroyed when the interpreter exits, while it is whole:
+    left to its finalization, Gloo's threads can abort the process (rendezvous.at_exit)."""
+    results = run_ranks("bodies:exits_without_closing", 2, timeout_s=120)
+    for r in results:
+        assert r.returncode == 0 and r.error is None, r.describe()
+        assert "at exit: groups left False" in r.stdout, r.describe()
+    assert results[0].value == results[1].value > 0
 
 
 def test_a_model_factory_that_raises_is_named_on_every_rank():
