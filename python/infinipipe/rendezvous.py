@@ -33,11 +33,10 @@ def peer_lost() -> None:
 
 def at_exit(shut_down: Callable[[], None]) -> None:
     """Runs shut_down (destroying process groups InfiniPipe made) when the interpreter exits,
-    while it is still whole. A Gloo group left to the interpreter's finalization can abort the
-    process ("terminate called without an active exception"): its worker threads may drop the
-    last work's tensors after Python is gone (pytorch/pytorch#190489). Skipped once a peer was
-    lost, since destroying a group waits for its work stuck on that peer: the rank would then
-    exit only after the backend's timeout, and it is failing anyway."""
+    while it is still whole, as torch asks of every program that makes groups (on NCCL it shuts
+    the communicators down; docs/runtime.md, "Parallel layout", says what it cannot do on Gloo).
+    Skipped once a peer was lost, since destroying a group waits for its work stuck on that
+    peer: the rank would then exit only after the backend's timeout, and it is failing anyway."""
 
     def run() -> None:
         if not _peer_lost:

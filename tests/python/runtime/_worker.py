@@ -1,5 +1,6 @@
 """One rank of launcher.run_ranks: runs module:function(**args), saves its result, exits."""
 
+import atexit
 import importlib
 import os
 import pickle
@@ -23,14 +24,17 @@ def main() -> int:
         traceback.print_exc()
         error, code = (type(e).__name__, str(e)), 1
     torch.save({"value": value, "error": error}, f"{tmp}/rank{rank}.pt")
-    if error is None and torch.distributed.is_initialized():
-        # A body that made the default group itself: ended here, not in the interpreter's
-        # finalization, where Gloo's threads can abort the process (rendezvous.at_exit).
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # Without the interpreter's finalization: a Gloo worker thread that drops its last work's
+    # tensors during it aborts the process ("terminate called without an active exception",
+    # pytorch/pytorch#190489), a rare exit -6 of a rank that had saved its result. Destroying
+    # the groups first (rendezvous.at_exit) does not prevent it on Gloo, whose groups end only
+    # with their last reference (the executor's, the ZeRO optimizer's).
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -96,8 +96,8 @@ def test_a_lost_rank_of_a_layout_is_named_in_time(degrees, victim, name, signal_
 
 
 def test_a_script_that_neither_closes_nor_destroys_exits_cleanly():
-    """The groups a Trainer made are destroyed when the interpreter exits, while it is whole:
-    left to its finalization, Gloo's threads can abort the process (rendezvous.at_exit)."""
+    """The groups a Trainer made are destroyed when the interpreter exits, as torch asks of a
+    program that makes groups (rendezvous.at_exit)."""
     results = run_ranks("bodies:exits_without_closing", 2, timeout_s=120)
     for r in results:
         assert r.returncode == 0 and r.error is None, r.describe()
