@@ -31,9 +31,9 @@ if __name__ == "__main__":
     exit_code = main()
     # Without the interpreter's finalization: a Gloo worker thread that drops its last work's
     # tensors during it aborts the process ("terminate called without an active exception",
-    # pytorch/pytorch#190489), a rare exit -6 of a rank that had saved its result. Destroying
-    # the groups first (rendezvous.at_exit) does not prevent it on Gloo, whose groups end only
-    # with their last reference (the executor's, the ZeRO optimizer's).
+    # pytorch/pytorch#190489), a rare exit -6 of a rank that had saved its result, which
+    # neither settling every collective nor destroying the groups removed (docs/runtime.md,
+    # "Parallel layout" and "Exits").
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
