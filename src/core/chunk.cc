@@ -150,6 +150,29 @@ ChainList chain_list(const std::vector<Chunk>& chunks) {
   return result;
 }
 
+void sort_longest_first(const ChainList& list, std::vector<int>& chains) {
+  int longest = 0;
+  for (int c : chains) longest = std::max(longest, list.length(c));
+  // Bucket b = longest - length holds [end[b - 1], end[b]) once placed (end[-1] = 0).
+  std::vector<size_t> end(longest + 1, 0);
+  for (int c : chains) ++end[longest - list.length(c)];
+  for (int b = 1; b <= longest; ++b) end[b] += end[b - 1];
+  std::vector<int> sorted(chains.size());
+  {
+    std::vector<size_t> next(longest + 1, 0);
+    for (int b = 1; b <= longest; ++b) next[b] = end[b - 1];
+    for (int c : chains) sorted[next[longest - list.length(c)]++] = c;
+  }
+  auto by_first = [&](int a, int b) { return list.ids[list.start[a]] < list.ids[list.start[b]]; };
+  size_t begin = 0;
+  for (int b = 0; b <= longest; ++b) {
+    const auto first = sorted.begin() + begin, last = sorted.begin() + end[b];
+    if (!std::is_sorted(first, last, by_first)) std::sort(first, last, by_first);
+    begin = end[b];
+  }
+  chains.swap(sorted);
+}
+
 std::vector<std::vector<int>> chains(const std::vector<Chunk>& chunks) {
   const ChainList list = chain_list(chunks);
   std::vector<std::vector<int>> result(list.size());

@@ -14,11 +14,7 @@ WaveBounds::WaveBounds(const std::vector<Chunk>& chunks, const CostModel& cost, 
   const ChainList all_chains = chain_list(chunks);
   std::vector<int> by_order(all_chains.size());
   for (size_t i = 0; i < by_order.size(); ++i) by_order[i] = static_cast<int>(i);
-  std::sort(by_order.begin(), by_order.end(), [&](int a, int b) {
-    if (all_chains.length(a) != all_chains.length(b))
-      return all_chains.length(a) > all_chains.length(b);
-    return all_chains.ids[all_chains.start[a]] < all_chains.ids[all_chains.start[b]];
-  });
+  sort_longest_first(all_chains, by_order);
   chain_start_.assign(1, 0);
   chain_start_.reserve(all_chains.size() + 1);
   chain_ids_.reserve(n);

@@ -143,12 +143,8 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
   }
   if (!options.keep_chain_order) {
     // Longest first, so the warm-up of k_max - 1 extra forwards covers every chain (see
-    // one_f_one_b); equal lengths keep a stable order by their first chunk.
-    std::stable_sort(wave_chains.begin(), wave_chains.end(), [&](int a, int b) {
-      if (all_chains.length(a) != all_chains.length(b))
-        return all_chains.length(a) > all_chains.length(b);
-      return ids[all_chains.start[a]] < ids[all_chains.start[b]];
-    });
+    // one_f_one_b); equal lengths by their first chunk.
+    sort_longest_first(all_chains, wave_chains);
   }
   WaveOrder order;
   order.forward.reserve(wave.size());

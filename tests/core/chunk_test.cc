@@ -165,6 +165,36 @@ TEST(Chains, NoChunksNoChains) {
   EXPECT_TRUE(list.ids.empty());
 }
 
+// sort_longest_first against the comparison sort it replaced, on chain lists with many equal
+// lengths and first chunks in and out of order, given every chain or a shuffled subset.
+TEST(Chains, LongestFirstIsTheComparisonSortsOrder) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 300; ++trial) {
+    ChainList list;
+    list.start = {0};
+    const int count = std::uniform_int_distribution<int>(0, 60)(rng);
+    const int longest = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int c = 0; c < count; ++c)
+      list.start.push_back(list.start.back() + std::uniform_int_distribution<int>(1, longest)(rng));
+    list.ids.resize(list.start.back());
+    std::iota(list.ids.begin(), list.ids.end(), 0);
+    if (trial % 2) std::shuffle(list.ids.begin(), list.ids.end(), rng);
+    std::vector<int> chains(count);
+    std::iota(chains.begin(), chains.end(), 0);
+    if (trial % 3 == 0) {
+      std::shuffle(chains.begin(), chains.end(), rng);
+      chains.resize(chains.size() / 2);
+    }
+    std::vector<int> expected = chains;
+    std::stable_sort(expected.begin(), expected.end(), [&](int a, int b) {
+      if (list.length(a) != list.length(b)) return list.length(a) > list.length(b);
+      return list.ids[list.start[a]] < list.ids[list.start[b]];
+    });
+    sort_longest_first(list, chains);
+    EXPECT_EQ(chains, expected) << "trial " << trial;
+  }
+}
+
 TEST(Chains, ContradictoryOrderIsAnError) {
   // Chunk 0 holds the first half of sequence 0 but the second of sequence 1, chunk 1 the rest:
   // no forward order runs both sequences' slices in order.

@@ -61,6 +61,11 @@ struct ChainList {
   int length(size_t i) const { return start[i + 1] - start[i]; }
 };
 ChainList chain_list(const std::vector<Chunk>& chunks);
+// Chain indices of `list` reordered longest first, equal lengths by their first chunk: the order
+// 1F1B runs a wave's chains in (schedule/scheduler.h). The order is total, so it is the same
+// whatever order the indices come in. Counted by length rather than compared: a uniform step's
+// candidates have tens of thousands of chains, mostly of one chunk and already by first chunk.
+void sort_longest_first(const ChainList& list, std::vector<int>& chains);
 
 // Checks that every token of every sequence is in exactly one slice; throws Error naming the
 // first sequence and position that is missing or covered twice.
