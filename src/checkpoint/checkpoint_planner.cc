@@ -64,16 +64,20 @@ CheckpointResult infeasible(const MemoryCheck& memory, const std::string& solver
   return result;
 }
 
+// `unsatisfiable`: first_unsatisfiable_row(problem) >= 0 when the caller has made that pass over
+// every row's entries already (stage_aware, on every wave the grouping DP weighs).
 CheckpointResult solve_problem(const TiedProblem& problem, const MemoryCheck& memory,
                                const std::vector<Chunk>& chunks, const CostModel& cost,
-                               bool use_milp, double time_limit_s) {
+                               bool use_milp, double time_limit_s,
+                               const bool* unsatisfiable = nullptr) {
   CheckpointResult result;
   if (problem.rows.empty()) {
     result.solver = "none needed";
     result.recompute = memory.no_recompute();
     return finish(result, memory, chunks, cost);
   }
-  if (first_unsatisfiable_row(problem) >= 0) return infeasible(memory, use_milp ? "cbc" : "greedy");
+  if (unsatisfiable ? *unsatisfiable : first_unsatisfiable_row(problem) >= 0)
+    return infeasible(memory, use_milp ? "cbc" : "greedy");
   const TiedSolution solution =
       use_milp ? solve_milp(problem, time_limit_s) : solve_greedy(problem);
   if (!solution.feasible) return infeasible(memory, solution.solver);
@@ -87,7 +91,8 @@ CheckpointResult stage_aware(const Schedule& schedule, const std::vector<Chunk>&
                              const MemoryCheck& memory, bool use_milp) {
   const double budget = options.memory_budget_bytes;
   const TiedProblem problem = build_tied_problem(schedule, chunks, cost, budget, memory.moments());
-  if (first_unsatisfiable_row(problem) >= 0 && memory.fits(memory.full_recompute())) {
+  const bool unsatisfiable = first_unsatisfiable_row(problem) >= 0;
+  if (unsatisfiable && memory.fits(memory.full_recompute())) {
     // A diagonal is capped by the smallest stage it crosses, so with uneven layer counts tying
     // can rule out an assignment that full recompute shows exists: solve untied instead.
     const TiedProblem untied =
@@ -97,7 +102,8 @@ CheckpointResult stage_aware(const Schedule& schedule, const std::vector<Chunk>&
     result.solver = "untied greedy (diagonal bounds too tight)";
     return result;
   }
-  return solve_problem(problem, memory, chunks, cost, use_milp, options.time_limit_s);
+  return solve_problem(problem, memory, chunks, cost, use_milp, options.time_limit_s,
+                       &unsatisfiable);
 }
 
 CheckpointResult uniform(const MemoryCheck& memory, const CostModel& cost,

@@ -13,8 +13,9 @@
 namespace infinipipe {
 namespace {
 
+// A column's row, with its coefficient.
 struct Entry {
-  int row;
+  int index;
   double coef;
 };
 struct Span {
@@ -22,6 +23,23 @@ struct Span {
   const Entry* last;
   const Entry* begin() const { return first; }
   const Entry* end() const { return last; }
+};
+// Lists in one array: list i is entries[start[i] .. start[i + 1]).
+struct Lists {
+  std::vector<int> start;
+  std::vector<Entry> entries;
+  Span operator[](int i) const {
+    return Span{entries.data() + start[i], entries.data() + start[i + 1]};
+  }
+};
+
+// What a rescan reads and writes of each variable of the row, kept together rather than in four
+// arrays (docs/planning.md, "Search speed", eighth round).
+struct Var {
+  double score = 0;
+  double inv_cost = 0;
+  int value = 0;
+  int upper = 0;
 };
 
 // Bytes a variable's next increment covers in a row still short by `remaining`.
@@ -33,130 +51,168 @@ inline double covered(double coef, double remaining) {
 // below 1e15 bytes, so the product cannot overflow).
 inline double inverse_cost(double cost) { return cost > 0 ? 1 / cost : 1e200; }
 
-}  // namespace
-
-TiedSolution solve_greedy(const TiedProblem& problem) {
-  check_variable_shape(problem);
+// The problem's columns, each row's shape checked as it is counted (check_problem_shape's
+// answer, without a pass of its own).
+void read_columns(const TiedProblem& problem, Lists& columns, std::vector<double>& max_coef) {
   const int num_vars = static_cast<int>(problem.upper.size());
   const int num_rows = static_cast<int>(problem.rows.size());
-
-  // Column-major copy (compressed: column j is entries[start[j] .. start[j+1])), each row's shape
-  // checked as it is counted (check_problem_shape's answer, without a pass of its own).
-  std::vector<int> start(num_vars + 1, 0);
-  std::vector<double> max_coef(num_rows, 0);
+  columns.start.assign(num_vars + 1, 0);
+  max_coef.assign(num_rows, 0);
   for (int r = 0; r < num_rows; ++r) {
     const TiedProblem::Row& row = problem.rows[r];
     if (row.var.size() != row.coef.size()) throw_bad_row(r, true);
     for (size_t i = 0; i < row.var.size(); ++i) {
       if (!entry_in_shape(row.var[i], row.coef[i], num_vars)) throw_bad_row(r, false);
-      ++start[row.var[i] + 1];
+      ++columns.start[row.var[i] + 1];
       max_coef[r] = std::max(max_coef[r], row.coef[i]);
     }
   }
-  for (int j = 0; j < num_vars; ++j) start[j + 1] += start[j];
-  std::vector<Entry> entries(start[num_vars]);
-  {
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (int r = 0; r < num_rows; ++r) {
-      const TiedProblem::Row& row = problem.rows[r];
-      for (size_t i = 0; i < row.var.size(); ++i) entries[fill[row.var[i]]++] = {r, row.coef[i]};
-    }
-  }
-  auto column = [&](int j) {
-    return Span{entries.data() + start[j], entries.data() + start[j + 1]};
-  };
-
-  // remaining[r] > 0 exactly while row r is violated (the tolerance is folded in here).
-  std::vector<double> remaining(num_rows);
-  for (int r = 0; r < num_rows; ++r)
-    remaining[r] = problem.rows[r].need - row_tolerance(problem.rows[r].need);
-  std::vector<double> score(num_vars, 0);
-  int violated = 0;
+  for (int j = 0; j < num_vars; ++j) columns.start[j + 1] += columns.start[j];
+  columns.entries.resize(columns.start[num_vars]);
+  std::vector<int> fill(columns.start.begin(), columns.start.end() - 1);
   for (int r = 0; r < num_rows; ++r) {
-    if (remaining[r] <= 0) continue;
-    ++violated;
     const TiedProblem::Row& row = problem.rows[r];
     for (size_t i = 0; i < row.var.size(); ++i)
-      score[row.var[i]] += covered(row.coef[i], remaining[r]);
+      columns.entries[fill[row.var[i]]++] = {r, row.coef[i]};
+  }
+}
+
+class Cover {
+ public:
+  explicit Cover(const TiedProblem& problem) : problem_(problem) {
+    read_columns(problem, columns_, max_coef_);
+    const int num_rows = static_cast<int>(problem.rows.size());
+    // remaining_[r] > 0 exactly while row r is violated (the tolerance is folded in here).
+    remaining_.resize(num_rows);
+    for (int r = 0; r < num_rows; ++r)
+      remaining_[r] = problem.rows[r].need - row_tolerance(problem.rows[r].need);
+    vars_.resize(problem.upper.size());
+    for (int r = 0; r < num_rows; ++r) {
+      if (remaining_[r] <= 0) continue;
+      ++violated_;
+      const TiedProblem::Row& row = problem.rows[r];
+      for (size_t i = 0; i < row.var.size(); ++i)
+        vars_[row.var[i]].score += covered(row.coef[i], remaining_[r]);
+    }
+    // Bytes covered per second of recompute, 0 for variables at their bound: a flat array of
+    // its own because the tournament reads it.
+    priority_.resize(vars_.size());
+    for (size_t j = 0; j < vars_.size(); ++j) {
+      Var& var = vars_[j];
+      var.inv_cost = inverse_cost(problem.cost[j]);
+      var.upper = problem.upper[j];
+      priority_[j] = var.upper > 0 ? var.score * var.inv_cost : 0;
+    }
   }
 
-  // Bytes covered per second of recompute, 0 for variables at their bound: kept in one flat
-  // array because finding its maximum is the inner loop.
-  std::vector<double> inv_cost(num_vars), priority(num_vars);
-  std::vector<int> values(num_vars, 0);
-  for (int j = 0; j < num_vars; ++j) {
-    inv_cost[j] = inverse_cost(problem.cost[j]);
-    priority[j] = problem.upper[j] > 0 ? score[j] * inv_cost[j] : 0;
+  // Raises the best variable until every row holds; false when some row cannot be helped.
+  bool raise() {
+    Tournament tournament(priority_);
+    while (violated_ > 0) {
+      const int pick = tournament.best();
+      if (vars_.empty() || !(priority_[pick] > 0)) return false;
+      raise(pick, tournament);
+    }
+    return true;
   }
-  Tournament tournament(priority);
-  while (violated > 0) {
-    const int pick = tournament.best();
-    if (num_vars == 0 || !(priority[pick] > 0)) break;  // violated rows nobody can help: infeasible
-    ++values[pick];
-    if (values[pick] >= problem.upper[pick]) {
-      priority[pick] = 0;
+
+  std::vector<int> values() const {
+    std::vector<int> values(vars_.size());
+    for (size_t j = 0; j < vars_.size(); ++j) values[j] = vars_[j].value;
+    return values;
+  }
+
+  // Later picks can make earlier ones unnecessary; lower the dearest first, keeping every row.
+  std::vector<int> clean_up() const {
+    std::vector<int> values = this->values();
+    const int num_vars = static_cast<int>(vars_.size());
+    std::vector<double> slack(remaining_.size());  // lhs - need + tolerance: >= 0 is satisfied
+    for (size_t r = 0; r < slack.size(); ++r) slack[r] = -remaining_[r];
+    std::vector<int> by_cost(num_vars);
+    std::iota(by_cost.begin(), by_cost.end(), 0);
+    std::stable_sort(by_cost.begin(), by_cost.end(),
+                     [&](int a, int b) { return problem_.cost[a] > problem_.cost[b]; });
+    for (int j : by_cost) {
+      while (values[j] > 0) {
+        bool removable = true;
+        for (const Entry& e : columns_[j])
+          if (slack[e.index] < e.coef) {
+            removable = false;
+            break;
+          }
+        if (!removable) break;
+        --values[j];
+        for (const Entry& e : columns_[j]) slack[e.index] -= e.coef;
+      }
+    }
+    return values;
+  }
+
+ private:
+  void raise(int pick, Tournament& tournament) {
+    Var& picked = vars_[pick];
+    if (++picked.value >= picked.upper) {
+      priority_[pick] = 0;
       tournament.update(pick);
     }
-    for (const Entry& e : column(pick)) {
-      const double before = remaining[e.row];
+    for (const Entry& e : columns_[pick]) {
+      const double before = remaining_[e.index];
       const double after = before - e.coef;
-      // Kept for satisfied rows too: the clean-up below reads the slack from it, and must see
-      // what later picks added to a row an earlier pick satisfied.
-      remaining[e.row] = after;
+      // Kept for satisfied rows too: the clean-up reads the slack from it, and must see what
+      // later picks added to a row an earlier pick satisfied.
+      remaining_[e.index] = after;
       if (before <= 0) continue;
-      if (after <= 0) --violated;
+      if (after <= 0) --violated_;
       // While the row still needs more than any single increment gives, no score in it changes.
-      if (after >= max_coef[e.row]) continue;
-      const TiedProblem::Row& row = problem.rows[e.row];
-      for (size_t i = 0; i < row.var.size(); ++i) {
-        const int v = row.var[i];
-        const double change = covered(row.coef[i], after) - covered(row.coef[i], before);
-        // Covering no less than its coefficient before and after: its score, so its priority,
-        // stays as it is (adding 0 to a score, never -0, changes no bit).
-        if (change == 0) continue;
-        score[v] += change;
-        if (values[v] < problem.upper[v]) {
-          priority[v] = score[v] > 0 ? score[v] * inv_cost[v] : 0;
-          tournament.update(v);
-        }
+      if (after >= max_coef_[e.index]) continue;
+      rescan(e.index, before, after, tournament);
+    }
+  }
+
+  // The scores of row r's variables once it is short by `after` instead of `before` (> 0).
+  void rescan(int r, double before, double after, Tournament& tournament) {
+    const double covered_after = after > 0 ? after : 0;
+    const TiedProblem::Row& row = problem_.rows[r];
+    for (size_t i = 0; i < row.var.size(); ++i) {
+      const double coef = row.coef[i];
+      // Covering its coefficient before and after, a variable's score stays as it is.
+      if (coef <= after) continue;
+      // covered(coef, after) - covered(coef, before), coef being above `after`.
+      const double change = covered_after - std::min(coef, before);
+      if (change == 0) continue;  // adding 0 to a score, never -0, would change no bit either
+      const int v = row.var[i];
+      Var& var = vars_[v];
+      var.score += change;
+      if (var.value < var.upper) {
+        priority_[v] = var.score > 0 ? var.score * var.inv_cost : 0;
+        tournament.update(v);
       }
     }
   }
 
+  const TiedProblem& problem_;
+  Lists columns_;
+  std::vector<double> max_coef_, remaining_, priority_;
+  std::vector<Var> vars_;
+  int violated_ = 0;
+};
+
+}  // namespace
+
+TiedSolution solve_greedy(const TiedProblem& problem) {
+  check_variable_shape(problem);
+  Cover cover(problem);
   TiedSolution solution;
   solution.solver = "greedy";
-  if (violated > 0) {
+  if (!cover.raise()) {  // violated rows nobody can help: infeasible
     solution.values = problem.upper;
     solution.objective = solution_objective(problem, solution.values);
     return solution;
   }
-
-  // Later picks can make earlier ones unnecessary; lower the dearest first, keeping every row.
-  std::vector<int> before_cleanup = values;
-  std::vector<double> slack(num_rows);  // lhs - need + tolerance: >= 0 means satisfied
-  for (int r = 0; r < num_rows; ++r) slack[r] = -remaining[r];
-  std::vector<int> by_cost(num_vars);
-  std::iota(by_cost.begin(), by_cost.end(), 0);
-  std::stable_sort(by_cost.begin(), by_cost.end(),
-                   [&](int a, int b) { return problem.cost[a] > problem.cost[b]; });
-  for (int j : by_cost) {
-    while (values[j] > 0) {
-      bool removable = true;
-      for (const Entry& e : column(j))
-        if (slack[e.row] < e.coef) {
-          removable = false;
-          break;
-        }
-      if (!removable) break;
-      --values[j];
-      for (const Entry& e : column(j)) slack[e.row] -= e.coef;
-    }
-  }
-
-  solution.values = std::move(values);
+  solution.values = cover.clean_up();
   solution.feasible = solution_feasible(problem, solution.values);
   if (!solution.feasible) {  // incremental sums drifted past the tolerance: keep the safe answer
-    solution.values = std::move(before_cleanup);
+    solution.values = cover.values();
     solution.feasible = solution_feasible(problem, solution.values);
   }
   solution.objective = solution_objective(problem, solution.values);
