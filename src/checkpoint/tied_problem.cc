@@ -84,12 +84,12 @@ std::vector<std::vector<MemoryMoment>> all_moments(const Schedule& schedule,
   return moments;
 }
 
-// Rows for every moment over budget, with the variables already in problem.var_of.
+// Rows for every moment over budget, with the variables already in problem.var_of. Both
+// programs give a stage's chunks distinct variables (a diagonal crosses a stage once; untied,
+// one each), so a row holds each chunk's saving as its coefficient, in the moment's order.
 void add_rows(const std::vector<std::vector<MemoryMoment>>& moments,
               const std::vector<Chunk>& chunks, const CostModel& cost, double budget,
               TiedProblem& problem) {
-  const int num_vars = static_cast<int>(problem.cost.size());
-  std::vector<double> coef_of_var(num_vars, 0);  // scratch, to merge repeated variables
   for (int p = 0; p < static_cast<int>(moments.size()); ++p) {
     std::vector<double> unrecomputed(chunks.size()), saving(chunks.size());
     for (size_t k = 0; k < chunks.size(); ++k) {
@@ -108,15 +108,11 @@ void add_rows(const std::vector<std::vector<MemoryMoment>>& moments,
       // thousands of rows per program).
       row.var.reserve(moment.in_flight.size());
       row.coef.reserve(moment.in_flight.size());
+      const std::vector<int>& var_of = problem.var_of[p];
       for (int k : moment.in_flight) {
         if (saving[k] <= 0) continue;
-        const int j = problem.var_of[p][k];
-        if (coef_of_var[j] == 0) row.var.push_back(j);
-        coef_of_var[j] += saving[k];
-      }
-      for (int j : row.var) {
-        row.coef.push_back(coef_of_var[j]);
-        coef_of_var[j] = 0;
+        row.var.push_back(var_of[k]);
+        row.coef.push_back(saving[k]);
       }
       problem.rows.push_back(std::move(row));
     }
