@@ -80,6 +80,7 @@ class MetricsLog:
         self._file = None
         self._writer = None
         self._bar = None
+        self._cost_model = None  # the one named on the console last
         if jsonl is not None and (self.rank == 0 or "{rank}" in str(jsonl)):
             path = Path(str(jsonl).format(rank=self.rank))
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +102,8 @@ class MetricsLog:
         record = step_record(step, result, **extra)
         self.write(record)
         if self._bar is not None:
-            if self._bar.n == 0 and record["cost_model"]:
+            if record["cost_model"] and record["cost_model"] != self._cost_model:
+                self._cost_model = record["cost_model"]  # once, and again when it changes
                 self._bar.write(f"predicted step times: {record['cost_model']}")
             self._bar.update(1)
             self._bar.set_postfix(

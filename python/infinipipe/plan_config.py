@@ -32,6 +32,10 @@ class PlanConfig:
         cost JSON file (for example from the profiler) whose layer split must be the trainer's,
         or "profile": the trainer profiles its model's layer on this machine at start-up and
         caches the result (profiled_cost.py).
+    profile_check_steps: with cost_model="profile", a profile loaded from the cache is checked
+        against the medians of this many steps (after the first): predictions more than 15% off
+        the measured steps have it profiled again, once, on every rank, and the cache replaced
+        (0: never checked).
     """
 
     method: str = "epp"
@@ -53,6 +57,7 @@ class PlanConfig:
     spread_head: bool = _TRAINING["spread_head"]
     hardware: str = "cpu"
     cost_model: str | None = None
+    profile_check_steps: int = 5
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -70,6 +75,11 @@ class PlanConfig:
                 )
         if self.k < 1 or self.max_k < 1:
             raise ValueError("PlanConfig: k and max_k must be at least 1")
+        if self.profile_check_steps < 0:
+            raise ValueError(
+                "PlanConfig.profile_check_steps must be 0 (never check) or a count of steps, "
+                f"got {self.profile_check_steps!r}"
+            )
         if self.method == "chunkflow" and self.chunk_tokens <= 0:
             raise ValueError("PlanConfig: method 'chunkflow' needs chunk_tokens > 0")
 

@@ -8,8 +8,11 @@ core) on every rank at once, so each runs beside the others as in training, fits
 coefficients and plans with rank 0's fit on every rank (the ranks must plan alike). The cost
 JSON is cached by what it depends on: model shape and dtype, layer split, the CPU's model, the
 threads per rank, the ranks on the host, the torch and InfiniPipe versions and what the profiler
-measures (profile.MEASURES); a later run on the same machine loads it. The cache lives in $INFINIPIPE_CACHE_DIR, else
-~/.cache/infinipipe.
+measures (profile.MEASURES); a later run on the same machine loads it. The cache lives in
+$INFINIPIPE_CACHE_DIR, else ~/.cache/infinipipe. It cannot know the load it was measured under,
+so the trainer checks a cached profile against its first steps (StaleProfileCheck) and profiles
+again when its predictions are more than STALE_ERROR off (docs/runtime.md, "Profiled by the
+trainer").
 
 With sequence parallelism (d_s > 1) every rank also times the Ulysses all-to-all over its
 sequence group (alltoall_profile.py: all_to_all_single at 4 KiB to 4 MiB per rank, bandwidth and
@@ -28,8 +31,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -41,6 +46,9 @@ from .models import llama
 
 PROFILE = "profile"  # the PlanConfig.cost_model value asking for it
 GRID = "training"
+CACHED = "profiled on this machine"  # how a cost model loaded from the cache is named
+# Issue 12, item 5: a prediction a user can trust is within 15% of the measured step (medians).
+STALE_ERROR = 0.15
 
 
 def cache_dir() -> Path:
@@ -103,6 +111,15 @@ def write_cache(path: Path, text: str) -> None:
         pass
 
 
+class AgreedCost(NamedTuple):
+    """A profiled cost model every rank agreed on."""
+
+    text: str  # the cost JSON
+    name: str  # how the steps' reports name it
+    path: Path  # its cache file
+    check: bool  # worth checking against the measured steps (StaleProfileCheck)
+
+
 def agreed_cost_json(
     config: llama.LlamaConfig,
     layers_per_stage: Sequence[int],
@@ -111,12 +128,13 @@ def agreed_cost_json(
     gather: Callable[[str], list[str]],
     sequence: int = 1,
     measure_link: Callable[[], dict] | None = None,
-) -> tuple[str, str]:
-    """(cost JSON text, its description), the same on every rank: rank 0's cache, or rank 0's
-    fit of a profile every rank runs at once. `gather` is the executor's all-gather of text
-    (bounded by the trainer's timeout, a lost rank named). With `sequence` above 1,
-    `measure_link` times the all-to-all over this rank's sequence group (a collective every rank
-    calls at once, before the layer's profile, while the ranks are in step)."""
+) -> AgreedCost:
+    """The same on every rank: rank 0's cache, or rank 0's fit of a profile every rank runs at
+    once. `gather` is the executor's all-gather of text (bounded by the trainer's timeout, a
+    lost rank named). With `sequence` above 1, `measure_link` times the all-to-all over this
+    rank's sequence group (a collective every rank calls at once, before the layer's profile,
+    while the ranks are in step). A cached profile is worth checking unless one measured again
+    missed as well (record_check)."""
     if sequence > 1 and measure_link is None:
         raise ValueError("agreed_cost_json: sequence > 1 needs measure_link")
     if device.type != "cpu":
@@ -127,22 +145,107 @@ def agreed_cost_json(
         )
     path = cache_path(config, layers_per_stage, ranks_on_host, sequence)
     cached = path.read_text() if path.is_file() else None
-    decision = gather("cached" if cached is not None else "profile")[0]
-    if decision == "cached":
-        mine = cached if cached is not None else ""
-    else:
-        link = measure_link() if sequence > 1 and measure_link is not None else None
-        mine = profile_cost_json(config, layers_per_stage, link)
-    text = gather(mine)[0]  # rank 0's
-    what = f"{GRID} grid"
-    if sequence > 1:
-        what += f" and the all-to-all over {sequence} ranks: {_link_text(text)}"
+    missed = _missed(path) if cached is not None else None
+    state = "profile" if cached is None else "cached" if missed is None else f"missed {missed!r}"
+    decision = gather(state)[0]
     if decision == "profile":
+        text = _profiled_everywhere(config, layers_per_stage, gather, sequence, measure_link)
         write_cache(path, text)
-        return text, f"profiled now on this machine ({what}; cached in {path})"
+        record_check(path, 0.0)
+        name = f"profiled now on this machine ({_what(text, sequence)}; cached in {path})"
+        return AgreedCost(text, name, path, check=False)
+    text = gather(cached if cached is not None else "")[0]  # rank 0's
     if cached is None:
         write_cache(path, text)
-    return text, f"profiled on this machine ({what}; cached in {path})"
+    name = f"{CACHED} ({_what(text, sequence)}; cached in {path})"
+    if decision != "cached":
+        error = float(decision.split()[1])
+        name += f"; measured again, it still predicted {error:+.0%} off: not checked again"
+    return AgreedCost(text, name, path, check=decision == "cached")
+
+
+def reprofiled_cost_json(
+    config: llama.LlamaConfig,
+    layers_per_stage: Sequence[int],
+    ranks_on_host: int,
+    gather: Callable[[str], list[str]],
+    error: float,
+    sequence: int = 1,
+    measure_link: Callable[[], dict] | None = None,
+) -> AgreedCost:
+    """As agreed_cost_json, for a cached profile that StaleProfileCheck found `error` off:
+    profiled again on every rank at once, rank 0's fit replacing the cache; worth checking in
+    turn (whatever the load, a profile can miss steps it does not model: record_check)."""
+    path = cache_path(config, layers_per_stage, ranks_on_host, sequence)
+    text = _profiled_everywhere(config, layers_per_stage, gather, sequence, measure_link)
+    write_cache(path, text)
+    name = (
+        f"profiled again on this machine: the cached profile's predictions were {error:+.0%} "
+        f"off the measured steps ({_what(text, sequence)}; cached in {path})"
+    )
+    return AgreedCost(text, name, path, check=True)
+
+
+def record_check(path: Path, error: float) -> None:
+    """Notes beside the cache when a profile measured again still predicted `error` beyond
+    STALE_ERROR off the steps: the load was not what it missed (for example per-step overheads
+    of tiny steps, which the layer's profile does not see), so later runs do not profile again
+    for nothing. An error within it removes the note."""
+    note = path.with_suffix(".missed")
+    if abs(error) <= STALE_ERROR:
+        note.unlink(missing_ok=True)
+    else:
+        write_cache(note, repr(error))
+
+
+def _missed(path: Path) -> float | None:
+    try:
+        return float(path.with_suffix(".missed").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _profiled_everywhere(
+    config: llama.LlamaConfig,
+    layers_per_stage: Sequence[int],
+    gather: Callable[[str], list[str]],
+    sequence: int,
+    measure_link: Callable[[], dict] | None,
+) -> str:
+    """Every rank profiles at once, so each runs beside the others as in training; rank 0's."""
+    link = measure_link() if sequence > 1 and measure_link is not None else None
+    return gather(profile_cost_json(config, layers_per_stage, link))[0]
+
+
+def _what(text: str, sequence: int) -> str:
+    if sequence > 1:
+        return f"{GRID} grid and the all-to-all over {sequence} ranks: {_link_text(text)}"
+    return f"{GRID} grid"
+
+
+class StaleProfileCheck:
+    """Whether a profile loaded from the cache still predicts this machine's steps. The cache
+    cannot know the load it was measured under (docs/runtime.md, "Profiled by the trainer"): a
+    profile taken while other work ran predicts every later run slow until it is measured
+    again. After `steps` steps (the first one left out: it warms the allocator and its plan is
+    never planned ahead), `add` returns the error of the medians, predicted / measured - 1."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.profiled_again = False  # checking a profile measured because the cached one missed
+        self._measured: list[float] = []
+        self._predicted: list[float] = []
+        self._skipped = False
+
+    def add(self, measured_s: float, predicted_s: float) -> float | None:
+        if not self._skipped:
+            self._skipped = True
+            return None
+        self._measured.append(measured_s)
+        self._predicted.append(predicted_s)
+        if len(self._measured) < self.steps:
+            return None
+        return statistics.median(self._predicted) / statistics.median(self._measured) - 1
 
 
 def _link_text(cost_json_text: str) -> str:

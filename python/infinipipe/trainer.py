@@ -204,6 +204,7 @@ class Trainer(TrainerSetup, TrainerGradients):
         self._head_pending = False
         self._ahead = PlanAhead(self._plan_lengths)
         self._closed = False
+        self._profile_check = None  # a cached profile's check (_profile_cost)
         if self.plan_config.cost_model == profiled_cost.PROFILE:
             self._calls += 1  # a collective of its own on the failure board
             with self._failures_named():
@@ -335,7 +336,7 @@ class Trainer(TrainerSetup, TrainerGradients):
                 predicted_activation_bytes=predicted,
                 activation_ratio=meter.peak_bytes / predicted if predicted > 0 else float("inf"),
             )
-        return StepResult(
+        result = StepResult(
             loss=stats["loss"],
             plan=dict(plan.summary(), cost_model=self.cost_model_name),
             stats=stats,
@@ -344,6 +345,9 @@ class Trainer(TrainerSetup, TrainerGradients):
             planning_hidden_s=planning[1],
             step_s=time.perf_counter() - started,
         )
+        if self._profile_check is not None:
+            self._check_profile(result.step_s, result.predicted_s)
+        return result
 
     def optimizer_step(self) -> None:
         """Steps the optimizer on the accumulated gradients (which stay until zero_grad())."""

@@ -5,6 +5,7 @@ than functions because they fill in the trainer's attributes, which the rest of 
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
@@ -18,9 +19,12 @@ from .cost import cost_model_for, cost_model_name, default_budget, hardware_memo
 from .errors import Error
 from .layout import Layout
 from .models import llama
+from .planning_ahead import PlanAhead
 from .rendezvous import at_exit, destroy_default_group, join_default_group
 from .stage_adapter import head_parameters, protocol_module
 from .stage_group import sharded_optimizer
+
+_log = logging.getLogger("infinipipe")
 
 
 def _free_port() -> int:
@@ -34,8 +38,9 @@ class TrainerSetup:
     _set_up_stage once it does (from config, dtype, master_dtype, device, plan_config,
     spread_head, layers_per_stage, stage_index, layout, world_size, group and timeout_s it sets
     module, protocol, head_parameters, parameters, master, optimizer, cost, cost_model_name,
-    memory_budget_bytes and executor), _profile_cost once every rank is set up; and describe_rank,
-    which names ranks in errors from the start."""
+    memory_budget_bytes and executor), _profile_cost once every rank is set up, _check_profile
+    after each step while a cached profile is checked; and describe_rank, which names ranks in
+    errors from the start."""
 
     def describe_rank(self, rank: int) -> str:
         layout = getattr(self, "layout", None)
@@ -125,26 +130,75 @@ class TrainerSetup:
             )
         return head_parameters(self.module)
 
-    def _profile_cost(self) -> None:
-        """PlanConfig(cost_model="profile"): rank 0's cached or freshly profiled cost model
-        on every rank (profiled_cost.py)."""
+    def _gather_text(self, text: str) -> list[str]:
+        # bytes from the executor; a PeerError is named by _failures_named
+        return [b.decode() for b in self.executor.all_gather_text(text)]
 
-        def gather(text: str) -> list[str]:
-            # bytes from the executor; a PeerError is named by _failures_named
-            return [b.decode() for b in self.executor.all_gather_text(text)]
-
-        text, self.cost_model_name = profiled_cost.agreed_cost_json(
-            self.config,
-            self.layers_per_stage,
-            int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
-            self.device,
-            gather,
+    def _profile_options(self) -> dict:
+        return dict(
+            ranks_on_host=int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)),
+            gather=self._gather_text,
             sequence=self.layout.parallel.sequence,
             measure_link=lambda: alltoall_profile.measure(
                 self.layout.sequence_group, self.timeout_s
             ),
         )
-        self.cost = self._per_rank(_C.plan.CostModel.from_json(text))
+
+    def _profile_cost(self) -> None:
+        """PlanConfig(cost_model="profile"): rank 0's cached or freshly profiled cost model
+        on every rank (profiled_cost.py). One loaded from the cache is checked against the
+        measured steps (_check_profile)."""
+        self._use_profile(
+            profiled_cost.agreed_cost_json(
+                self.config, self.layers_per_stage, device=self.device, **self._profile_options()
+            )
+        )
+
+    def _use_profile(self, agreed: profiled_cost.AgreedCost) -> None:
+        self.cost = self._per_rank(_C.plan.CostModel.from_json(agreed.text))
+        self.cost_model_name = agreed.name
+        self._profile_path = agreed.path
+        steps = self.plan_config.profile_check_steps
+        check = agreed.check and steps > 0
+        self._profile_check = profiled_cost.StaleProfileCheck(steps) if check else None
+
+    def _check_profile(self, measured_s: float, predicted_s: float) -> None:
+        """After a step: once the check has its steps, every rank takes rank 0's error (the
+        ranks must plan alike). A cached profile beyond STALE_ERROR is profiled again, once,
+        and that profile checked in turn: if it misses too, the cache notes it (record_check)."""
+        error = self._profile_check.add(measured_s, predicted_s)
+        if error is None:
+            return
+        self._calls += 1  # a collective of its own on the failure board
+        with self._failures_named():
+            error = float(self._gather_text(repr(error))[0])
+            if self._profile_check.profiled_again:
+                self._profile_check = None
+                profiled_cost.record_check(self._profile_path, error)
+                if abs(error) > profiled_cost.STALE_ERROR:
+                    _log.warning(
+                        "the profile measured again still predicts the steps %+.0f%% off: the "
+                        "load is not what it misses; later runs will not profile again for it "
+                        "(%s)",
+                        error * 100,
+                        self._profile_path,
+                    )
+                return
+            if abs(error) <= profiled_cost.STALE_ERROR:
+                self._profile_check = None
+                return
+            _log.info(
+                "the cached profile predicts the steps %+.0f%% off: profiling again", error * 100
+            )
+            agreed = profiled_cost.reprofiled_cost_json(
+                self.config, self.layers_per_stage, error=error, **self._profile_options()
+            )
+        self._use_profile(agreed)
+        if self._profile_check is not None:
+            self._profile_check.profiled_again = True
+        # A plan made ahead meanwhile may have read either model, and not alike on every rank.
+        self._ahead.close()
+        self._ahead = PlanAhead(self._plan_lengths)
 
     def _per_rank(self, cost: Any) -> Any:
         """`cost` for one rank of the layout: its share of a chunk's work and memory, the

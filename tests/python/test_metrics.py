@@ -11,8 +11,8 @@ from infinipipe.metrics import MetricsLog, step_record
 from infinipipe.trainer import EvalResult, StepResult
 
 
-def result(loss: float = 2.5, step_s: float = 0.5) -> StepResult:
-    plan = {"method": "epp", "setting": "k=2", "predicted_step_s": 0.4, "cost_model": "analytic"}
+def result(loss: float = 2.5, step_s: float = 0.5, cost_model: str = "analytic") -> StepResult:
+    plan = {"method": "epp", "setting": "k=2", "predicted_step_s": 0.4, "cost_model": cost_model}
     return StepResult(loss=loss, plan=plan, tokens=1000, planning_s=0.01, step_s=step_s)
 
 
@@ -47,13 +47,16 @@ def test_only_rank_0_writes_unless_the_path_names_the_rank(tmp_path):
     assert json.loads((tmp_path / "r1.jsonl").read_text())["step"] == 1
 
 
-def test_the_console_bar_shows_loss_and_times_and_names_the_cost_model_once(capsys):
-    with MetricsLog(console=True, total=2, rank=0) as log:
+def test_the_console_bar_shows_loss_and_times_and_names_the_cost_model_when_it_changes(capsys):
+    with MetricsLog(console=True, total=4, rank=0) as log:
         log.step(1, result())
         log.step(2, result())
+        log.step(3, result(cost_model="profiled again"))  # a stale cached profile replaced
+        log.step(4, result(cost_model="profiled again"))
     captured = capsys.readouterr()
     assert "loss=2.5000" in captured.err and "step_s=0.50/0.40" in captured.err
     assert captured.out.count("predicted step times: analytic") == 1
+    assert captured.out.count("predicted step times: profiled again") == 1
 
 
 def test_tensorboard_is_written_when_installed(tmp_path):

@@ -26,3 +26,9 @@ def test_spread_head_defaults_to_the_planner_training_default():
 
     assert PlanConfig().spread_head is _C.plan.training_defaults()["spread_head"] is False
     assert PlanConfig(spread_head=True).spread_head
+
+
+def test_a_profile_check_needs_a_count_of_steps():
+    with pytest.raises(ValueError, match="profile_check_steps must be 0 .never check."):
+        PlanConfig(profile_check_steps=-1)
+    assert PlanConfig().profile_check_steps == 5 and PlanConfig(profile_check_steps=0)

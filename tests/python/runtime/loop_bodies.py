@@ -127,3 +127,23 @@ def profiled_cost() -> dict:
         "reported": result.plan["cost_model"],
         "predicted_s": result.predicted_s,
     }
+
+
+def stale_profile() -> dict:
+    """A cached profile checked after 2 steps (the first left out), with prefetching: each
+    step's cost model name, hidden planning and times, and the cost model planned with at the
+    end."""
+    trainer = infinipipe.Trainer(
+        model_config("float32"),
+        frozen_optimizer,
+        plan=infinipipe.PlanConfig(cost_model="profile", profile_check_steps=2),
+        timeout_s=120,
+    )
+    batches = [make_batch([40 + i, 9], i) for i in range(6)]  # distinct lengths: plans too
+    results = [trainer.step(b) for b in trainer.prefetching(batches)]
+    return {
+        "names": [r.plan["cost_model"] for r in results],
+        "hidden": [r.planning_hidden_s for r in results],
+        "times": [(r.step_s, r.predicted_s) for r in results],
+        "cost": trainer.cost.to_json(),
+    }
