@@ -3,15 +3,9 @@ write a calibrated cost model.
 
     PYTHONPATH=python python -m infinipipe profile --grid full --output cost.json
 
-Times the forward and backward of one layer of the model with the runtime's profiler
-(_C.runtime.profile_layer: at every (tokens, context) of the grid, a chunk holding one slice,
-run through the executor's chunk attention and K/V buffers), and the embedding and the head with
-its loss per token; fits a1, a2, b, a3, the backward ratio and the per-token times with the C++ fit
-(_C.plan.calibrate) and reports its error on grid points held out of the fit; measures the bytes
-a layer keeps for its backward per token with saved-tensor hooks on the same path. Writes the
-cost JSON that PlanConfig(cost_model=...) and infinipipe-plan --model load, and next to it a
-.meta.json with the raw runs, the errors and where they were measured. The other coefficients
-(p2p, memory terms other than activation_bytes) keep their analytic values.
+Writes the cost JSON that PlanConfig(cost_model=...) and infinipipe-plan --model load (what
+is measured and fitted: profile.py), and next to it a .meta.json with the raw runs, the errors
+and where they were measured.
 
 --neighbours N runs N other processes doing the same layer work while the layer is timed, as the
 other pipeline ranks do when they share this machine's cores, caches and memory bandwidth (a CPU
