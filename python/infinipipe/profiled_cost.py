@@ -29,6 +29,7 @@ shape runs the same operations) and on the CPU only: on CUDA, profile the model 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import statistics
@@ -43,6 +44,8 @@ from .agreement import digest
 from .cost import model_shape_json
 from .errors import Error
 from .models import llama
+
+_log = logging.getLogger("infinipipe")
 
 PROFILE = "profile"  # the PlanConfig.cost_model value asking for it
 GRID = "training"
@@ -194,8 +197,14 @@ def record_check(path: Path, error: float) -> None:
     note = path.with_suffix(".missed")
     if abs(error) <= STALE_ERROR:
         note.unlink(missing_ok=True)
-    else:
-        write_cache(note, repr(error))
+        return
+    write_cache(note, repr(error))
+    _log.warning(
+        "the profile measured again still predicts the steps %+.0f%% off: the load is not what "
+        "it misses; later runs will not profile again for it (%s)",
+        error * 100,
+        note,
+    )
 
 
 def _missed(path: Path) -> float | None:
@@ -230,9 +239,9 @@ class StaleProfileCheck:
     again. After `steps` steps (the first one left out: it warms the allocator and its plan is
     never planned ahead), `add` returns the error of the medians, predicted / measured - 1."""
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self, steps: int, profiled_again: bool = False) -> None:
         self.steps = steps
-        self.profiled_again = False  # checking a profile measured because the cached one missed
+        self.profiled_again = profiled_again  # of a profile measured as the cached one missed
         self._measured: list[float] = []
         self._predicted: list[float] = []
         self._skipped = False

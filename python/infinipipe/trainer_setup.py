@@ -154,38 +154,30 @@ class TrainerSetup:
             )
         )
 
-    def _use_profile(self, agreed: profiled_cost.AgreedCost) -> None:
+    def _use_profile(self, agreed: profiled_cost.AgreedCost, again: bool = False) -> None:
         self.cost = self._per_rank(_C.plan.CostModel.from_json(agreed.text))
         self.cost_model_name = agreed.name
         self._profile_path = agreed.path
         steps = self.plan_config.profile_check_steps
         check = agreed.check and steps > 0
-        self._profile_check = profiled_cost.StaleProfileCheck(steps) if check else None
+        self._profile_check = profiled_cost.StaleProfileCheck(steps, again) if check else None
 
     def _check_profile(self, measured_s: float, predicted_s: float) -> None:
         """After a step: once the check has its steps, every rank takes rank 0's error (the
         ranks must plan alike). A cached profile beyond STALE_ERROR is profiled again, once,
-        and that profile checked in turn: if it misses too, the cache notes it (record_check)."""
+        and that profile checked in turn (record_check notes whether it missed too)."""
         error = self._profile_check.add(measured_s, predicted_s)
         if error is None:
             return
+        again = self._profile_check.profiled_again
+        self._profile_check = None
         self._calls += 1  # a collective of its own on the failure board
         with self._failures_named():
             error = float(self._gather_text(repr(error))[0])
-            if self._profile_check.profiled_again:
-                self._profile_check = None
+            if again:
                 profiled_cost.record_check(self._profile_path, error)
-                if abs(error) > profiled_cost.STALE_ERROR:
-                    _log.warning(
-                        "the profile measured again still predicts the steps %+.0f%% off: the "
-                        "load is not what it misses; later runs will not profile again for it "
-                        "(%s)",
-                        error * 100,
-                        self._profile_path,
-                    )
                 return
             if abs(error) <= profiled_cost.STALE_ERROR:
-                self._profile_check = None
                 return
             _log.info(
                 "the cached profile predicts the steps %+.0f%% off: profiling again", error * 100
@@ -193,9 +185,7 @@ class TrainerSetup:
             agreed = profiled_cost.reprofiled_cost_json(
                 self.config, self.layers_per_stage, error=error, **self._profile_options()
             )
-        self._use_profile(agreed)
-        if self._profile_check is not None:
-            self._profile_check.profiled_again = True
+        self._use_profile(agreed, again=True)
         # A plan made ahead meanwhile may have read either model, and not alike on every rank.
         self._ahead.close()
         self._ahead = PlanAhead(self._plan_lengths)
