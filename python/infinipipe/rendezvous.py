@@ -45,6 +45,17 @@ def at_exit(shut_down: Callable[[], None]) -> None:
     atexit.register(run)
 
 
+def before_default_group() -> None:
+    """Call before the default group is made. torch.distributed.nn.functional's functions take
+    `group.WORLD` as a default argument, evaluated when the module is first imported, and torch
+    imports it lazily (torch._dynamo does, when the first optimizer is built). Imported once the
+    default group exists, it holds that group for good (10 references, in tuples the garbage
+    collector does not see), so destroy_process_group cannot end the group's threads and the
+    Gloo exit race stays possible (docs/runtime.md, "Parallel layout"). Imported before, its
+    defaults are None."""
+    import torch.distributed.nn.functional  # noqa: F401
+
+
 def destroy_default_group() -> None:
     """Destroys the default group (and every group left) if the user has not already."""
     if dist.is_initialized():

@@ -20,7 +20,12 @@ from .errors import Error
 from .layout import Layout
 from .models import llama
 from .planning_ahead import PlanAhead
-from .rendezvous import at_exit, destroy_default_group, join_default_group
+from .rendezvous import (
+    at_exit,
+    before_default_group,
+    destroy_default_group,
+    join_default_group,
+)
 from .stage_adapter import head_parameters, protocol_module
 from .stage_group import sharded_optimizer
 
@@ -204,6 +209,7 @@ class TrainerSetup:
 
     def _default_group(self, use_cuda: bool) -> Any:
         if not dist.is_initialized():
+            before_default_group()
             backend = "nccl" if use_cuda else "gloo"
             timeout = datetime.timedelta(seconds=self.timeout_s)
             if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
