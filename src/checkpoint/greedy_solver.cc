@@ -106,12 +106,18 @@ class Cover {
   }
 
   // Raises the best variable until every row holds; false when some row cannot be helped.
+  // A pick that changes no priority is the best again: when a pick's walk finds that the next
+  // `quiet` picks of the same variable would change none (no row of its column comes within its
+  // largest coefficient of its need, the variable stays below its bound), and the variable is
+  // picked again, those picks and the one after them are made in one walk.
   bool raise() {
     Tournament tournament(priority_);
+    int last = -1, quiet = 0;
     while (violated_ > 0) {
       const int pick = tournament.best();
       if (vars_.empty() || !(priority_[pick] > 0)) return false;
-      raise(pick, tournament);
+      quiet = raise(pick, pick == last ? quiet : 0, tournament);
+      last = pick;
     }
     return true;
   }
@@ -149,14 +155,30 @@ class Cover {
   }
 
  private:
-  void raise(int pick, Tournament& tournament) {
+  // Makes `quiet` picks of `pick` known to change no priority, then one more as any pick is made;
+  // returns how many picks after these are known to change none.
+  int raise(int pick, int quiet, Tournament& tournament) {
     Var& picked = vars_[pick];
+    picked.value += quiet;
     if (++picked.value >= picked.upper) {
       priority_[pick] = 0;
       tournament.update(pick);
     }
+    const int most_quiet = std::max(picked.upper - 1 - picked.value, 0);
+    return quiet > 0 ? walk<true>(pick, quiet, most_quiet, tournament)
+                     : walk<false>(pick, 0, most_quiet, tournament);
+  }
+
+  // The rows of the picked variable's column, each lowered by its coefficient `quiet` + 1 times.
+  template <bool kQuiet>
+  int walk(int pick, int quiet, int next_quiet, Tournament& tournament) {
     for (const Entry& e : columns_[pick]) {
-      const double before = remaining_[e.index];
+      double before = remaining_[e.index];
+      // The quiet picks' subtractions, one at a time as they would have been made: bit for bit
+      // the same row, and nothing else they would have done (no row of theirs came within its
+      // largest coefficient of its need, so none was satisfied and no score changed).
+      if constexpr (kQuiet)
+        for (int k = 0; k < quiet; ++k) before -= e.coef;
       const double after = before - e.coef;
       // Kept for satisfied rows too: the clean-up reads the slack from it, and must see what
       // later picks added to a row an earlier pick satisfied.
@@ -164,9 +186,31 @@ class Cover {
       if (before <= 0) continue;
       if (after <= 0) --violated_;
       // While the row still needs more than any single increment gives, no score in it changes.
-      if (after >= max_coef_[e.index]) continue;
+      const double most = max_coef_[e.index];
+      const double spare = after - most;  // >= 0 exactly when after >= most (IEEE subtraction)
+      if (spare >= 0) {
+        if (next_quiet > 0) next_quiet = quiet_picks(after, spare, most, e.coef, next_quiet);
+        continue;
+      }
+      if (after > 0) next_quiet = 0;  // the next pick would change scores in this row
       rescan(e.index, before, after, tournament);
     }
+    return next_quiet;
+  }
+
+  // How many of up to `limit` further subtractions of `coef`, made one at a time, keep a row short
+  // by `remaining` (= `most` + `spare`) short by `most` or more (so they change no score in it).
+  static int quiet_picks(double remaining, double spare, double most, double coef, int limit) {
+    // Each subtraction rounds by at most 2^-53 of `remaining`, and `spare - limit * coef` by a few
+    // times 2^-53 of `remaining` when it is positive: a margin of 1e-9 of `remaining` covers all
+    // of that many times over, so then every one of the subtractions leaves `most` or more.
+    if (spare - limit * coef > 1e-9 * remaining) return limit;
+    int k = 0;
+    for (double left = remaining; k < limit; ++k) {
+      left -= coef;
+      if (!(left >= most)) break;
+    }
+    return k;
   }
 
   // The scores of row r's variables once it is short by `after` instead of `before` (> 0).
