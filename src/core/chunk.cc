@@ -27,9 +27,50 @@ int find_root(std::vector<int>& parent, int x) {
   return x;
 }
 
+// The chains when every sequence's slices lie in one run of consecutive chunks, their starts
+// rising with the chunk (the chunkers' layout): then they are runs of consecutive chunks in
+// ascending order, which is what the general search below finds (its edges all go from a chunk
+// to the next, and its topological order takes the smallest ready chunk first) at a fraction of
+// its cost: a uniform step's candidates have tens of thousands of chunks, and the search's
+// never-fits checks ask for all their chains (docs/planning.md, "Search speed", ninth round).
+// False, with `result` unspecified, for any other layout.
+bool consecutive_chains(const std::vector<Chunk>& chunks, ChainList& result) {
+  const int n = static_cast<int>(chunks.size());
+  std::vector<int> last_chunk;  // per sequence: the chunk of its latest slice so far, or -1
+  std::vector<int64_t> last_start;
+  result.start.assign(1, 0);
+  for (int c = 0; c < n; ++c) {
+    bool linked = false;  // to chunk c - 1, by a sequence they share
+    for (const Slice& s : chunks[c].slices) {
+      if (s.seq < 0) return false;
+      if (s.seq >= static_cast<int>(last_chunk.size())) {
+        const size_t size = std::max<size_t>(s.seq + 1, 2 * last_chunk.size());
+        last_chunk.resize(size, -1);
+        last_start.resize(size, 0);
+      }
+      int& last = last_chunk[s.seq];
+      if (last >= 0) {
+        if (last < c - 1 || s.start <= last_start[s.seq]) return false;
+        linked = linked || last == c - 1;
+      }
+      last = c;
+      last_start[s.seq] = s.start;
+    }
+    if (c > 0 && !linked) result.start.push_back(c);
+  }
+  if (n > 0) result.start.push_back(n);
+  result.ids.resize(n);
+  std::iota(result.ids.begin(), result.ids.end(), 0);
+  return true;
+}
+
 }  // namespace
 
 ChainList chain_list(const std::vector<Chunk>& chunks) {
+  {
+    ChainList runs;
+    if (consecutive_chains(chunks, runs)) return runs;
+  }
   // Union chunks that share a sequence; within a component, order by the earliest slice start
   // of any sequence they share, which for valid chunkings is the forward order. Flat arrays, not
   // maps: the planner asks for the chains of every candidate several times (docs/planning.md,

@@ -158,6 +158,64 @@ TEST(Chains, RecoverTheChainsAStepWasBuiltFrom) {
   }
 }
 
+// Chunks laid out chain after chain (each sequence's slices in consecutive chunks: the layout
+// chain_list answers without its general search) or chains interleaved with each one's chunks
+// still in forward order (the general search): the chains by their smallest chunk, each in
+// forward order, either way.
+TEST(Chains, ConsecutiveAndInterleavedLayoutsGiveTheChainsInForwardOrder) {
+  std::mt19937_64 rng(2025);
+  int consecutive = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    // Chains of 1-4 chunks: one sequence cut into slices, a chunk sometimes holding the tail of
+    // one sequence and the head of the next (which joins them), and whole sequences.
+    std::vector<std::vector<Chunk>> built;
+    int next_seq = 0;
+    const int num_chains = std::uniform_int_distribution<int>(1, 8)(rng);
+    for (int c = 0; c < num_chains; ++c) {
+      std::vector<Chunk> chain;
+      const int parts = std::uniform_int_distribution<int>(1, 3)(rng);
+      for (int part = 0; part < parts; ++part) {
+        const int seq = next_seq++;
+        const int slices = std::uniform_int_distribution<int>(1, 3)(rng);
+        for (int i = 0; i < slices; ++i) {
+          const Slice slice{seq, i * 10, (i + 1) * 10, slices * 10};
+          if (part > 0 && i == 0)
+            chain.back().slices.push_back(slice);  // the head beside the previous tail
+          else
+            chain.push_back(Chunk{{slice}});
+        }
+      }
+      if (std::uniform_int_distribution<int>(0, 2)(rng) == 0)
+        chain.back().slices.push_back(whole(next_seq++, 7));
+      built.push_back(chain);
+    }
+    const bool interleave = trial % 2 == 1;
+    // Which chain each position takes its next chunk from: in turn, or chain after chain.
+    std::vector<int> from;
+    for (size_t c = 0; c < built.size(); ++c) from.insert(from.end(), built[c].size(), c);
+    if (interleave) std::shuffle(from.begin(), from.end(), rng);
+    std::vector<Chunk> chunks;
+    std::vector<std::vector<int>> expected(built.size());
+    std::vector<size_t> taken(built.size(), 0);
+    for (int c : from) {
+      expected[c].push_back(static_cast<int>(chunks.size()));
+      chunks.push_back(built[c][taken[c]++]);
+    }
+    std::sort(expected.begin(), expected.end(),
+              [](const std::vector<int>& a, const std::vector<int>& b) { return a[0] < b[0]; });
+    consecutive += !interleave;
+    EXPECT_EQ(chains(chunks), expected);
+    const ChainList list = chain_list(chunks);
+    ASSERT_EQ(list.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_EQ(
+          std::vector<int>(list.ids.begin() + list.start[i], list.ids.begin() + list.start[i + 1]),
+          expected[i]);
+  }
+  EXPECT_GT(consecutive, 0);
+}
+
 TEST(Chains, NoChunksNoChains) {
   EXPECT_TRUE(chains({}).empty());
   const ChainList list = chain_list({});
