@@ -61,6 +61,7 @@ constexpr int kSpreadUnsearched = 6;
 PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setting,
                        const CostModel& cost, const PlannerOptions& options) {
   PlanningCall call;
+  SolveMemo memo;
   search_work() = 0;
   call.report.candidates = call.report.tried = 1;  // the one setting
   check_inputs(lengths, cost, options);
@@ -100,6 +101,7 @@ constexpr size_t kMaxRecomputeChunks = 4096;
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options) {
   PlanningCall call;
+  SolveMemo memo;
   search_work() = 0;
   check_inputs(lengths, cost, options);
   for (int64_t cap : options.chunk_token_caps)

@@ -4,6 +4,72 @@
 
 namespace infinipipe::planning {
 
+// One method's answer on one schedule: solved, and simulated when it fits in bytes.
+struct SolveMemo::Solved {
+  CheckpointResult checkpoint;
+  SimResult sim;
+  int64_t work = 0;  // what solving and simulating added to search_work()
+};
+
+// The last few answers, with everything they were computed from. Every input is compared, not
+// hashed: an answer is reused only for the same method, cost model, options, chunks and
+// schedule, so it is what a new solve would give, bit for bit.
+struct SolveMemo::Entry {
+  CheckpointMethod method;
+  const CostModel* cost;
+  double budget, time_limit;
+  std::vector<Chunk> chunks;
+  Schedule schedule;
+  Solved solved;
+};
+
+namespace {
+
+SolveMemo*& active_memo() {
+  thread_local SolveMemo* memo = nullptr;
+  return memo;
+}
+
+// At most this many answers are kept (the repeats seen are of the schedule just solved).
+constexpr size_t kMemoEntries = 4;
+
+}  // namespace
+
+SolveMemo::SolveMemo() : outer_(active_memo()) { active_memo() = this; }
+SolveMemo::~SolveMemo() { active_memo() = outer_; }
+
+SolveMemo::Solved SolveMemo::solve(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                                   CheckpointMethod method, const CostModel& cost,
+                                   const PlannerOptions& options) {
+  const int64_t work_before = search_work();
+  Solved out;
+  out.checkpoint = plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
+  search_work() += static_cast<int64_t>(chunks.size()) * schedule.num_stages();
+  if (out.checkpoint.feasible)
+    out.sim = predict_checked(schedule, chunks, cost, out.checkpoint, options.memory_budget_bytes);
+  out.work = search_work() - work_before;
+  return out;
+}
+
+SolveMemo::Solved SolveMemo::solved(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                                    CheckpointMethod method, const CostModel& cost,
+                                    const PlannerOptions& options) {
+  SolveMemo* memo = active_memo();
+  if (!memo) return solve(schedule, chunks, method, cost, options);
+  for (const Entry& e : memo->entries_)
+    if (e.method == method && e.cost == &cost && e.budget == options.memory_budget_bytes &&
+        e.time_limit == options.checkpoint_time_limit_s && same_chunks(e.chunks, chunks) &&
+        e.schedule.stages == schedule.stages) {
+      search_work() += e.solved.work;  // as the solve would have counted it
+      return e.solved;
+    }
+  Solved out = solve(schedule, chunks, method, cost, options);
+  if (memo->entries_.size() == kMemoEntries) memo->entries_.erase(memo->entries_.begin());
+  memo->entries_.push_back({method, &cost, options.memory_budget_bytes,
+                            options.checkpoint_time_limit_s, chunks, schedule, out});
+  return out;
+}
+
 CheckpointOptions checkpoint_options(CheckpointMethod method, const PlannerOptions& options) {
   CheckpointOptions ck;
   ck.method = method;
@@ -19,15 +85,13 @@ bool best_checkpointing(const Schedule& schedule, const std::vector<Chunk>& chun
   bool found = false;
   for (CheckpointMethod method : methods) {
     check_not_cancelled(options);
-    CheckpointResult solved =
-        plan_checkpointing(schedule, chunks, cost, checkpoint_options(method, options));
-    search_work() += static_cast<int64_t>(chunks.size()) * schedule.num_stages();
+    SolveMemo::Solved answer = SolveMemo::solved(schedule, chunks, method, cost, options);
+    CheckpointResult& solved = answer.checkpoint;
     if (!solved.feasible) {
       if (reason.empty()) reason = solved.reason;
       continue;
     }
-    SimResult simulated =
-        predict_checked(schedule, chunks, cost, solved, options.memory_budget_bytes);
+    SimResult& simulated = answer.sim;
     if (simulated.over_budget) {
       if (reason.empty()) reason = simulated.over_budget_message;
       continue;

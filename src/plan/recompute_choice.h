@@ -12,6 +12,32 @@ namespace infinipipe::planning {
 
 CheckpointOptions checkpoint_options(CheckpointMethod method, const PlannerOptions& options);
 
+// While one is in scope (a planning call's, on its thread), best_checkpointing keeps its last
+// few answers and gives one again for the same method, schedule, chunks, cost model and options
+// instead of solving and simulating anew: plan_with_recompute weighs a candidate's one wave, and
+// the grouping DP can choose that one wave again (on the heavy mix's second step in issue 12's
+// benchmark, a 576-chunk candidate's). Scoped so that no answer outlives the cost model it used.
+class SolveMemo {
+ public:
+  struct Solved;
+  SolveMemo();
+  ~SolveMemo();
+  SolveMemo(const SolveMemo&) = delete;
+  SolveMemo& operator=(const SolveMemo&) = delete;
+  // The method's recompute on `schedule`, and its simulation when it fits in bytes.
+  static Solved solved(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                       CheckpointMethod method, const CostModel& cost,
+                       const PlannerOptions& options);
+
+ private:
+  struct Entry;
+  static Solved solve(const Schedule& schedule, const std::vector<Chunk>& chunks,
+                      CheckpointMethod method, const CostModel& cost,
+                      const PlannerOptions& options);
+  std::vector<Entry> entries_;  // oldest first
+  SolveMemo* outer_;
+};
+
 // Recompute on `schedule` by each method, kept by simulated step time (ties: the earlier
 // method). The diagonal-tied program charges every recomputed layer as a full delay to the
 // pipeline, but a backward with slack after it absorbs its recompute, so the untied greedy (or
