@@ -1,6 +1,7 @@
 #include "candidate.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "infinipipe/schedule/scheduler.h"
 #include "planner_support.h"
@@ -58,11 +59,22 @@ struct SplitIndex {
 };
 
 // The 1F1B order of one wave of all chunks and k_max, the first chain's length (a warm-up
-// stage p runs (d - 1 - p) + (k_max - 1) forwards).
-WaveOrder one_wave_order(const std::vector<Chunk>& chunks, int num_stages, int& k_max) {
-  ScheduleOptions schedule_options;
-  schedule_options.num_stages = num_stages;
-  WaveOrder order = order_wave(chunks, all_chunks(chunks.size()), schedule_options);
+// stage p runs (d - 1 - p) + (k_max - 1) forwards). order_wave's order, made without its checks
+// of the wave (every chain is whole in the wave of all chunks) and its chain lookups: the chains
+// longest first, each forward in order and backward in reverse.
+WaveOrder one_wave_order(const std::vector<Chunk>& chunks, int& k_max) {
+  const ChainList list = chain_list(chunks);
+  std::vector<int> longest_first(list.size());
+  std::iota(longest_first.begin(), longest_first.end(), 0);
+  sort_longest_first(list, longest_first);
+  WaveOrder order;
+  order.forward.reserve(chunks.size());
+  order.backward.reserve(chunks.size());
+  const int* ids = list.ids.data();
+  for (int c : longest_first) {
+    order.forward.insert(order.forward.end(), ids + list.start[c], ids + list.start[c + 1]);
+    for (int k = list.start[c + 1] - 1; k >= list.start[c]; --k) order.backward.push_back(ids[k]);
+  }
   int split_seq = -1;
   for (const Slice& s : chunks[order.forward.front()].slices)
     if (!s.whole()) split_seq = s.seq;
@@ -80,7 +92,7 @@ WaveOrder one_wave_order(const std::vector<Chunk>& chunks, int num_stages, int& 
 bool never_fits_as_is(const std::vector<Chunk>& chunks, const CostModel& cost, int num_stages,
                       double budget_bytes) {
   int k_max = 1;
-  const WaveOrder order = one_wave_order(chunks, num_stages, k_max);
+  const WaveOrder order = one_wave_order(chunks, k_max);
   const SplitIndex split(chunks);
   const int n = static_cast<int>(chunks.size());
   // pipeline_bound's walk, its sums added and subtracted in the same order (so the same answer
