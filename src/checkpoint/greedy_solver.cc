@@ -217,18 +217,26 @@ class Cover {
   void rescan(int r, double before, double after, Tournament& tournament) {
     const double covered_after = after > 0 ? after : 0;
     const TiedProblem::Row& row = problem_.rows[r];
-    for (size_t i = 0; i < row.var.size(); ++i) {
-      const double coef = row.coef[i];
+    // Read through pointers held here: the tournament's marks grow a vector, which the compiler
+    // must otherwise assume may move the row's and the variables' arrays, loading them anew for
+    // every entry.
+    const int* row_var = row.var.data();
+    const double* row_coef = row.coef.data();
+    const size_t size = row.var.size();
+    Var* vars = vars_.data();
+    double* priority = priority_.data();
+    for (size_t i = 0; i < size; ++i) {
+      const double coef = row_coef[i];
       // Covering its coefficient before and after, a variable's score stays as it is.
       if (coef <= after) continue;
       // covered(coef, after) - covered(coef, before), coef being above `after`.
       const double change = covered_after - std::min(coef, before);
       if (change == 0) continue;  // adding 0 to a score, never -0, would change no bit either
-      const int v = row.var[i];
-      Var& var = vars_[v];
+      const int v = row_var[i];
+      Var& var = vars[v];
       var.score += change;
       if (var.value < var.upper) {
-        priority_[v] = var.score > 0 ? var.score * var.inv_cost : 0;
+        priority[v] = var.score > 0 ? var.score * var.inv_cost : 0;
         tournament.update(v);
       }
     }
