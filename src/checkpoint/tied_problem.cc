@@ -104,16 +104,26 @@ void add_rows(const std::vector<std::vector<MemoryMoment>>& moments,
       row.need = base - budget;
       row.stage = p;
       row.action_index = moment.action_index;
-      // At most one entry per chunk in flight: reserved, not grown (rows of dozens of chunks,
-      // thousands of rows per program).
-      row.var.reserve(moment.in_flight.size());
-      row.coef.reserve(moment.in_flight.size());
-      const std::vector<int>& var_of = problem.var_of[p];
+      // At most one entry per chunk in flight: sized once, not grown (rows of dozens of chunks,
+      // thousands of rows per program), and written through pointers held here (a push_back
+      // per entry checked the capacity and, storing a pointer, made the compiler load every
+      // array anew), then cut to the entries written.
+      const size_t most = moment.in_flight.size();
+      row.var.resize(most);
+      row.coef.resize(most);
+      int* row_var = row.var.data();
+      double* row_coef = row.coef.data();
+      const int* var_of = problem.var_of[p].data();
+      const double* save = saving.data();
+      size_t count = 0;
       for (int k : moment.in_flight) {
-        if (saving[k] <= 0) continue;
-        row.var.push_back(var_of[k]);
-        row.coef.push_back(saving[k]);
+        if (save[k] <= 0) continue;
+        row_var[count] = var_of[k];
+        row_coef[count] = save[k];
+        ++count;
       }
+      row.var.resize(count);
+      row.coef.resize(count);
       problem.rows.push_back(std::move(row));
     }
   }
