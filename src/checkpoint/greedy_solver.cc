@@ -52,8 +52,10 @@ inline double covered(double coef, double remaining) {
 inline double inverse_cost(double cost) { return cost > 0 ? 1 / cost : 1e200; }
 
 // The problem's columns, each row's shape checked as it is counted (check_problem_shape's
-// answer, without a pass of its own).
-void read_columns(const TiedProblem& problem, Lists& columns, std::vector<double>& max_coef) {
+// answer, without a pass of its own), and each variable's first score: what it covers in the
+// rows still short (`remaining` > 0), summed in the same order as a pass of its own would.
+void read_columns(const TiedProblem& problem, const std::vector<double>& remaining, Lists& columns,
+                  std::vector<double>& max_coef, std::vector<Var>& vars) {
   const int num_vars = static_cast<int>(problem.upper.size());
   const int num_rows = static_cast<int>(problem.rows.size());
   columns.start.assign(num_vars + 1, 0);
@@ -70,30 +72,37 @@ void read_columns(const TiedProblem& problem, Lists& columns, std::vector<double
   for (int j = 0; j < num_vars; ++j) columns.start[j + 1] += columns.start[j];
   columns.entries.resize(columns.start[num_vars]);
   std::vector<int> fill(columns.start.begin(), columns.start.end() - 1);
+  Entry* entries = columns.entries.data();
+  Var* var = vars.data();
   for (int r = 0; r < num_rows; ++r) {
     const TiedProblem::Row& row = problem.rows[r];
-    for (size_t i = 0; i < row.var.size(); ++i)
-      columns.entries[fill[row.var[i]]++] = {r, row.coef[i]};
+    const int* row_var = row.var.data();
+    const double* row_coef = row.coef.data();
+    const size_t size = row.var.size();
+    const double left = remaining[r];
+    if (left > 0) {
+      for (size_t i = 0; i < size; ++i) {
+        entries[fill[row_var[i]]++] = {r, row_coef[i]};
+        var[row_var[i]].score += covered(row_coef[i], left);
+      }
+    } else {
+      for (size_t i = 0; i < size; ++i) entries[fill[row_var[i]]++] = {r, row_coef[i]};
+    }
   }
 }
 
 class Cover {
  public:
   explicit Cover(const TiedProblem& problem) : problem_(problem) {
-    read_columns(problem, columns_, max_coef_);
     const int num_rows = static_cast<int>(problem.rows.size());
     // remaining_[r] > 0 exactly while row r is violated (the tolerance is folded in here).
     remaining_.resize(num_rows);
-    for (int r = 0; r < num_rows; ++r)
-      remaining_[r] = problem.rows[r].need - row_tolerance(problem.rows[r].need);
-    vars_.resize(problem.upper.size());
     for (int r = 0; r < num_rows; ++r) {
-      if (remaining_[r] <= 0) continue;
-      ++violated_;
-      const TiedProblem::Row& row = problem.rows[r];
-      for (size_t i = 0; i < row.var.size(); ++i)
-        vars_[row.var[i]].score += covered(row.coef[i], remaining_[r]);
+      remaining_[r] = problem.rows[r].need - row_tolerance(problem.rows[r].need);
+      violated_ += remaining_[r] > 0;
     }
+    vars_.resize(problem.upper.size());
+    read_columns(problem, remaining_, columns_, max_coef_, vars_);
     // Bytes covered per second of recompute, 0 for variables at their bound: a flat array of
     // its own because the tournament reads it.
     priority_.resize(vars_.size());
