@@ -98,6 +98,25 @@ PlanResult plan_epp_at(const std::vector<int64_t>& lengths, const Setting& setti
 // (extreme, batch 128, context 32768).
 constexpr size_t kMaxRecomputeChunks = 4096;
 
+namespace {
+
+// Whether no chunking of the step fits without recompute: the longest sequence's activations on
+// some stage, every layer kept, are over the budget with the stage's model state. Whatever the
+// chunks, when the forward of its last slice ends every chunk holding a slice of it is in flight
+// there (its backward starts at that slice), and activation bytes grow linearly with tokens, so
+// those chunks hold at least this much. The margin keeps rounding from calling a fit a miss.
+bool nothing_fits_as_is(const std::vector<int64_t>& lengths, const CostModel& cost,
+                        double budget_bytes) {
+  const auto longest = std::max_element(lengths.begin(), lengths.end());
+  const Chunk whole{{Slice{static_cast<int>(longest - lengths.begin()), 0, *longest, *longest}}};
+  for (int p = 0; p < cost.num_stages(); ++p)
+    if (cost.model_state_bytes(p) + cost.activation_bytes(whole, p, 0) > budget_bytes * (1 + 1e-6))
+      return true;
+  return false;
+}
+
+}  // namespace
+
 PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
                     const PlannerOptions& options) {
   PlanningCall call;
@@ -169,61 +188,88 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     unbounded.push_back(doomed);
     candidates.push_back(std::move(cand));
   };
-  for (int k = 1; k <= options.max_k && k <= longest; ++k) {
-    check_not_cancelled(options);
-    // Neighbouring large K differ by a few percent of slice length: every other K above 16,
-    // every fourth above 32.
-    if ((k > 16 && k % 2 != 0) || (k > 32 && k % 4 != 0)) continue;
-    const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
-    if (k > 1 && shortest_slice(mesh) < kMinSliceTokens) break;
-    std::vector<int64_t> caps;
-    for (int64_t cap : options.chunk_token_caps) {
-      // A cap the mesh already respects changes nothing. Where it binds, K only moves the cuts
-      // of the long sequences' late (short, uncapped) slices, so coarser steps of K do.
-      const int64_t effective = cap >= mesh.token_cap ? 0 : cap;
-      if (effective > 0 && !(k <= 6 || (k <= 16 && k % 2 == 0) || k % 4 == 0)) continue;
-      if (std::find(caps.begin(), caps.end(), effective) == caps.end()) caps.push_back(effective);
-    }
-    for (int64_t cap : caps) {
-      bool relaxed_as_strict = false;  // the relaxing packing, chunked, never relaxed T_t
-      for (bool relax : {true, false}) {
-        Setting setting;
-        setting.k = k;
-        setting.token_cap = cap;
-        setting.strict_packing = !relax;
-        // Then strict packing gives the same chunks, which are dropped below: not chunked (on a
-        // uniform step most strict settings were, tens of thousands of chunks each).
-        if (!relax && relaxed_as_strict) continue;
-        Candidate cand;
-        if (!chunked(setting, cand)) continue;
-        relaxed_as_strict = relax && !packing.time_target_relaxed;
-        // Strict packing only differs when relaxing T_t would have helped some sequence.
-        if (!relax && !candidates.empty() && candidates.back().setting.k == k &&
-            candidates.back().setting.token_cap == cap &&
-            same_chunks(candidates.back().chunks, cand.chunks))
+  // Capped settings that cannot give a plan are left unchunked while skip_unplannable is set
+  // (below); `unchunked` counts them.
+  int64_t total_tokens = 0;
+  for (int64_t n : lengths) total_tokens += n;
+  int unchunked = 0;
+  auto make_candidates = [&](bool skip_unplannable) {
+    for (int k = 1; k <= options.max_k && k <= longest; ++k) {
+      check_not_cancelled(options);
+      // Neighbouring large K differ by a few percent of slice length: every other K above 16,
+      // every fourth above 32.
+      if ((k > 16 && k % 2 != 0) || (k > 32 && k % 4 != 0)) continue;
+      const SplitMesh mesh = cost_balanced_mesh(longest, k, cost);
+      if (k > 1 && shortest_slice(mesh) < kMinSliceTokens) break;
+      std::vector<int64_t> caps;
+      for (int64_t cap : options.chunk_token_caps) {
+        // A cap the mesh already respects changes nothing. Where it binds, K only moves the cuts
+        // of the long sequences' late (short, uncapped) slices, so coarser steps of K do.
+        const int64_t effective = cap >= mesh.token_cap ? 0 : cap;
+        if (effective > 0 && !(k <= 6 || (k <= 16 && k % 2 == 0) || k % 4 == 0)) continue;
+        if (std::find(caps.begin(), caps.end(), effective) == caps.end()) caps.push_back(effective);
+      }
+      for (int64_t cap : caps) {
+        // Every chunk of a capped setting holds at most `cap` tokens. When nothing fits without
+        // recompute and the cap gives more chunks than recompute is tried on, the setting's
+        // candidate could only be dropped unplanned (below; on a uniform step 103 of 166, 1.6
+        // million chunks made and freed): it is not chunked, unless no candidate is within the
+        // limit (then the settings are chunked again, these included).
+        if (skip_unplannable && cap > 0 &&
+            (total_tokens + cap - 1) / cap > int64_t{kMaxRecomputeChunks}) {
+          ++unchunked;
           continue;
-        add(std::move(cand));
+        }
+        bool relaxed_as_strict = false;  // the relaxing packing, chunked, never relaxed T_t
+        for (bool relax : {true, false}) {
+          Setting setting;
+          setting.k = k;
+          setting.token_cap = cap;
+          setting.strict_packing = !relax;
+          // Then strict packing gives the same chunks, which are dropped below: not chunked (on a
+          // uniform step most strict settings were, tens of thousands of chunks each).
+          if (!relax && relaxed_as_strict) continue;
+          Candidate cand;
+          if (!chunked(setting, cand)) continue;
+          relaxed_as_strict = relax && !packing.time_target_relaxed;
+          // Strict packing only differs when relaxing T_t would have helped some sequence.
+          if (!relax && !candidates.empty() && candidates.back().setting.k == k &&
+              candidates.back().setting.token_cap == cap &&
+              same_chunks(candidates.back().chunks, cand.chunks))
+            continue;
+          add(std::move(cand));
+        }
       }
     }
-  }
 
-  // The baselines' chunkings too, as their static search would try them for this step: EPP's
-  // waves and stage-aware recompute on them can only do better than the baseline does. Where
-  // memory is plentiful, finely sliced micro-batches (Seq1F1B) can beat the sequence
-  // processor's chunks, whose packing serves memory first.
-  for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow}) {
-    if (!options.baseline_chunkings) break;
-    for (Setting setting : candidate_settings(baseline, longest)) {
-      check_not_cancelled(options);
-      if (setting.k > options.max_k) continue;
-      setting.chunker = baseline;
-      Candidate cand;
-      if (!chunked(setting, cand)) continue;
-      if (std::none_of(candidates.begin(), candidates.end(), [&](const Candidate& other) {
-            return same_chunks(other.chunks, cand.chunks);
-          }))
-        add(std::move(cand));
+    // The baselines' chunkings too, as their static search would try them for this step: EPP's
+    // waves and stage-aware recompute on them can only do better than the baseline does. Where
+    // memory is plentiful, finely sliced micro-batches (Seq1F1B) can beat the sequence
+    // processor's chunks, whose packing serves memory first.
+    for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow}) {
+      if (!options.baseline_chunkings) break;
+      for (Setting setting : candidate_settings(baseline, longest)) {
+        check_not_cancelled(options);
+        if (setting.k > options.max_k) continue;
+        setting.chunker = baseline;
+        Candidate cand;
+        if (!chunked(setting, cand)) continue;
+        if (std::none_of(candidates.begin(), candidates.end(), [&](const Candidate& other) {
+              return same_chunks(other.chunks, cand.chunks);
+            }))
+          add(std::move(cand));
+      }
     }
+  };
+  make_candidates(skip_unplannable_settings() &&
+                  nothing_fits_as_is(lengths, cost, options.memory_budget_bytes));
+  if (unchunked > 0 && std::none_of(candidates.begin(), candidates.end(), [](const Candidate& c) {
+        return c.chunks.size() <= kMaxRecomputeChunks;
+      })) {
+    candidates.clear();
+    unbounded.clear();
+    unchunked = 0;
+    make_candidates(false);
   }
 
   // Best first by search_key, which only grows as a candidate is looked at more closely: first
@@ -242,7 +288,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   // Every candidate is either simulated (tried) or still waiting, unsimulated, when the search
   // stops because no waiting key beats the best plan (pruned by its bound).
   PlannerReport& counts = call.report;
-  counts.candidates = static_cast<int>(candidates.size());
+  counts.candidates = static_cast<int>(candidates.size()) + unchunked;
   // Recompute and grouping only for candidates of at most kMaxRecomputeChunks chunks, or of the
   // fewest chunks any candidate has when all have more.
   size_t fewest_chunks = candidates.empty() ? 0 : candidates.front().chunks.size();

@@ -83,6 +83,11 @@ bool& skip_hopeless_simulations() {
   return skip;
 }
 
+bool& skip_unplannable_settings() {
+  thread_local bool skip = true;
+  return skip;
+}
+
 bool search_work_exhausted(const PlannerOptions& options) {
   return options.search_work_limit > 0 && search_work() >= options.search_work_limit;
 }

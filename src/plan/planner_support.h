@@ -47,6 +47,10 @@ bool search_work_exhausted(const PlannerOptions& options);
 // recompute search (epp_search.cc): true unless a test turns it off to see the same plans
 // without it. Per thread, as search_work.
 bool& skip_hopeless_simulations();
+// Whether plan_epp leaves unchunked the capped settings that cannot give a plan (epp_search.cc:
+// nothing fits without recompute, and their cap gives more chunks than recompute is tried on):
+// true unless a test turns it off to see the same plans without it. Per thread.
+bool& skip_unplannable_settings();
 // The simulator without events, checking `budget`; counts its work.
 // With `stop_above`, it may stop once the step is known to take longer (SimResult::stopped_early).
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,

@@ -285,6 +285,56 @@ TEST(EppSearch, SpentRecomputeSearchesSkipHopelessSimulationsWithTheSamePlans) {
   EXPECT_GT(fewer, 2);
 }
 
+// When nothing fits without recompute, capped settings whose cap gives more chunks than recompute
+// is tried on are never chunked: the same plans, the same simulations and work as with them. The
+// instances make that happen (asserted below): the longest sequence alone is over the budget, and
+// 128-token caps cut the step into more than kMaxRecomputeChunks (4,096) chunks. With only such
+// caps and no baseline chunkings, every setting is chunked after all (no candidate is within the
+// limit, which then becomes the fewest chunks any candidate has).
+TEST(EppSearch, UnplannableCappedSettingsAreLeftUnchunkedWithTheSamePlans) {
+  std::mt19937_64 rng(47);
+  for (int trial = 0; trial < 3; ++trial) {
+    Instance inst;
+    inst.cost = a800_cost("tiny", 2 + trial);
+    inst.lengths = random_lengths(rng, 70, 16384);
+    int64_t total = 0;
+    for (int64_t n : inst.lengths) total += n;
+    if (total <= 4096 * 128) inst.lengths.push_back(4096 * 128 - total + 1);
+    const int64_t longest = *std::max_element(inst.lengths.begin(), inst.lengths.end());
+    inst.options.num_stages = inst.cost.num_stages();
+    inst.options.max_k = 8;
+    inst.options.checkpoint_time_limit_s = 0;  // CBC's answer depends on the machine's load
+    // 70% of the way from the model state to the longest sequence's activations on the stage
+    // where they are most: recompute is needed, and enough of it fits.
+    const Chunk whole{{Slice{0, 0, longest, longest}}};
+    double most = 0;
+    for (int p = 0; p < inst.cost.num_stages(); ++p)
+      most = std::max(most, inst.cost.activation_bytes(whole, p, 0));
+    inst.options.memory_budget_bytes = largest_model_state(inst.cost) + 0.7 * most;
+    bool over = false;
+    for (int p = 0; p < inst.cost.num_stages(); ++p)
+      over |= inst.cost.model_state_bytes(p) + inst.cost.activation_bytes(whole, p, 0) >
+              inst.options.memory_budget_bytes * (1 + 1e-6);
+    ASSERT_TRUE(over) << "the instance must need recompute";
+    inst.options.chunk_token_caps = {0, 2048, 128};
+    if (trial == 2) {
+      inst.options.chunk_token_caps = {128};
+      inst.options.baseline_chunkings = false;
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    planning::skip_unplannable_settings() = false;
+    const PlanResult chunked = plan_epp(inst.lengths, inst.cost, inst.options);
+    planning::skip_unplannable_settings() = true;
+    const PlanResult skipped = plan_epp(inst.lengths, inst.cost, inst.options);
+    ASSERT_EQ(skipped.feasible, chunked.feasible) << skipped.reason;
+    ASSERT_TRUE(skipped.feasible) << skipped.reason;
+    EXPECT_EQ(skipped.plan.hash(), chunked.plan.hash());
+    EXPECT_EQ(skipped.plan.step_time_s, chunked.plan.step_time_s);
+    EXPECT_EQ(skipped.plan.planner.tried, chunked.plan.planner.tried);
+    EXPECT_EQ(skipped.plan.planner.work, chunked.plan.planner.work);
+  }
+}
+
 TEST(EppSearch, FewerLayersThanStagesIsAnError) {
   EXPECT_THROW(a800_cost("tiny", 9), Error);
   const CostModel cost = a800_cost("tiny", 2);
