@@ -88,6 +88,11 @@ bool& skip_unplannable_settings() {
   return skip;
 }
 
+bool& drop_unplannable_candidates() {
+  thread_local bool drop = true;
+  return drop;
+}
+
 bool search_work_exhausted(const PlannerOptions& options) {
   return options.search_work_limit > 0 && search_work() >= options.search_work_limit;
 }

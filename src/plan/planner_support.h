@@ -51,6 +51,10 @@ bool& skip_hopeless_simulations();
 // nothing fits without recompute, and their cap gives more chunks than recompute is tried on):
 // true unless a test turns it off to see the same plans without it. Per thread.
 bool& skip_unplannable_settings();
+// Whether plan_epp drops unsimulated the candidates that cannot give a plan (epp_search.cc: over
+// the budget as they are, and with every layer recomputed in one wave and in every wave holding
+// their longest chains): true unless a test turns it off to compare. Per thread.
+bool& drop_unplannable_candidates();
 // The simulator without events, checking `budget`; counts its work.
 // With `stop_above`, it may stop once the step is known to take longer (SimResult::stopped_early).
 SimResult predict(const Schedule& schedule, const std::vector<Chunk>& chunks, const CostModel& cost,

@@ -19,33 +19,137 @@ namespace infinipipe::planning {
 // Cuts allowed in coarse mode (grouped_waves).
 constexpr int kCoarseWaveCuts = 6;
 
+namespace {
+
+// A candidate's chains grouped by length, longest first (the grouping DP's groups), and the
+// bounds (pipeline_bound) of waves of its chunks alone, costed once for all waves (wave_bounds.h):
+// the waves of groups g .. e - 1 are bounded for every e in one walk once one of them is asked for
+// (the DP asks for nearly all).
+class GroupedChains {
+ public:
+  GroupedChains(const std::vector<Chunk>& chunks, const CostModel& cost,
+                const PlannerOptions& options)
+      : n_(static_cast<int>(chunks.size())),
+        bounds_(chunks, cost, options.num_stages),
+        budget_(options.memory_budget_bytes) {
+    std::vector<int> chain_length(n_, 0);
+    for (const std::vector<int>& chain : chains(chunks))
+      for (int c : chain) chain_length[c] = static_cast<int>(chain.size());
+    std::vector<int> lengths(chain_length.begin(), chain_length.end());
+    std::sort(lengths.begin(), lengths.end(), std::greater<int>());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    groups_ = static_cast<int>(lengths.size());
+    group_of_.resize(n_);
+    group_chunks_.assign(groups_, 0);
+    for (int c = 0; c < n_; ++c) {
+      group_of_[c] = static_cast<int>(std::find(lengths.begin(), lengths.end(), chain_length[c]) -
+                                      lengths.begin());
+      ++group_chunks_[group_of_[c]];
+    }
+    runs_ = bounds_.length_runs();
+    from_group_.resize(groups_);
+  }
+
+  int groups() const { return groups_; }
+  int size() const { return n_; }
+  int group_of(int c) const { return group_of_[c]; }
+  int group_chunks(int g) const { return group_chunks_[g]; }
+  // The first and last group `wave` holds chunks of.
+  std::pair<int, int> group_span(const Wave& wave) const {
+    int first = groups_, last = -1;
+    for (int c : wave) {
+      first = std::min(first, group_of_[c]);
+      last = std::max(last, group_of_[c]);
+    }
+    return {first, last};
+  }
+  // The chunks of groups first .. end - 1, ascending.
+  Wave wave(int first, int end) const {
+    Wave out;
+    for (int c = 0; c < n_; ++c)
+      if (group_of_[c] >= first && group_of_[c] < end) out.push_back(c);
+    return out;
+  }
+  // The bounds of `key` (ascending chunk ids of whole chains) alone: kept for a run of whole
+  // groups, into `scratch` otherwise.
+  const Candidate& bound(const Wave& key, Candidate& scratch) {
+    const auto [first, last] = group_span(key);
+    int held = 0;
+    for (int g = first; g <= last; ++g) held += group_chunks_[g];
+    if (static_cast<int>(runs_.size()) != groups_ + 1 || held != static_cast<int>(key.size())) {
+      bounds_.bound(key, scratch, budget_);  // not a run of whole groups
+      return scratch;
+    }
+    if (from_group_[first].empty()) {
+      std::vector<int> ends(runs_.begin() + first + 1, runs_.end());
+      bounds_.bound_runs(runs_[first], ends, from_group_[first], budget_);
+    }
+    return from_group_[first][last - first];
+  }
+  // Whether one of the first `checked` groups is in no wave of whole groups that `never_finite`
+  // passes: every grouping has a wave holding it, so the DP would fail whatever else it weighs.
+  // A group's own wave first, which usually settles it. Group g's waves start at groups 0 .. g,
+  // and the waves from one group are bounded in one walk, so group g costs g + 1 walks.
+  template <typename NeverFinite>
+  bool blocked(NeverFinite never_finite, int checked) const {
+    for (int g = 0; g < std::min(checked, groups_); ++g) {
+      if (!never_finite(wave(g, g + 1))) continue;
+      bool all = true;
+      for (int first = g; first >= 0 && all; --first)
+        for (int end = g + 1; end <= groups_ && all; ++end)
+          if (!never_finite(wave(first, end))) all = false;
+      if (all) return true;
+    }
+    return false;
+  }
+
+ private:
+  int n_, groups_ = 0;
+  std::vector<int> group_of_, group_chunks_;
+  WaveBounds bounds_;
+  double budget_;
+  std::vector<int> runs_;
+  std::vector<std::vector<Candidate>> from_group_;  // [g][e - g - 1]: groups g .. e - 1
+};
+
+std::string hopeless_wave_reason(size_t chunks, int stage) {
+  return "a wave of " + std::to_string(chunks) + " chunks does not fit on stage " +
+         std::to_string(stage) + " even with every layer recomputed (pipeline_bound's floor)";
+}
+
+}  // namespace
+
+bool no_grouping_fits(const Candidate& cand, const CostModel& cost, const PlannerOptions& options,
+                      std::string& reason) {
+  GroupedChains grouped(cand.chunks, cost, options);
+  size_t smallest = 0;
+  auto hopeless = [&](const Wave& wave) {
+    Candidate scratch;
+    const Candidate& bounded = grouped.bound(wave, scratch);
+    if (bounded.never_fits_recomputed && (smallest == 0 || wave.size() < smallest)) {
+      smallest = wave.size();
+      reason =
+          label(cand.setting) + ": " + hopeless_wave_reason(wave.size(), bounded.never_fits_stage);
+    }
+    return bounded.never_fits_recomputed;
+  };
+  return grouped.blocked(hopeless, 1);
+}
+
 bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
                    const PlannerOptions& options, std::string& reason, bool coarse) {
   ScheduleOptions schedule_options;
   schedule_options.num_stages = options.num_stages;
   const CheckpointOptions greedy = checkpoint_options(CheckpointMethod::kStageAwareGreedy, options);
 
-  // group_of[c]: rank of chunk c's chain length among the distinct lengths, longest first (the
-  // DP's groups); cut_allowed[g]: a wave may start at group g (and end before it).
-  const int n = static_cast<int>(cand.chunks.size());
-  std::vector<int> chain_length(n, 0);
-  for (const std::vector<int>& chain : chains(cand.chunks))
-    for (int c : chain) chain_length[c] = static_cast<int>(chain.size());
-  std::vector<int> lengths(chain_length.begin(), chain_length.end());
-  std::sort(lengths.begin(), lengths.end(), std::greater<int>());
-  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
-  const int groups = static_cast<int>(lengths.size());
-  std::vector<int> group_of(n), group_chunks(groups, 0);
-  for (int c = 0; c < n; ++c) {
-    group_of[c] = static_cast<int>(std::find(lengths.begin(), lengths.end(), chain_length[c]) -
-                                   lengths.begin());
-    ++group_chunks[group_of[c]];
-  }
+  GroupedChains grouped(cand.chunks, cost, options);
+  const int n = grouped.size(), groups = grouped.groups();
+  // cut_allowed[g]: a wave may start at group g (and end before it).
   std::vector<char> cut_allowed(groups + 1, 1);
   if (coarse && groups > kCoarseWaveCuts + 1) {
     int before = 0, next_cut = 1;
     for (int g = 1; g < groups; ++g) {
-      before += group_chunks[g - 1];
+      before += grouped.group_chunks(g - 1);
       cut_allowed[g] = before * (kCoarseWaveCuts + 1) >= next_cut * n;
       if (cut_allowed[g]) next_cut = before * (kCoarseWaveCuts + 1) / n + 1;
     }
@@ -58,11 +162,7 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   std::string wave_reason;
   size_t wave_reason_size = 0;
   auto allowed = [&](const Wave& wave) {
-    int first_group = groups, last_group = -1;
-    for (int c : wave) {
-      first_group = std::min(first_group, group_of[c]);
-      last_group = std::max(last_group, group_of[c]);
-    }
+    const auto [first_group, last_group] = grouped.group_span(wave);
     return cut_allowed[first_group] && cut_allowed[last_group + 1];
   };
   // A schedule covers all of its chunks, so a wave is planned as a step of its own.
@@ -88,34 +188,10 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   // Waves that no recompute makes fit alone (pipeline_bound's floor with every layer
   // recomputed): weighing them would only find that out.
   std::map<Wave, int> hopeless;  // the stage where it is over
-  // The candidate's chunks costed once for all the waves' bounds (wave_bounds.h), and the
-  // waves of groups g .. e - 1 bounded for every e in one walk once one of them is asked for
-  // (the DP asks for nearly all): from_group[g][e - g - 1].
-  WaveBounds bounds(cand.chunks, cost, options.num_stages);
-  const std::vector<int> runs = bounds.length_runs();
-  std::vector<std::vector<Candidate>> from_group(groups);
-  auto bounded = [&](const Wave& key, Candidate& wave_only) {
-    int first = groups, last = -1;
-    for (int c : key) {
-      first = std::min(first, group_of[c]);
-      last = std::max(last, group_of[c]);
-    }
-    int held = 0;
-    for (int g = first; g <= last; ++g) held += group_chunks[g];
-    if (static_cast<int>(runs.size()) != groups + 1 || held != static_cast<int>(key.size())) {
-      bounds.bound(key, wave_only, options.memory_budget_bytes);  // not a run of whole groups
-      return;
-    }
-    if (from_group[first].empty()) {
-      std::vector<int> ends(runs.begin() + first + 1, runs.end());
-      bounds.bound_runs(runs[first], ends, from_group[first], options.memory_budget_bytes);
-    }
-    wave_only = std::move(from_group[first][last - first]);
-  };
   const WaveCost least_time = [&](const Wave& wave) {
     return memoized(least_memo, wave, [&](const Wave& key) {
-      Candidate wave_only;
-      bounded(key, wave_only);
+      Candidate scratch;
+      const Candidate& wave_only = grouped.bound(key, scratch);
       if (wave_only.never_fits_recomputed) hopeless.emplace(key, wave_only.never_fits_stage);
       return one_wave_key(wave_only);
     });
@@ -128,9 +204,7 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
     if (time_to_beat < kInfinity && least >= time_to_beat) return least;
     if (const auto it = hopeless.find(key); it != hopeless.end()) {
       if (wave_reason.empty() || key.size() < wave_reason_size) {
-        wave_reason = "a wave of " + std::to_string(key.size()) + " chunks does not fit on stage " +
-                      std::to_string(it->second) +
-                      " even with every layer recomputed (pipeline_bound's floor)";
+        wave_reason = hopeless_wave_reason(key.size(), it->second);
         wave_reason_size = key.size();
       }
       return kInfinity;
@@ -159,26 +233,10 @@ bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
   };
   const WaveCost wave_cost = [&](const Wave& wave) { return memoized(memo, wave, weigh); };
   // A group that every allowed wave holding it gives +infinity without a solve makes the DP fail
-  // whatever else it weighs (every grouping has a wave holding it): found from the waves' bounds
-  // before any solve. A group's own wave first, which usually settles it. Uniform's failed
+  // whatever else it weighs, found from the waves' bounds before any solve. Uniform's failed
   // candidates spent most of their DP solving waves that could never be part of a grouping.
-  auto groups_wave = [&](int first, int end) {
-    Wave wave;  // ascending, as the memo's keys
-    for (int c = 0; c < n; ++c)
-      if (group_of[c] >= first && group_of[c] < end) wave.push_back(c);
-    return wave;
-  };
-  auto never_finite = [&](const Wave& wave) {
-    return !allowed(wave) || unsolved_cost(wave) == kInfinity;
-  };
-  bool blocked = false;
-  for (int g = 0; g < groups && !blocked; ++g) {
-    if (!never_finite(groups_wave(g, g + 1))) continue;
-    blocked = true;
-    for (int first = g; first >= 0 && blocked; --first)
-      for (int end = g + 1; end <= groups && blocked; ++end)
-        if (!never_finite(groups_wave(first, end))) blocked = false;
-  }
+  const bool blocked = grouped.blocked(
+      [&](const Wave& wave) { return !allowed(wave) || unsolved_cost(wave) == kInfinity; }, groups);
   try {
     if (blocked) throw Error("a group of chains fits in no wave");
     cand.waves = group_into_waves(cand.chunks, wave_cost, least_time);

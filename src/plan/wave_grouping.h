@@ -17,4 +17,12 @@ namespace infinipipe::planning {
 bool grouped_waves(Candidate& cand, double time_to_beat, const CostModel& cost,
                    const PlannerOptions& options, std::string& reason, bool coarse = true);
 
+// Whether grouped_waves fails whatever the time to beat, found without a solve: every wave that
+// holds the longest chains is over the budget on some stage even with every layer recomputed
+// (pipeline_bound's floor), and every grouping has such a wave. False says nothing. The reason
+// names the smallest such wave. One walk of the waves' bounds (WaveBounds::bound_runs from the
+// first group), about what a simulation of the candidate costs.
+bool no_grouping_fits(const Candidate& cand, const CostModel& cost, const PlannerOptions& options,
+                      std::string& reason);
+
 }  // namespace infinipipe::planning

@@ -20,8 +20,10 @@ struct PlannerReport {
   // (distinct chunkings, and the winner's drain tapers), those it simulated at least once
   // (tried), and those it never simulated because their bound was no better than the best plan
   // already found, or because they are over the budget as they are and have too many chunks
-  // for recompute (pruned); candidates = tried + pruned. Settings that cannot chunk the step, or
-  // repeat another's chunks, are no candidates. `recomputed`: tried candidates that also went
+  // for recompute or no recompute can make them fit (pruned); candidates = tried + pruned.
+  // Settings that cannot chunk the step, or repeat another's chunks, are no candidates; capped
+  // settings left unchunked because they could not give a plan count as one pruned candidate
+  // each. `recomputed`: tried candidates that also went
   // through recompute and the grouping into waves, the expensive step. A baseline plans its one
   // setting: 1 candidate, 1 tried, 0 pruned, 0 recomputed.
   int candidates = 0;
