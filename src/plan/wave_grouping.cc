@@ -121,6 +121,22 @@ std::string hopeless_wave_reason(size_t chunks, int stage) {
 
 bool no_grouping_fits(const Candidate& cand, const CostModel& cost, const PlannerOptions& options,
                       std::string& reason) {
+  // The longest chains' own wave first, bounded alone: when it fits with every layer recomputed,
+  // so may a grouping. Its chunks only, not the candidate's every chunk on every stage, which
+  // GroupedChains costs: on the heavy mix nearly every candidate asked stops here.
+  Candidate longest;
+  {
+    const std::vector<std::vector<int>> all = chains(cand.chunks);
+    size_t most = 0;
+    for (const std::vector<int>& chain : all) most = std::max(most, chain.size());
+    Wave ids;
+    for (const std::vector<int>& chain : all)
+      if (chain.size() == most) ids.insert(ids.end(), chain.begin(), chain.end());
+    std::sort(ids.begin(), ids.end());
+    for (int c : ids) longest.chunks.push_back(cand.chunks[c]);
+  }
+  pipeline_bound(longest, cost, options.num_stages, options.memory_budget_bytes);
+  if (!longest.never_fits_recomputed) return false;
   GroupedChains grouped(cand.chunks, cost, options);
   size_t smallest = 0;
   auto hopeless = [&](const Wave& wave) {
