@@ -127,6 +127,34 @@ TEST(GroupedWaves, FineCutsGiveFittingWavesToo) {
   EXPECT_GE(compared, 3);
 }
 
+// no_grouping_fits says so only when the grouping fails, whatever the time to beat, and names
+// the setting; on random candidates over the budget it does say so for some, and the grouping
+// finds waves for others.
+TEST(NoGroupingFits, OnlyWhenTheGroupingFailsAndNamingTheSetting) {
+  std::mt19937_64 rng(85);
+  int said = 0, grouped = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Instance inst = random_instance(rng);
+    inst.options.checkpoint_time_limit_s = 0;
+    const Candidate cand = candidate(inst, some_setting(inst, trial));
+    if (!planning::over_budget(cand) || !planning::several_chain_lengths(cand.chunks)) continue;
+    SCOPED_TRACE(described(inst, cand.setting));
+    std::string why;
+    const bool none = planning::no_grouping_fits(cand, inst.cost, inst.options, why);
+    Candidate waves = cand;
+    std::string reason;
+    const bool fits =
+        planning::grouped_waves(waves, planning::kInfinity, inst.cost, inst.options, reason);
+    grouped += fits;
+    if (!none) continue;
+    ++said;
+    EXPECT_FALSE(fits);
+    EXPECT_EQ(why.rfind(planning::label(cand.setting) + ": a wave of ", 0), 0u) << why;
+  }
+  EXPECT_GE(said, 3);
+  EXPECT_GE(grouped, 3);
+}
+
 TEST(GroupedWaves, NothingFitsNamesTheSetting) {
   std::mt19937_64 rng(83);
   Instance inst = random_instance(rng);
