@@ -52,7 +52,6 @@ class GroupedChains {
 
   int groups() const { return groups_; }
   int size() const { return n_; }
-  int group_of(int c) const { return group_of_[c]; }
   int group_chunks(int g) const { return group_chunks_[g]; }
   // The first and last group `wave` holds chunks of.
   std::pair<int, int> group_span(const Wave& wave) const {
