@@ -4,24 +4,28 @@
         --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
 
 Every rank runs the same steps (2 stages, Gloo, CPU, one thread per rank, the tiny LLaMA). Each
-case is a length mix (a built-in distribution, batch size, context), a method and a memory budget;
-the trainer plans it with the given (calibrated) cost model, and the plan carries the simulator's
-predicted step time, per-stage busy time and activation peak. Then heavy steps (lib/validation.py,
-heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192; the two steps hold 41% of their tokens in
-cut sequences), each planned by every method at 192 MiB. Every case runs `--repeats` times with
-timing only, in rounds: one timed step of every case (odd rounds backwards), then the next round,
-so that the machine's load (other work shares its cores) falls on every case alike and a heavy
-step's methods run one after the other on the same step; then once more each with the memory meter
-on (its saved-tensor hooks cost time, so that run is not timed). Measured step time: the slowest
-rank's executor time (planning and the optimizer step are outside the simulated part); busy: per
-stage, the executor's forward and backward wall time and the rank's thread CPU time in those
-actions. Rank 0 writes one JSON with every case and prints the median errors, overall and per
-method. --compare-cost OTHER.json also predicts every measured plan with another cost model (an
-earlier fit) and gives its errors per method beside."""
+case is a step (a length mix drawn from a built-in distribution, or a heavy step from
+lib/validation.py, heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192, the two steps hold
+41% of their tokens in cut sequences) and a memory budget, run by one method; every method runs
+the shared steps, on the same lengths and tokens, and EPP also runs steps of its own plan shapes
+(several waves under a tight budget). The trainer plans each case with the given (calibrated) cost
+model, and the plan carries the simulator's predicted step time, per-stage busy time and
+activation peak. Every case runs `--repeats` times with timing only, in rounds: one timed step of
+every case, the steps in a shuffled order and a step's methods one after the other, so that the
+machine's load (other work shares its cores) falls on a step's methods alike; then once more each
+with the memory meter on (its saved-tensor hooks cost time, so that run is not timed). Measured
+step time: the slowest rank's executor time (planning and the optimizer step are outside the
+simulated part), the median of the rounds; busy: per stage, the executor's forward and backward
+wall time and the rank's thread CPU time in those actions, the fastest round. Rank 0 writes one
+JSON with every case and prints the median errors: overall, per method, per method over the
+shared steps, and EPP's minus each baseline's on the same steps. --compare-cost OTHER.json also
+predicts every measured plan with another cost model (an earlier fit) and gives its errors per
+method beside."""
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -32,38 +36,77 @@ import torch.distributed as dist
 from lib import results, training
 from lib.ranks import gathered, leave
 from lib.results import MIB
-from lib.validation import errors, heavy_lengths, per_method, predict_again
+from lib.validation import errors, heavy_lengths, paired, per_method, predict_again, shared_rows
 
 import infinipipe
 from infinipipe import _C
 from infinipipe.data import synthetic_batch
 from infinipipe.models.llama import LlamaConfig
 
-# (distribution, batch, context, method, budget MiB or None for no memory pressure). Varied on
-# purpose: short-only and long-dominated mixes, packed, split and hybrid chunks, every method,
-# budgets that force checkpointing and several waves.
-CASES = [
-    ("wikipedia", 16, 2048, "epp", None),
-    ("wikipedia", 32, 4096, "epp", None),
-    ("wikipedia", 32, 8192, "epp", 192),
-    ("wikipedia", 64, 4096, "epp", 128),
-    ("wikipedia", 24, 8192, "seq1f1b", 192),
-    ("wikipedia", 24, 8192, "batch", 192),
-    ("wikipedia", 24, 8192, "chunkflow", 192),
-    ("lognormal", 16, 8192, "epp", None),
-    ("lognormal", 32, 4096, "epp", 96),
-    ("extreme", 8, 8192, "epp", 160),
-    ("uniform", 16, 2048, "epp", None),
-    ("extreme", 12, 4096, "seq1f1b", None),
+# Steps every method plans and runs, on the same lengths and tokens: (distribution, batch,
+# context, budget MiB or None for no memory pressure). Varied on purpose: short-only and
+# long-dominated mixes, packed, split and hybrid chunks, budgets that force checkpointing. The
+# baselines run the settings plan_config gives them (k=4, chunks of 1024 tokens, the step's
+# longest sequence as the token cap, uniform recompute as the step needs).
+SHARED_STEPS = [
+    ("wikipedia", 24, 8192, 192),
+    ("lognormal", 16, 8192, None),
+    ("extreme", 8, 8192, 160),
+    ("uniform", 16, 2048, None),
 ]
-SMOKE_CASES = [("wikipedia", 6, 512, "epp", None), ("extreme", 4, 1024, "seq1f1b", 48)]
-# Heavy steps (issue 12, item 6): the seeds of heavy_lengths, each run by every method at this
-# budget; the baselines at the settings the validation gives them (k=4, chunks of 1024 tokens,
-# the step's longest sequence as the token cap, uniform recompute as the step needs).
+# Heavy steps (issue 12, item 6): the seeds of heavy_lengths, shared by every method too.
 HEAVY_SEEDS = [0, 39]
-HEAVY_METHODS = ["epp", "seq1f1b", "batch", "chunkflow"]
 HEAVY_BUDGET_MIB = 192
-SMOKE_HEAVY = [0]  # with 3 sequences
+METHODS = ["epp", "seq1f1b", "batch", "chunkflow"]
+# EPP's own plan shapes, which no baseline's setting makes: several waves under a tight budget.
+EPP_STEPS = [("wikipedia", 64, 4096, 128), ("lognormal", 32, 4096, 96)]
+SMOKE_SHARED, SMOKE_HEAVY, SMOKE_EPP = (
+    [("extreme", 4, 1024, 48)],
+    [0],
+    [("wikipedia", 6, 512, None)],
+)
+
+
+def all_cases(args) -> list[tuple]:
+    """Every case: (distribution, batch, context, method, budget MiB, seed); the methods of one
+    step share its seed, so they run the same lengths and tokens."""
+    shared, heavy, epp = (
+        (SMOKE_SHARED, SMOKE_HEAVY, SMOKE_EPP)
+        if args.smoke
+        else (SHARED_STEPS, HEAVY_SEEDS, EPP_STEPS)
+    )
+    heavy_batch = 3 if args.smoke else 16
+    steps = [
+        (d, b, c, budget, args.seed + i, METHODS) for i, (d, b, c, budget) in enumerate(shared)
+    ]
+    steps += [("heavy", heavy_batch, 8192, HEAVY_BUDGET_MIB, seed, METHODS) for seed in heavy]
+    steps += [
+        (d, b, c, budget, args.seed + len(shared) + i, ["epp"])
+        for i, (d, b, c, budget) in enumerate(epp)
+    ]
+    return [(d, b, c, m, budget, seed) for d, b, c, budget, seed, methods in steps for m in methods]
+
+
+def round_order(prepared: list, round_index: int, seed: int) -> list:
+    """The cases in one round's order: the steps shuffled, and each step's methods one after the
+    other, shuffled too (seeded, the same on every rank). A load that comes and goes on this
+    shared machine then falls on the methods of a step alike, and on no case every round (a
+    fixed order put the same cases first and last, where loads come and go)."""
+    rng = random.Random(seed * 1000 + round_index)
+    steps = {}
+    for c in prepared:
+        steps.setdefault(step_key(c["case"]), []).append(c)
+    order = list(steps.values())
+    rng.shuffle(order)
+    for methods in order:
+        rng.shuffle(methods)
+    return [c for methods in order for c in methods]
+
+
+def step_key(case: tuple) -> tuple:
+    """A case's step: everything but its method."""
+    distribution, batch_size, context, _, budget_mib, seed = case
+    return distribution, batch_size, context, budget_mib, seed
 
 
 def plan_config(
@@ -79,9 +122,9 @@ def plan_config(
     )
 
 
-def prepare(case, index: int, args, config: LlamaConfig) -> dict:
+def prepare(case, args, config: LlamaConfig) -> dict:
     """A case's trainer, batch and plan. case: (distribution, batch, context, method, budget MiB,
-    seed); distribution "heavy" draws heavy_lengths(seed)."""
+    seed); distribution "heavy" draws heavy_lengths(seed). The seed draws the tokens too."""
     distribution, batch_size, context, method, budget_mib, seed = case
     trainer = training.trainer(config, plan_config(method, budget_mib, args.cost_model))
     if distribution == "heavy":
@@ -89,7 +132,7 @@ def prepare(case, index: int, args, config: LlamaConfig) -> dict:
         batch = synthetic_batch(lengths, config.vocab, torch.Generator().manual_seed(seed))
     else:
         lengths, batch = training.sampled_batch(
-            distribution, batch_size, context, seed, config.vocab, index
+            distribution, batch_size, context, seed, config.vocab, seed
         )
     plan = trainer.plan(batch)
     return dict(case=case, trainer=trainer, batch=batch, lengths=lengths, plan=plan, measured=[])
@@ -207,7 +250,7 @@ def main() -> int:
         "--cost-model",
         help="cost JSON (python -m infinipipe profile); default: the analytic 'cpu' model",
     )
-    p.add_argument("--repeats", type=int, default=2, help="timed runs per case")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per case")
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--output", type=Path, help="JSON with every case (rank 0 writes it)")
     p.add_argument("--smoke", action="store_true", help="two tiny cases, one repeat (CI)")
@@ -224,19 +267,14 @@ def main() -> int:
     args = p.parse_args()
     torch.set_num_threads(1)
     config = LlamaConfig.tiny()
-    cases = [c + (args.seed + i,) for i, c in enumerate(SMOKE_CASES if args.smoke else CASES)]
-    heavy_batch = 3 if args.smoke else 16
-    for seed in SMOKE_HEAVY if args.smoke else HEAVY_SEEDS:
-        cases += [("heavy", heavy_batch, 8192, m, HEAVY_BUDGET_MIB, seed) for m in HEAVY_METHODS]
+    cases = all_cases(args)
     if args.smoke:
         args.repeats = 1
-    prepared = [prepare(case, i, args, config) for i, case in enumerate(cases)]
+    prepared = [prepare(case, args, config) for case in cases]
     # warm-up: the process's first step pays for allocator and kernel set-up
     prepared[0]["trainer"].step(prepared[0]["batch"], plan=prepared[0]["plan"])
     for r in range(args.repeats):
-        # Odd rounds run the cases backwards, so a load that comes or goes during a round does
-        # not fall on the same cases (the first ones) every round.
-        for c in prepared if r % 2 == 0 else reversed(prepared):
+        for c in round_order(prepared, r, args.seed):
             timed_step(c)
         if dist.get_rank() == 0:
             print(f"round {r + 1} of {args.repeats} done", flush=True)
@@ -267,10 +305,14 @@ def main() -> int:
             median_abs_memory_error=statistics.median(mem_err),
             max_abs_memory_error=max(mem_err),
             per_method=per_method(rows),
+            # the same, over the steps every method ran: issue 12's comparison of the methods
+            per_method_shared=per_method(shared_rows(rows)),
+            # per baseline, EPP's step error minus its own on the same steps
+            paired=paired(rows),
             **compared(rows, args.cost_model, args.compare_cost, args.compare_label),
             heavy_seeds=[] if args.smoke else HEAVY_SEEDS,
-            rounds="interleaved: every case's timed step in turn, --repeats rounds, odd ones "
-            "backwards",
+            rounds="interleaved: every case's timed step in turn, --repeats rounds; each round "
+            "the steps in a shuffled order, a step's methods one after the other, shuffled",
         )
         print(
             f"step time: median |error| {result['median_abs_step_error']:.1%}, max "
@@ -284,6 +326,17 @@ def main() -> int:
                 f"{e['median_abs_step_error']:.1%} over {e['cases']} cases; busy CPU time "
                 f"{e['median_busy_cpu_error']:+.1%} (forward {e['median_forward_cpu_error']:+.1%}, "
                 f"backward {e['median_backward_cpu_error']:+.1%})"
+            )
+        for m, e in result["per_method_shared"].items():
+            print(
+                f"{m}, on the steps every method ran: median step error "
+                f"{e['median_step_error']:+.1%} over {e['cases']} cases; busy CPU time "
+                f"{e['median_busy_cpu_error']:+.1%}"
+            )
+        for m, e in result["paired"].items():
+            print(
+                f"EPP's step error minus {m}'s on the same steps: median {e['median_step_gap']:+.1%}"
+                f" per step, {e['median_round_gap']:+.1%} per step and round"
             )
         if args.output:
             results.write(args.output, result)

@@ -98,3 +98,44 @@ def per_method(rows, step_key="predicted_step_s", busy_key="predicted_busy_s"):
         )
         for m, e in by.items()
     }
+
+
+def step_of(row):
+    """A validation row's step: its case without the method."""
+    c = row["case"]
+    return c["distribution"], c["batch"], c["context"], c["budget_mib"], c["seed"]
+
+
+def shared_rows(rows):
+    """The rows of the steps that every method in the run ran (the same lengths and tokens)."""
+    methods = {r["case"]["method"] for r in rows}
+    by_step = {}
+    for r in rows:
+        by_step.setdefault(step_of(r), set()).add(r["case"]["method"])
+    return [r for r in rows if by_step[step_of(r)] == methods]
+
+
+def paired(rows, reference="epp"):
+    """Per other method, over the steps it and `reference` both ran: the reference's step error
+    minus the method's, per step (against the median measured step) and per step and round (the
+    two measured in the same round, one soon after the other, so that a change in the machine's
+    speed between rounds falls on both), with the medians of each."""
+    by_step = {}
+    for r in rows:
+        by_step.setdefault(step_of(r), {})[r["case"]["method"]] = r
+    out = {}
+    for methods in by_step.values():
+        ref = methods.get(reference)
+        for m, r in methods.items():
+            if ref is None or m == reference:
+                continue
+            o = out.setdefault(m, dict(steps=[], rounds=[]))
+            o["steps"].append(errors(ref)["step"] - errors(r)["step"])
+            o["rounds"] += [
+                ref["predicted_step_s"] / a - r["predicted_step_s"] / b
+                for a, b in zip(ref["measured_step_s"], r["measured_step_s"])
+            ]
+    for o in out.values():
+        o["median_step_gap"] = statistics.median(o["steps"])
+        o["median_round_gap"] = statistics.median(o["rounds"])
+    return out

@@ -33,10 +33,14 @@ from infinipipe.stage_adapter import LlamaStageAdapter
 
 STAGES = ("python", "cpp")
 # What a profile measures, in profiled_cost's cache key: a cost JSON profiled before the forward
-# without autograd was timed has no checkpointed_forward_ratio, and a trainer must not reuse it.
-MEASURES = "forward, backward, forward without autograd; embedding, head"
+# without autograd was timed has no checkpointed_forward_ratio, nor one before recorded forwards
+# were timed with others in flight (IN_FLIGHT) their time in a pipeline, and a trainer must not
+# reuse it.
+MEASURES = "forward, backward, forward without autograd; embedding, head; in flight"
 STATISTICS = ("min", "median", "trimmed_mean")
 DTYPES = ("float32", "bfloat16", "float64")
+# Recorded forwards held before the oldest one's backward (runtime/layer_profiler.h, in_flight).
+IN_FLIGHT = _C.runtime.profile_layer_in_flight
 
 
 def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
@@ -89,6 +93,7 @@ def time_runs(
     seed: int = 0,
     cpu_time: bool = False,
     progress: bool = True,
+    in_flight: int = IN_FLIGHT,
 ) -> dict:
     """The raw runs of _C.runtime.profile_layer, with a progress bar."""
     with tqdm(desc="profile", unit="run", disable=not progress) as bar:
@@ -105,11 +110,12 @@ def time_runs(
             seed=seed,
             thread_cpu_time=cpu_time,
             progress=update if progress else None,
+            in_flight=in_flight,
         )
 
 
 def _neighbour(
-    config: llama.LlamaConfig, stage: str, points: list, threads: int, ready: Any
+    config: llama.LlamaConfig, stage: str, points: list, threads: int, in_flight: int, ready: Any
 ) -> None:
     """A process doing the profiled layer work over and over, until it is terminated."""
     torch.set_num_threads(threads)
@@ -117,18 +123,29 @@ def _neighbour(
     ready.send(True)
     ready.close()
     while True:  # no tqdm here: its lock is a semaphore that a terminated process would leak
-        _profile_layer(module, config, points, 1)
+        _profile_layer(module, config, points, 1, in_flight=in_flight)
 
 
 @contextlib.contextmanager
-def neighbours(count: int, config: llama.LlamaConfig, stage: str, points: list, threads: int):
+def neighbours(
+    count: int,
+    config: llama.LlamaConfig,
+    stage: str,
+    points: list,
+    threads: int,
+    in_flight: int = 0,
+):
     """`count` processes running _neighbour for the duration of the block, which starts once
     every one of them is at work."""
     ctx = multiprocessing.get_context("spawn")
     # Pipes, not Events: a terminated process would leave an Event's semaphore behind.
     pipes = [ctx.Pipe(duplex=False) for _ in range(count)]
     procs = [
-        ctx.Process(target=_neighbour, args=(config, stage, points, threads, send), daemon=True)
+        ctx.Process(
+            target=_neighbour,
+            args=(config, stage, points, threads, in_flight, send),
+            daemon=True,
+        )
         for _, send in pipes
     ]
     for proc in procs:
@@ -262,12 +279,13 @@ def profile(
     cpu_time: bool = False,
     progress: bool = True,
     neighbour_count: int = 0,
+    in_flight: int = IN_FLIGHT,
 ) -> dict:
     """Times (beside neighbour_count processes doing the same work), fits and measures; returns
     everything the CLI writes (see main)."""
     points, grid_repeats = grid_points(grid)
     module = profiled_module(config, stage)
-    with neighbours(neighbour_count, config, stage, points, torch.get_num_threads()):
+    with neighbours(neighbour_count, config, stage, points, torch.get_num_threads(), in_flight):
         runs = time_runs(
             module,
             config,
@@ -276,6 +294,7 @@ def profile(
             seed=seed,
             cpu_time=cpu_time,
             progress=progress,
+            in_flight=in_flight,
         )
     fits = {s: fit(runs, s, holdout, seed) for s in STATISTICS}
     tokens = sorted({s for s, _ in points})

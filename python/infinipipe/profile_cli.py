@@ -47,6 +47,7 @@ from infinipipe import _C, alltoall_profile
 from infinipipe.models import llama
 from infinipipe.profile import (
     DTYPES,
+    IN_FLIGHT,
     STAGES,
     STATISTICS,
     cost_json,
@@ -90,6 +91,7 @@ MEASUREMENT_FIELDS = (
     "repeats",
     "dtype",
     "neighbours",
+    "in_flight",
     "statistic",
     "clock",
 )
@@ -170,6 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="other processes doing the same work meanwhile (default 0: the layer alone; "
         "a CPU pipeline of N+1 ranks on this host: N)",
     )
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        default=IN_FLIGHT,
+        help=f"recorded forwards held before the oldest one's backward, as a pipeline stage "
+        f"holds chunks in flight (default {IN_FLIGHT}; 0: each backward right after its forward)",
+    )
     p.add_argument("--grid", choices=("quick", "training", "full"), default="full")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
     p.add_argument(
@@ -221,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.neighbours < 0:
         p.error(f"--neighbours must be 0 or more, got {args.neighbours}")
+    if args.in_flight < 0:
+        p.error(f"--in-flight must be 0 or more, got {args.in_flight}")
     if args.sequence < 1:
         p.error(f"--sequence must be 1 or more, got {args.sequence}")
     if args.layers_per_stage:
@@ -246,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_time=cpu_time,
         progress=not args.no_progress and rank == 0,
         neighbour_count=args.neighbours,
+        in_flight=args.in_flight,
     )
     if rank != 0:
         return 0  # rank 0 writes what it measured
@@ -266,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=result["repeats"],
         dtype=args.dtype,
         neighbours=args.neighbours,
+        in_flight=args.in_flight,
         statistic=args.statistic,
         clock="thread_cpu" if cpu_time else "wall",
         **json.loads(cal.to_json()),

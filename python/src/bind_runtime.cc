@@ -443,13 +443,16 @@ void bind_runtime(py::module_& root) {
       .def_property_readonly(
           "timeout_s", [](const Executor& ex) { return ex.options().timeout.count() / 1000.0; });
 
+  m.attr("profile_layer_in_flight") = runtime::LayerProfilerOptions{}.in_flight;
   m.def(
       "profile_layer",
       [](py::object module, const std::vector<std::pair<int64_t, int64_t>>& points, int repeats,
          int warmup, at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
          int64_t head_dim, int64_t vocab, uint64_t seed, bool thread_cpu_time,
-         const std::string& attention_backend, std::function<void(int, int)> progress) {
+         const std::string& attention_backend, std::function<void(int, int)> progress,
+         int in_flight) {
         runtime::LayerProfilerOptions o;
+        o.in_flight = in_flight;
         for (const auto& [tokens, context] : points) o.points.push_back({tokens, context});
         o.repeats = repeats;
         o.warmup = warmup;
@@ -477,6 +480,7 @@ void bind_runtime(py::module_& root) {
       py::arg("device"), py::arg("hidden"), py::arg("kv_heads"), py::arg("head_dim"),
       py::arg("vocab"), py::arg("seed") = 0, py::arg("thread_cpu_time") = false,
       py::arg("attention_backend") = "auto", py::arg("progress") = nullptr,
+      py::arg("in_flight") = runtime::LayerProfilerOptions{}.in_flight,
       "Times local layer 0 of a stage module (C++ or Python protocol, as Executor takes it) on "
       "chunks of one slice (tokens, context) as the executor runs them, and its embedding and "
       "head + loss per token count when it has them (runtime/layer_profiler.h). Returns the raw "

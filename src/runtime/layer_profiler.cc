@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <random>
 #include <set>
@@ -41,17 +42,17 @@ class Bench {
     ChunkContext& operator*() const { return *ctx; }
   };
 
-  // One chunk holding the slice (tokens s at context c) of sequence 0. Only layer 0 runs, so
-  // only it gets a K/V buffer.
+  // One chunk holding the slice (tokens s at context c) of sequence 0; for c > 0 every timed
+  // layer has its K/V buffer.
   OwnedContext context(GridPoint p) const {
     std::vector<kernels::SliceBuffers> kv(module_.num_layers(), {nullptr});
-    if (p.context > 0) {
+    for (int l = 0; l < chain() && p.context > 0; ++l) {
       auto buffer = kernels::SequenceKV::create(p.context + p.tokens, o_.kv_heads, o_.head_dim,
                                                 o_.dtype, o_.device);
       buffer->k.normal_();
       buffer->v.normal_();
       buffer->allocate_grad();
-      kv[0][0] = buffer;
+      kv[l][0] = buffer;
     }
     const int64_t end = p.context + p.tokens;
     ChunkContextOptions options;
@@ -61,36 +62,65 @@ class Bench {
                                            std::move(kv), options)};
   }
 
-  struct LayerTimes {
-    double forward = 0, backward = 0, checkpointed_forward = 0;
+  // The layers run per point: the module's first two, one after the other as a stage runs its
+  // layers, when it has two. The second one's forward is timed: a recorded layer of a stage
+  // writes its saved tensors to memory that no freed tensor of the layer before it hands back
+  // (the first layer's are held too), and on a 2-core Xeon (tiny LLaMA, one thread) that made a
+  // stage's recorded forward 12-24% dearer per layer than one layer recorded right after the same
+  // layer ran without autograd (whose freed memory it reused), while a forward without autograd
+  // costs the same either way (docs/benchmarks.md, "Simulator validation").
+  int chain() const { return std::min(2, module_.num_layers()); }
+
+  struct ForwardTimes {
+    double forward = 0, checkpointed_forward = 0;
   };
 
-  // Seconds of local layer 0: its forward without autograd, as the executor runs a checkpointed
-  // layer first, then the recorded forward and its backward.
-  LayerTimes layer(GridPoint p) {
-    const auto ctx = context(p);
+  // Seconds of the chain's last layer at `p`: its forward without autograd, as the executor runs
+  // a checkpointed layer, then its recorded forward, whose backward waits in flight (below).
+  ForwardTimes forward(GridPoint p, int point, bool timed) {
+    auto ctx = context(p);
+    const int last = chain() - 1;
     at::Tensor x = at::randn({p.tokens, o_.hidden}, float_);
-    LayerTimes times;
+    ForwardTimes times;
     {
       // The executor runs all of a stage's layers on one context: the first builds the chunk's
       // module state (rotary tables, the Python adapter's context) and the others reuse it.
       // Build it untimed, so that the time is that of the typical layer.
       at::NoGradGuard no_grad;
-      module_.layer(0, x, *ctx);
+      at::Tensor h = module_.layer(0, x, *ctx);
+      if (last == 0) h = x;
       const double t0 = now();
-      module_.layer(0, x, *ctx);
+      module_.layer(last, h, *ctx);
       times.checkpointed_forward = since(t0);
     }
     x.requires_grad_(true);
     at::AutoGradMode grad_mode(true);
+    const at::Tensor h = last == 0 ? x : module_.layer(0, x, *ctx);
     const double t0 = now();
-    at::Tensor out = module_.layer(0, x, *ctx);
+    at::Tensor out = module_.layer(last, h, *ctx);
     times.forward = since(t0);
-    const at::Tensor grad = at::ones_like(out);
-    const double t1 = now();
-    torch::autograd::backward({out}, {grad});
-    times.backward = since(t1);
+    in_flight_.push_back({point, timed, std::move(ctx), std::move(out)});
     return times;
+  }
+
+  size_t in_flight() const { return in_flight_.size(); }
+
+  struct BackwardTime {
+    int point;
+    bool timed;
+    double seconds;
+  };
+
+  // The backward of the oldest recorded forward in flight, through the whole chain (its layers
+  // are the same shape), timed per layer.
+  BackwardTime backward_oldest() {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    const at::Tensor grad = at::ones_like(f.out);
+    at::AutoGradMode grad_mode(true);
+    const double t0 = now();
+    torch::autograd::backward({f.out}, {grad});
+    return {f.point, f.timed, since(t0) / chain()};
   }
 
   double embedding(int64_t tokens) {
@@ -136,9 +166,19 @@ class Bench {
   }
   double since(double t0) const { return now() - t0; }
 
+  // A recorded forward whose backward is still to come: its saved tensors, and its context's
+  // K/V buffers, stay held as a pipeline stage holds its chunks in flight (options.in_flight).
+  struct InFlight {
+    int point;
+    bool timed;
+    OwnedContext ctx;
+    at::Tensor out;
+  };
+
   StageModule& module_;
   const LayerProfilerOptions& o_;
   at::TensorOptions float_;
+  std::deque<InFlight> in_flight_;
 };
 
 }  // namespace
@@ -151,6 +191,8 @@ void LayerProfilerOptions::validate() const {
               std::to_string(p.context) + ") needs tokens >= 1 and context >= 0");
   check(repeats >= 1, "layer profiler: repeats must be at least 1");
   check(warmup >= 0, "layer profiler: warmup must be zero or positive");
+  check(in_flight >= 0,
+        "layer profiler: in_flight must be zero or positive, got " + std::to_string(in_flight));
   check(hidden > 0 && kv_heads > 0 && head_dim > 0,
         "layer profiler: hidden, kv_heads and head_dim must be positive");
   check(at::isFloatingType(dtype), "layer profiler: dtype must be a floating type");
@@ -202,18 +244,25 @@ LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& opti
     std::swap(order[i], order[rng() % uint64_t(i + 1)]);
 
   Bench bench(module, options);
+  // The backwards of the oldest recorded forwards, until at most `keep` are in flight.
+  auto backwards = [&](size_t keep) {
+    while (bench.in_flight() > keep) {
+      const auto b = bench.backward_oldest();
+      if (b.timed) profile.layer[b.point].backward_s.push_back(b.seconds);
+    }
+  };
   const int total = int(round.size()) * options.warmup + int(order.size());
   int done = 0;
   auto run = [&](const Task& t, bool timed) {
     switch (t.kind) {
       case Kind::Layer: {
         PointRuns& r = profile.layer[t.index];
-        const auto times = bench.layer(r.point);
+        const auto times = bench.forward(r.point, t.index, timed);
         if (timed) {
           r.forward_s.push_back(times.forward);
-          r.backward_s.push_back(times.backward);
           r.checkpointed_forward_s.push_back(times.checkpointed_forward);
         }
+        backwards(options.in_flight);
         break;
       }
       case Kind::Embedding: {
@@ -234,6 +283,7 @@ LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& opti
   for (int w = 0; w < options.warmup; ++w)
     for (const Task& t : round) run(t, false);
   for (const Task& t : order) run(t, true);
+  backwards(0);
   return profile;
 }
 

@@ -36,7 +36,8 @@ struct Args {
   std::string dtype = "float32";
   int threads = 1;
   std::string grid = "full";
-  int repeats = 0;                   // 0: the grid's
+  int repeats = 0;  // 0: the grid's
+  int in_flight = ip::runtime::LayerProfilerOptions{}.in_flight;
   std::string statistic = "median";  // see LayerProfile::samples
   double holdout = 0.25;
   uint64_t seed = 0;
@@ -95,6 +96,7 @@ int run(const Args& args) {
   options.head_dim = config.head_dim();
   options.vocab = config.vocab;
   options.seed = args.seed;
+  options.in_flight = args.in_flight;
   // The thread's CPU clock leaves out the time other processes take the core; with one thread
   // it is what the run costs on an idle machine (auto: use it whenever it is valid).
   options.thread_cpu_time = args.clock == "cpu" || (args.clock == "auto" && args.threads == 1);
@@ -133,6 +135,7 @@ int run(const Args& args) {
                             {"stage", "cpp"},
                             {"grid", args.grid},
                             {"repeats", options.repeats},
+                            {"in_flight", options.in_flight},
                             {"dtype", args.dtype},
                             {"statistic", args.statistic},
                             {"clock", options.thread_cpu_time ? "thread_cpu" : "wall"},
@@ -186,6 +189,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grid", args.grid, "quick (seconds), training or full")->capture_default_str();
   app.add_option("--repeats", args.repeats, "timed runs per point (default: the grid's)");
+  app.add_option("--in-flight", args.in_flight,
+                 "recorded forwards held before the oldest one's backward, as a pipeline stage "
+                 "holds chunks in flight (0: each backward right after its forward)")
+      ->capture_default_str();
   app.add_option("--statistic", args.statistic, "per point: min, median or trimmed_mean")
       ->capture_default_str();
   app.add_option("--holdout", args.holdout, "fraction of grid points held out of the fit")

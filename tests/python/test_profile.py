@@ -226,6 +226,39 @@ def test_neighbours_work_during_the_block_and_stop_after():
     assert not children[0].is_alive()
 
 
+@pytest.mark.parametrize("in_flight", [0, 3, 50])
+def test_every_recorded_forward_gets_its_backward_whatever_is_held_in_flight(in_flight):
+    # Backwards wait until `in_flight` later forwards have run (runtime/layer_profiler.h); each
+    # timed forward still gets its timed backward, and the held ones theirs at the end (with 50
+    # held, all of them).
+    config = llama.LlamaConfig.tiny()
+    points = [(16, 0), (32, 48), (8, 96)]
+    runs = profile.time_runs(
+        profile.profiled_module(config, "python"),
+        config,
+        points,
+        4,
+        progress=False,
+        in_flight=in_flight,
+    )
+    assert [(r["tokens"], r["context"]) for r in runs["layer"]] == points
+    for r in runs["layer"]:
+        for key in ("forward_s", "backward_s", "checkpointed_forward_s"):
+            assert len(r[key]) == 4 and all(t > 0 for t in r[key]), (key, r)
+
+
+def test_in_flight_must_not_be_negative(tmp_path):
+    module = profile.profiled_module(llama.LlamaConfig.tiny(), "python")
+    with pytest.raises(_C.Error, match="in_flight must be zero or positive, got -1"):
+        profile.time_runs(
+            module, llama.LlamaConfig.tiny(), [(16, 0)], 1, progress=False, in_flight=-1
+        )
+    proc = run_cli(
+        "profile", "--in-flight", "-1", "--output", str(tmp_path / "c.json"), timeout=120
+    )
+    assert proc.returncode == 2 and "--in-flight must be 0 or more" in proc.stderr
+
+
 def test_cli_rejects_negative_neighbours(tmp_path):
     proc = run_cli(
         "profile", "--neighbours", "-1", "--output", str(tmp_path / "c.json"), timeout=120

@@ -5,11 +5,15 @@
 //
 // Each grid point (tokens s, context c) is one chunk holding one slice of one sequence: a
 // ChunkContext with the slice at rows [0, s) starting at position c, and for c > 0 a SequenceKV
-// whose first c rows hold (random) K/V of the earlier slices, its dK/dV accumulators allocated,
-// as for every slice but the last of a split sequence. Local layer 0 runs forward with grad on a
-// random input that requires grad, then backward from a gradient of ones, each timed alone;
-// parameter gradients accumulate across runs as across a step's chunks. Before them the same
-// forward runs without autograd, timed too: a checkpointed layer's first forward in the executor
+// per layer whose first c rows hold (random) K/V of the earlier slices, its dK/dV accumulators
+// allocated, as for every slice but the last of a split sequence. The module's first two local
+// layers run one after the other, as a stage runs its layers (one layer where the module has
+// one), on a random input that requires grad, and the second one's forward is timed; their
+// backward from a gradient of ones runs later, timed and halved: once `in_flight` later points
+// have run forward, so that, as in a pipeline stage, forwards run while other chunks' saved
+// tensors are held and a backward runs long after its forward. Parameter gradients accumulate
+// across runs as across a step's chunks. Before them the same layers run without autograd, the
+// second timed too: a checkpointed layer's first forward in the executor
 // (CostCoefficients::checkpointed_forward_ratio). The embedding (forward)
 // and the head with the cross-entropy loss (forward) are timed per token count when the module
 // has them, since the cost model charges them per token on the first and last stage.
@@ -37,6 +41,12 @@ struct LayerProfilerOptions {
   int64_t vocab = 0;  // token ids and targets for the embedding and the head
   kernels::Backend attention_backend = kernels::Backend::Auto;
   uint64_t seed = 0;  // the order of the runs
+  // Recorded forwards held before the oldest one's backward runs: a 1F1B stage holds several
+  // chunks' saved tensors at once (the first of the validation's 2-stage pipelines 2 to 5). On a
+  // 2-core Xeon (tiny LLaMA, one thread) holding 4 rather than none made the recorded forward
+  // 0-7% dearer (docs/benchmarks.md, "Simulator validation"). 0: each backward right after its
+  // forward.
+  int in_flight = 4;
   // Time with the calling thread's CPU clock instead of the wall clock. On a CPU with one
   // intra-op thread all of a run's work (backward included) is on the calling thread, so this
   // leaves out the time other processes take the core: calibration on a shared machine.
