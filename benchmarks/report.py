@@ -71,102 +71,46 @@ round, on the wall clock and as the rank's thread CPU time in its forward and ba
 can see. Earlier runs (on another machine, every case on its own step, cases in a fixed order)
 are in git history: `git show bbce7ce:benchmarks/results/validation.json`."""
 
-VALIDATION_FINDINGS = """Issue 12's target for the validation is that the median
-step error of EPP and of each baseline differ by at most 2 points, heavy steps included. In the
-run above the medians are EPP +6.8%, Seq1F1B +7.8%, batch-level +8.0%, ChunkFlow +7.6% (1.0,
-1.2 and 0.8 points from EPP; on the heavy steps alone EPP +8.1% against +7.2% to +8.6%); in
-its repeat EPP -2.0% against +2.1%, +3.3%, +2.9% (4.1-5.3 points; heavy steps alone +0.8%
-against +3.2% to +4.3%, 2.4-3.5 points). The target is met in one run and not in the other,
-the same pattern as the earlier profile's two quiet runs (0.2-2.6 and 5.3-6.5 points). In the
-run that missed, each time, the two timed steps of one case differed by up to 13-17% (here
-lognormal at 8192: 9.69 and 8.50 s; at most 3.7% in the run above): the machine's own speed
-moves by more than the target within a run, and the level of every error moved 5-6 points
-between these two runs with nothing else running, so the wall clock cannot settle 2 points
-here. In thread CPU time, which that
-moves less, the heavy steps' busy-time errors are within 2 points of each other in both runs
-(EPP +9.9% against +8.1% to +10.2%; repeat +4.0% against +5.3% to +6.0%), and over all cases
-EPP +9.6% against +8.8% to +9.8% (repeat +3.6% against +4.6% to +6.7%).
+VALIDATION_FINDINGS = """Issue 12's target for the validation is that the median step error of EPP
+and of each baseline differ by at most 2 points, heavy steps included. Since 2026-11-27 every
+method runs the same steps, so the medians compare like with like, and EPP's error minus each
+baseline's on the same step is given too. Both runs above (this 2-core Intel Xeon, its own profile)
+miss it by a little: on the steps every method ran EPP's median is 2.7-3.9 points from the
+baselines' in the first run and 1.6-4.2 in the repeat, and per step EPP's error is 2.2-2.9 points
+below the baselines' in the first and 2.3-4.9 in the repeat. The same command with the profiler as
+it was before (one layer timed alone, right after the same layer ran without autograd; profiled on
+this machine the same day, not committed) gave 4.1-5.0 points between the medians and 4.7-5.5 per
+step, and EPP's busy CPU time -13.8% against -8.6% to -10.0%.
 
-What stays in every run is where the time falls: EPP's forward is over-predicted less than the
-baselines' (heavy steps: +8.5% against +10.3% to +11.2%; repeat +3.3% against +5.8% to +7.9%)
-and its backward a little more. Case by case (the loaded runs of this profile, in git history
-above) the split follows the share of recomputed layers: plans without recompute (EPP's unbounded cases, Seq1F1B on extreme) F +1.8%
-to +6.0% and B +4.1% to +9.8%; the heavy steps' fully recomputed baselines F +6.0% to +9.3% and B
-+3.7% to +7.9%. So the more layers a plan recomputes, the more the model over-predicts its F and
-the less its B: a checkpointed layer's first forward runs cheaper in the executor than the
-profiler's back-to-back runs of the same layer say, and its recompute in B does not. The profiler
-now times that first forward (without autograd) at every grid point, and over the 36 points of
-the profile above it ran at 0.984 of the recorded forward in the median (0.86-1.18; fitted r =
-0.986, charged to B: docs/design.md, "Recompute's net cost"), far less than the 0-11% (median
-6%) six points had suggested before: on these plans r moves the baselines' busy-time error 0.2-0.3
-points down and EPP's not at all (`--compare-cost` with r = 1, the columns above). What makes
-the executor's first forward cheaper is its memory state, which the profiler does not copy: the
-executor keeps every recorded layer's saved tensors until the chunk's backward, many chunks in
-flight, while the profiler frees them at once; timing the layer in that state is what is left.
+What the profiler missed, measured per action: on a heavy step and a uniform step, every method,
+each rank's thread CPU time in each forward and backward (the fastest of 3 steps) against the
+cost model's time for that chunk on that stage. With the old profile, the prediction of forwards
+that record autograd (no layer of the chunk recomputed) fell 13-18% short of their CPU time
+(EPP's on the heavy step 13.4%), that of forwards without autograd (checkpointed layers) 3-6%. EPP recomputes the fewest
+layers, so its plans came out faster against their measured time than the baselines', which
+recompute every layer on budgeted steps. `benchmarks/recorded_forward.py` shows why (one thread,
+the tiny model's Python stage, per layer, thread CPU time): a recorded layer costs more in a stage
+than alone, because it writes its saved tensors to memory no freed tensor of the layer before it
+hands back (that layer's are held too), while a layer timed alone right after the same layer ran
+without autograd reuses that run's freed memory. At 1024 tokens: alone 8.15 ms, the second of two
+layers 9.53 ms, a stage's four layers 9.19 ms each; without autograd 7.4-7.7 ms every way (256
+tokens: 1.60, 2.14, 1.88 ms; 4 x 256: 5.52, 6.66, 6.51 ms; 16 x 64: 4.88, 5.74, 5.77 ms). The
+profiler now times the second of two layers, with the last 4 grid points' recorded forwards held
+until their backwards run as a stage holds its chunks (runtime/layer_profiler.h): the recorded
+forward's a2 rose 19% (4.74e-6 to 5.64e-6 s a token) and the backward's 19% on this machine.
 
-What the simulator missed on EPP's heavy steps (issue 12, item 6) was looked for per action:
-on 2 ranks, each rank's thread CPU time in every forward and backward of a heavy step (16
-sequences, 41078 tokens, 40% of them in sequences cut at 8192; EPP K=22, 81 chunks in 2 waves,
-162 of 324 layer-chunks recomputed; Seq1F1B k=4, 24 chunks; ChunkFlow 41 chunks; batch-level 6
-chunks, all fully recomputed), against the cost model's time of that chunk on that stage. With
-the fit before the context term, the sum over a stage's actions was off by -2.6% (forward) and
--2.6% (backward) for EPP but +2.9% and 0.0% for Seq1F1B on the quieter of two runs, and -7.8%,
--7.1% for EPP against +0.4%, -1.0% (Seq1F1B), +4.1%, 0.0% (ChunkFlow), +1.5%, -4.1% (batch-level)
-on a loaded one. What was found, each measured:
-
-- The layer fit's shape. The profile grid's own residuals under that fit were systematic: a
-  short slice far into its sequence ran slower than predicted (64 tokens at context 4096 and
-  8192: forward -12% and -14%), a long one faster (1024 tokens at 8192: +9%), and EPP's high-K
-  plans are made of the short late slices. The CPU attention reads a slice's context once per
-  slice (and a slice with context runs a second kernel call and merges the two), a cost of the
-  context per slice that ((c+s)^2 - c^2) does not have. The fit now has that term, a3 c per slice
-  and layer, fitted on the same grid runs (table above): held-out forward error 4.8% -> 2.8%. On
-  the heavy step's actions it moves the baselines' forward predictions 2.0-2.5 points down
-  against EPP's (backward 0.7-1.0); in the validation above it narrows the methods' busy-time
-  errors (against CPU time) from 4.5-6.9 to 3.1-4.7 points apart. Nothing was tuned to the
-  validation.
-- Nothing else in EPP's plans. EPP's per-action error was the same within a few points over
-  chunk sizes (128 to 2048 tokens), contexts, recomputed layers (0 to 4 of 4) and one or two
-  slices per chunk (the 4 of its 160 actions on chunks of 3-4 slices were 10-18% under, but a
-  layer timed alone on chunks of 1 to 32 whole sequences of the same tokens showed no cost per
-  piece beyond the timing's noise), so no per-chunk, per-slice, K/V-buffer, recompute or
-  wave-boundary cost is missing (measured besides: a chunk's first layer builds its context,
-  0.4-1.3 ms once per chunk and stage, 0.3% of EPP's heavy step). What is left of the busy-time gap is the baselines': on the
-  heavy steps they recompute every layer, and a checkpointed layer's first forward runs without
-  autograd, which measured 0-11% cheaper than the recorded forward the cost model charges for it
-  (six points of the grid, shuffled, thread CPU time; median 6%, on about a quarter of a fully
-  recomputed chunk's busy time), so they are over-predicted by 2-4% in CPU time while EPP is
-  within about 1%. (The profiler's full grid later measured 1.6% in the median, not 6%: see
-  above.)
-- The wall clock, where the methods differed most in the two loaded runs, is the machine. Other work shares these two
-  cores, and a rank computes at whatever share of a core the scheduler gives it, which is larger
-  while its peer waits: on the first heavy step (two runs each, interleaved), EPP's ranks got
-  0.62-0.65 of a core while they had work (they waited 1.1-1.5 s of a 19 s step) against
-  batch-level 1F1B's 0.70-0.73 (waiting 3.1-6.1 s of 21 s), and in the per-action runs the ranks'
-  compute took 1.9-2.3 times its CPU time. A plan with fewer bubbles keeps both ranks runnable
-  and so loses more to the load: EPP, whose plans have the fewest, runs furthest over its
-  prediction. The simulator gives each rank a core of its own; on this shared host the step
-  time's error depends on the plan's bubbles, which no cost coefficient can express.
-- The rounds equalise a load that stays; they do not equalise one that changes within a round.
-  Both loaded runs took every round in the same order (odd rounds now run backwards), the eight non-heavy EPP cases first: in the
-  repeat the load had gone by the heavy steps (its first cases' predictions fell 26-37% short of
-  the wall clock, its heavy steps' within 7%), so EPP's median took the load and the
-  baselines', mostly heavy steps, did not. On the heavy steps, where every method ran one after
-  the other, EPP's busy-time error against CPU time was within 1.1 points of every baseline's
-  in the quiet repeat and within 3.6 in the loaded run.
-- The heavy steps also show a memory prediction on the safe side that the earlier cases did not:
-  on the last stage, the predicted observable activation peak exceeds the meter's by the largest
-  chunk's tokens times logits_bytes (3596 bytes a token): 28.1 MiB for batch-level 1F1B's
-  8192-token chunks (+29.8%), 14.0 MiB for Seq1F1B's 4096-token ones (+11%). The meter does not
-  see, at that moment, the logits the prediction counts; not looked into here.
-- On the quiet machine (the earlier profile's two runs) the wall clock agreed with the
-  prediction within 6% on every case of both runs, heavy steps included, but run-to-run noise is as large as the target: EPP's median
-  step error was +1.1% in the run above and -3.7% in its repeat, the baselines' +1.2% to +3.7%
-  in both, so EPP's distance from them was 0.2-2.6 points in one run and 5.3-6.5 in the other.
-  What stays in both is in the busy time against CPU time: the baselines' compute is
-  over-predicted 1.8-4.8 points more than EPP's, which is the checkpointed first forward above
-  (the baselines recompute every layer on the heavy steps; the cost model charges that forward
-  as a recorded one)."""
+What is left:
+- r, the forward without autograd over the recorded one, is one ratio over the grid (fitted
+  0.964), but measured it depends on the chunk: 0.87-0.93 at context 0 and 0.97-1.05 at context
+  8192 on the grid, 0.76-0.88 for a stage's layers without context above. So a fully recomputed
+  plan's forwards (the baselines' on budgeted steps) are still over-predicted (on the heavy steps
+  by up to 5-7% in CPU time) and EPP's, mostly recorded, under. A ratio on the GEMM part of the
+  layer only (attention unchanged) fits the grid at 0.922, with the same median error (3.8%) and
+  a smaller worst one at context 0; not done here.
+- The wall clock of this machine moves: the 3 rounds of a case differed by 8.5% in the median
+  (up to 14%) in the first run, 4.9% (up to 14%) in the repeat, and the step (the median round)
+  came out 2-6 points further under its prediction than the busy CPU time (the fastest round),
+  on every method."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
 (`benchmarks/measured_comparison.py`). The same-executor baselines run their best static setting:
@@ -192,7 +136,8 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 
 ```bash
 .venv/bin/python -m infinipipe profile --layers-per-stage 4,4 --neighbours 1 --output benchmarks/results/cost_cpu.json
-.venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json
+.venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json  # and validation_repeat_1.json
+.venv/bin/python benchmarks/recorded_forward.py
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --torch-config 1,all --packed-config {packed} --output benchmarks/results/measured_repeat_1.json --note "repeat 1"  # and _2
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --skip-torch --packed-config interleaved_1f1b,8192,all --output benchmarks/results/measured_packed_context.json

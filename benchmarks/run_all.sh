@@ -32,6 +32,7 @@ if [ "${1:-}" = "--smoke" ]; then
     --steps 1 --budget-mib 48 --horizon-steps 2 --horizon-budgets-mib 48 --output "$OUT/timeline.png" \
     --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
   $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
+  $PY benchmarks/recorded_forward.py --repeats 1 > /dev/null
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
   exit 0
@@ -40,8 +41,11 @@ fi
 R=benchmarks/results
 mkdir -p "$R" docs/img
 $PY -m infinipipe profile --grid full --layers-per-stage 4,4 --neighbours 1 --output "$R/cost_cpu.json"
-$TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
-  --cost-model "$R/cost_cpu.json" --output "$R/validation.json"
+for out in validation validation_repeat_1; do  # the same command twice: the wall clock moves
+  $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
+    --cost-model "$R/cost_cpu.json" --output "$R/$out.json"
+done
+$PY benchmarks/recorded_forward.py  # why the profiler times a layer after the one before it
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
 # Repeats of the measured comparison with the main run's torch configuration (its tuning takes

@@ -66,9 +66,10 @@ class Bench {
   // layers, when it has two. The second one's forward is timed: a recorded layer of a stage
   // writes its saved tensors to memory that no freed tensor of the layer before it hands back
   // (the first layer's are held too), and on a 2-core Xeon (tiny LLaMA, one thread) that made a
-  // stage's recorded forward 12-24% dearer per layer than one layer recorded right after the same
+  // stage's recorded forward 7-18% dearer per layer than one layer recorded right after the same
   // layer ran without autograd (whose freed memory it reused), while a forward without autograd
-  // costs the same either way (docs/benchmarks.md, "Simulator validation").
+  // costs the same either way (benchmarks/recorded_forward.py; docs/benchmarks.md, "Simulator
+  // validation").
   int chain() const { return std::min(2, module_.num_layers()); }
 
   struct ForwardTimes {
