@@ -74,43 +74,52 @@ are in git history: `git show bbce7ce:benchmarks/results/validation.json`."""
 VALIDATION_FINDINGS = """Issue 12's target for the validation is that the median step error of EPP
 and of each baseline differ by at most 2 points, heavy steps included. Since 2026-11-27 every
 method runs the same steps, so the medians compare like with like, and EPP's error minus each
-baseline's on the same step is given too. Both runs above (this 2-core Intel Xeon, its own profile)
-miss it by a little: on the steps every method ran EPP's median is 2.7-3.9 points from the
-baselines' in the first run and 1.6-4.2 in the repeat, and per step EPP's error is 2.2-2.9 points
-below the baselines' in the first and 2.3-4.9 in the repeat. The same command with the profiler as
-it was before (one layer timed alone, right after the same layer ran without autograd; profiled on
-this machine the same day, not committed) gave 4.1-5.0 points between the medians and 4.7-5.5 per
-step, and EPP's busy CPU time -13.8% against -8.6% to -10.0%.
+baseline's on the same step is given too. The run above (this 2-core Intel Xeon, its own profile,
+denormals flushed) misses it: EPP's median is 2.5-6.0 points from the baselines' on the steps
+every method ran, and per step EPP's error is 1.7-4.6 points below theirs. Before this session's
+two changes the same design gave 4.1-5.0 points between the medians and 4.7-5.5 per step (the
+profiler as it was, denormals not flushed); with the new profiler alone, two runs gave 2.7-3.9 and
+1.6-4.2 between the medians, 2.2-2.9 and 2.3-4.9 per step (not committed; each the same
+command).
 
 What the profiler missed, measured per action: on a heavy step and a uniform step, every method,
 each rank's thread CPU time in each forward and backward (the fastest of 3 steps) against the
 cost model's time for that chunk on that stage. With the old profile, the prediction of forwards
 that record autograd (no layer of the chunk recomputed) fell 13-18% short of their CPU time
-(EPP's on the heavy step 13.4%), that of forwards without autograd (checkpointed layers) 3-6%. EPP recomputes the fewest
-layers, so its plans came out faster against their measured time than the baselines', which
-recompute every layer on budgeted steps. `benchmarks/recorded_forward.py` shows why (one thread,
-the tiny model's Python stage, per layer, thread CPU time): a recorded layer costs more in a stage
-than alone, because it writes its saved tensors to memory no freed tensor of the layer before it
-hands back (that layer's are held too), while a layer timed alone right after the same layer ran
-without autograd reuses that run's freed memory. At 1024 tokens: alone 8.15 ms, the second of two
-layers 9.53 ms, a stage's four layers 9.19 ms each; without autograd 7.4-7.7 ms every way (256
-tokens: 1.60, 2.14, 1.88 ms; 4 x 256: 5.52, 6.66, 6.51 ms; 16 x 64: 4.88, 5.74, 5.77 ms). The
-profiler now times the second of two layers, with the last 4 grid points' recorded forwards held
-until their backwards run as a stage holds its chunks (runtime/layer_profiler.h): the recorded
-forward's a2 rose 19% (4.74e-6 to 5.64e-6 s a token) and the backward's 19% on this machine.
+(EPP's on the heavy step 13.4%), that of forwards without autograd (checkpointed layers) 3-6%.
+EPP recomputes the fewest layers, so its plans came out faster against their measured time than
+the baselines', which recompute every layer on budgeted steps. `benchmarks/recorded_forward.py`
+shows why (one thread, the tiny model's Python stage, per layer, thread CPU time): a recorded
+layer costs more in a stage than alone, because it writes its saved tensors to memory no freed
+tensor of the layer before it hands back (that layer's are held too), while a layer timed alone
+right after the same layer ran without autograd reuses that run's freed memory. At 1024 tokens:
+alone 8.15 ms, the second of two layers 9.53 ms, a stage's four layers 9.19 ms each; without
+autograd 7.4-7.7 ms every way (256 tokens: 1.60, 2.14, 1.88 ms; 4 x 256: 5.52, 6.66, 6.51 ms; 16
+x 64: 4.88, 5.74, 5.77 ms). The profiler now times the second of two layers, with the last 4 grid
+points' recorded forwards held until their backwards run as a stage holds its chunks
+(runtime/layer_profiler.h): the recorded forward's a2 rose 19% (4.74e-6 to 5.64e-6 s a token)
+and the backward's 19% on this machine.
+
+Denormal numbers: without flushing them, the steps of one case grew from round to round (a run
+without flushing, its wikipedia step: 9.05, 9.46, 10.0 s for EPP, 10.96, 11.58, 11.9 s for batch-level), as
+each case's trainer took its optimizer steps, and the README's example ran up to 6x slower after
+about 20 steps; the trainer now flushes them (docs/runtime.md, "Denormal numbers on the CPU"),
+and the rounds above no longer grow.
 
 What is left:
-- r, the forward without autograd over the recorded one, is one ratio over the grid (fitted
-  0.964), but measured it depends on the chunk: 0.87-0.93 at context 0 and 0.97-1.05 at context
-  8192 on the grid, 0.76-0.88 for a stage's layers without context above. So a fully recomputed
-  plan's forwards (the baselines' on budgeted steps) are still over-predicted (on the heavy steps
-  by up to 5-7% in CPU time) and EPP's, mostly recorded, under. A ratio on the GEMM part of the
-  layer only (attention unchanged) fits the grid at 0.922, with the same median error (3.8%) and
-  a smaller worst one at context 0; not done here.
-- The wall clock of this machine moves: the 3 rounds of a case differed by 8.5% in the median
-  (up to 14%) in the first run, 4.9% (up to 14%) in the repeat, and the step (the median round)
-  came out 2-6 points further under its prediction than the busy CPU time (the fastest round),
-  on every method."""
+- The recompute in B. The model charges checkpointing a layer r of the recorded forward net
+  (docs/design.md, "Recompute's net cost"), with r fitted as the forward without autograd over
+  the recorded one (0.964 here). But the layer's recorded forward in B is not the stage's
+  recorded forward: its saved tensors are used at once by its own backward, like a lone layer's
+  (8.15 ms at 1024 tokens above), not held like a stage's (9.19 ms). So a fully recomputed plan
+  (the baselines' on budgeted steps) is charged 7-18% of a forward too much per recomputed layer,
+  and EPP's, mostly recorded, less: on the heavy steps the baselines' forwards came out between 2%
+  under and 5% over in CPU time, EPP's 7-9% under. Timing the recompute as the executor runs it (a recorded forward
+  right after a backward freed memory, its own backward at once) and fitting r as the net cost,
+  (forward without autograd + recompute - recorded forward) / recorded forward, would charge
+  what it costs; not done here.
+- The step (the median round) still comes out 2-5 points further under its prediction than the
+  busy CPU time (the fastest round), on every method."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
 (`benchmarks/measured_comparison.py`). The same-executor baselines run their best static setting:
