@@ -103,8 +103,8 @@ and the backward's 19% on this machine.
 Denormal numbers: without flushing them, the steps of one case grew from round to round (a run
 without flushing, its wikipedia step: 9.05, 9.46, 10.0 s for EPP, 10.96, 11.58, 11.9 s for batch-level), as
 each case's trainer took its optimizer steps, and the README's example ran up to 6x slower after
-about 20 steps; the trainer now flushes them (docs/runtime.md, "Denormal numbers on the CPU"),
-and the rounds above no longer grow.
+about 20 steps; the benchmarks' trainers and the example now flush them (docs/runtime.md,
+"Denormal numbers on the CPU"), and the rounds above no longer grow.
 
 What is left:
 - The recompute in B. The model charges checkpointing a layer r of the recorded forward net

@@ -10,9 +10,14 @@ from infinipipe.data import synthetic_batch
 
 def trainer(config, plan, parallel=None):
     """A Trainer of the model `config` planned by `plan` (a PlanConfig), AdamW at lr 1e-3, under
-    the layout `parallel` (an infinipipe.Parallel; default: one process per stage)."""
+    the layout `parallel` (an infinipipe.Parallel; default: one process per stage), flushing
+    denormal numbers to zero as the example does (docs/runtime.md)."""
     return infinipipe.Trainer(
-        config, lambda p: torch.optim.AdamW(p, lr=1e-3), plan=plan, parallel=parallel
+        config,
+        lambda p: torch.optim.AdamW(p, lr=1e-3),
+        plan=plan,
+        parallel=parallel,
+        flush_denormal=True,
     )
 
 

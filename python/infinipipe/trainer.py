@@ -102,11 +102,12 @@ class Trainer(TrainerSetup, TrainerGradients):
         config's). Every stage then holds a replica of the final norm and the LM head (a model
         factory must build it: llama.build_stage(..., spread_head=True)); once per step their
         gradients are summed over every rank, so each replica takes the same optimizer step.
-    flush_denormal: set torch.set_flush_denormal(True) for this process (CPU math only), as GPU
-        training effectively runs: numbers below float32's normal range (1.2e-38) become zero.
-        Without it, an Intel Xeon ran the README example's steps up to 6x slower once training
-        had made some values denormal (from about step 23 of 40; docs/runtime.md, "Denormal
-        numbers on the CPU"). False leaves the process's setting as it is.
+    flush_denormal: True sets torch.set_flush_denormal(True) for this process: on the CPU,
+        numbers below the normal range (1.2e-38 in float32) become zero. Recommended for
+        training on a CPU (the example and the benchmarks set it): without it, an Intel Xeon ran
+        the README example's steps up to 6x slower once training had made some values denormal
+        (from about step 23 of 40). Off by default because the setting is the whole process's,
+        Python's own float arithmetic included (docs/runtime.md, "Denormal numbers on the CPU").
     """
 
     def __init__(
@@ -125,7 +126,7 @@ class Trainer(TrainerSetup, TrainerGradients):
         attention_backend: str = "auto",
         parallel: Parallel | None = None,
         spread_head: bool | None = None,
-        flush_denormal: bool = True,
+        flush_denormal: bool = False,
     ) -> None:
         if flush_denormal:
             torch.set_flush_denormal(True)

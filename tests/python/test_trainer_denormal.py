@@ -1,6 +1,7 @@
-"""The trainer flushes denormal numbers to zero in its process unless told not to (trainer.py,
-flush_denormal; docs/runtime.md, "Denormal numbers on the CPU"). Each case runs in a process of
-its own: the setting is the process's, and this one's other tests must not inherit it."""
+"""The trainer flushes denormal numbers to zero in its process when asked to, and only then
+(trainer.py, flush_denormal; docs/runtime.md, "Denormal numbers on the CPU"). Each case runs in a
+process of its own: the setting is the process's, and this one's other tests must not inherit
+it."""
 
 import subprocess
 import sys
@@ -14,13 +15,16 @@ import torch, infinipipe
 from infinipipe.models.llama import LlamaConfig
 tiny = torch.tensor([1e-39])  # below float32's smallest normal number, 1.2e-38
 assert (tiny * 1.0).item() != 0.0  # IEEE denormals before the trainer
-infinipipe.Trainer(LlamaConfig.tiny(), flush_denormal={flag})
+infinipipe.Trainer(LlamaConfig.tiny(){flag})
 print((tiny * 1.0).item())
 """
 
 
-@pytest.mark.parametrize("flag, flushed", [(True, True), (False, False)])
-def test_the_trainer_flushes_denormals_unless_told_not_to(flag, flushed):
+@pytest.mark.parametrize(
+    "flag, flushed",
+    [(", flush_denormal=True", True), (", flush_denormal=False", False), ("", False)],
+)
+def test_the_trainer_flushes_denormals_when_asked_to(flag, flushed):
     proc = subprocess.run(
         [sys.executable, "-c", BODY.format(flag=flag)],
         capture_output=True,
