@@ -79,8 +79,8 @@ denormals flushed) misses it: EPP's median is 2.5-6.0 points from the baselines'
 every method ran, and per step EPP's error is 1.7-4.6 points below theirs. Before this session's
 two changes the same design gave 4.1-5.0 points between the medians and 4.7-5.5 per step (the
 profiler as it was, denormals not flushed); with the new profiler alone, two runs gave 2.7-3.9 and
-1.6-4.2 between the medians, 2.2-2.9 and 2.3-4.9 per step (not committed; each the same
-command).
+1.6-4.2 between the medians, 2.2-2.9 and 2.3-4.9 per step (the same command; in git history:
+`git show f5e62ca:benchmarks/results/validation.json`, and `validation_repeat_1.json`).
 
 What the profiler missed, measured per action: on a heavy step and a uniform step, every method,
 each rank's thread CPU time in each forward and backward (the fastest of 3 steps) against the
