@@ -95,18 +95,13 @@ def round_order(prepared: list, round_index: int, seed: int) -> list:
     rng = random.Random(seed * 1000 + round_index)
     steps = {}
     for c in prepared:
-        steps.setdefault(step_key(c["case"]), []).append(c)
+        distribution, batch_size, context, _, budget_mib, seed = c["case"]  # all but the method
+        steps.setdefault((distribution, batch_size, context, budget_mib, seed), []).append(c)
     order = list(steps.values())
     rng.shuffle(order)
     for methods in order:
         rng.shuffle(methods)
     return [c for methods in order for c in methods]
-
-
-def step_key(case: tuple) -> tuple:
-    """A case's step: everything but its method."""
-    distribution, batch_size, context, _, budget_mib, seed = case
-    return distribution, batch_size, context, budget_mib, seed
 
 
 def plan_config(
@@ -253,7 +248,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per case")
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--output", type=Path, help="JSON with every case (rank 0 writes it)")
-    p.add_argument("--smoke", action="store_true", help="two tiny cases, one repeat (CI)")
+    p.add_argument("--smoke", action="store_true", help="tiny steps, one repeat (CI)")
     p.add_argument(
         "--compare-cost",
         help="another cost JSON (an earlier fit): every measured plan is also predicted with it "

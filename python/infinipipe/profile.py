@@ -133,7 +133,7 @@ def neighbours(
     stage: str,
     points: list,
     threads: int,
-    in_flight: int = 0,
+    in_flight: int = IN_FLIGHT,
 ):
     """`count` processes running _neighbour for the duration of the block, which starts once
     every one of them is at work."""
