@@ -45,8 +45,10 @@ it than alone. It fits
 T = a1 ((c+s)^2 - c^2) + a2 s + b + a3 c for the forward and, separately, for the backward
 (a3: a slice's context costs once per slice beyond its share of the attention FLOPs; an eager
 layer pays its Python overhead in the forward only, and attention's backward is relatively
-dearer than the GEMMs'), by non-negative relative least squares, and r, the forward without
-autograd (a checkpointed layer's first forward) over the fitted forward, as g is fitted; reports
+dearer than the GEMMs'), by non-negative relative least squares, and r, what checkpointing a
+layer adds net over the fitted forward (its forward without autograd, and its recompute timed with
+its backward at once as the executor runs it, less the recorded forward and backward; the median
+over the grid: docs/design.md, "Recompute's net cost"); reports
 the error on a quarter
 of the grid points held out of the fit, and measures the activation bytes a layer saves per token
 with saved-tensor hooks on the same path (10264 for the tiny model in float32, exactly the

@@ -33,10 +33,10 @@ from infinipipe.stage_adapter import LlamaStageAdapter
 
 STAGES = ("python", "cpp")
 # What a profile measures, in profiled_cost's cache key: a cost JSON profiled before the forward
-# without autograd was timed has no checkpointed_forward_ratio, nor one before recorded forwards
-# were timed with others in flight (IN_FLIGHT) their time in a pipeline, and a trainer must not
-# reuse it.
-MEASURES = "forward, backward, forward without autograd; embedding, head; in flight"
+# without autograd was timed has no checkpointed_forward_ratio, nor one before the recompute was
+# timed its net r, nor one before recorded forwards were timed with others in flight (IN_FLIGHT)
+# their time in a pipeline, and a trainer must not reuse it.
+MEASURES = "forward, backward, forward without autograd, recompute; embedding, head; in flight"
 STATISTICS = ("min", "median", "trimmed_mean")
 DTYPES = ("float32", "bfloat16", "float64")
 # Recorded forwards held before the oldest one's backward (runtime/layer_profiler.h, in_flight).
@@ -182,10 +182,15 @@ def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int 
         return _C.plan.robust_time(x, statistic)
 
     def sample(r: dict) -> tuple:
-        # Runs recorded before the profiler timed the forward without autograd have no such key:
-        # their calibration keeps r = 1 (cost/calibration.h).
-        no_grad = (t(r["checkpointed_forward_s"]),) if r.get("checkpointed_forward_s") else ()
-        return (r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"]), *no_grad)
+        # Runs recorded before the profiler timed the forward without autograd have no such key
+        # (their calibration keeps r = 1), nor, before it timed the recompute, recomputed_s
+        # (r is then the forward without autograd alone; cost/calibration.h).
+        optional = []
+        for key in ("checkpointed_forward_s", "recomputed_s"):
+            if not r.get(key):
+                break
+            optional.append(t(r[key]))
+        return (r["tokens"], r["context"], t(r["forward_s"]), t(r["backward_s"]), *optional)
 
     layer = [sample(r) for r in runs["layer"]]
     embedding = [(r["tokens"], t(r["seconds"])) for r in runs["embedding"]]

@@ -46,12 +46,13 @@ void bind_calibration(py::module_& m) {
          uint64_t seed) {
         CalibrationSamples samples;
         for (const py::tuple& t : layer) {
-          check(t.size() == 4 || t.size() == 5,
-                "calibrate: a layer sample is (tokens, context, forward_s, backward_s) or "
-                "(..., checkpointed_forward_s), got " +
+          check(t.size() >= 4 && t.size() <= 6,
+                "calibrate: a layer sample is (tokens, context, forward_s, backward_s[, "
+                "checkpointed_forward_s[, recomputed_s]]), got " +
                     std::to_string(t.size()) + " values");
+          auto optional = [&](size_t i) { return t.size() > i ? t[i].cast<double>() : 0.0; };
           samples.layer.push_back({t[0].cast<int64_t>(), t[1].cast<int64_t>(), t[2].cast<double>(),
-                                   t[3].cast<double>(), t.size() == 5 ? t[4].cast<double>() : 0.0});
+                                   t[3].cast<double>(), optional(4), optional(5)});
         }
         for (const auto& [s, t] : embedding) samples.embedding.push_back({s, t});
         for (const auto& [s, t] : head) samples.head.push_back({s, t});
@@ -63,8 +64,9 @@ void bind_calibration(py::module_& m) {
       py::arg("seed") = CalibrationOptions{}.seed,
       "Fits a1, a2, b, a3 and the backward's a1', a2', b', a3' (non-negative) and the backward "
       "ratio to layer samples (tokens, context, forward_s, backward_s[, "
-      "checkpointed_forward_s]), r (checkpointed_forward_ratio) when every sample has the "
-      "fifth value, and per-token times to embedding and head samples (tokens, seconds), "
+      "checkpointed_forward_s[, recomputed_s]]), r (checkpointed_forward_ratio) when every "
+      "sample has the fifth value (net of the sixth when every sample has it too: "
+      "cost/calibration.h), and per-token times to embedding and head samples (tokens, seconds), "
       "holding out a seeded fraction of the layer samples.");
   m.def("apply_calibration", &apply_calibration, py::arg("cost"), py::arg("calibration"),
         "The cost model with the calibrated time coefficients; everything else kept.");

@@ -179,7 +179,8 @@ py::dict profile_dict(const runtime::LayerProfile& profile) {
   for (const auto& r : profile.layer)
     layer.append(py::dict(py::arg("tokens") = r.point.tokens, py::arg("context") = r.point.context,
                           py::arg("forward_s") = r.forward_s, py::arg("backward_s") = r.backward_s,
-                          py::arg("checkpointed_forward_s") = r.checkpointed_forward_s));
+                          py::arg("checkpointed_forward_s") = r.checkpointed_forward_s,
+                          py::arg("recomputed_s") = r.recomputed_s));
   for (const auto& r : profile.embedding)
     embedding.append(py::dict(py::arg("tokens") = r.tokens, py::arg("seconds") = r.seconds));
   for (const auto& r : profile.head)
@@ -485,7 +486,7 @@ void bind_runtime(py::module_& root) {
       "chunks of one slice (tokens, context) as the executor runs them, and its embedding and "
       "head + loss per token count when it has them (runtime/layer_profiler.h). Returns the raw "
       "runs: {'layer': [{tokens, context, forward_s: [...], backward_s: [...], "
-      "checkpointed_forward_s: [...]}], 'embedding': "
+      "checkpointed_forward_s: [...], recomputed_s: [...]}], 'embedding': "
       "[{tokens, seconds: [...]}], 'head': [...]}. progress(done, total) after every run.");
 }
 

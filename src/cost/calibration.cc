@@ -271,6 +271,7 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
     check_positive_time(s.backward_s, what + " backward");
     if (s.checkpointed_forward_s != 0)
       check_positive_time(s.checkpointed_forward_s, what + " forward without autograd");
+    if (s.recomputed_s != 0) check_positive_time(s.recomputed_s, what + " recomputed layer");
   }
   check(layer.size() >= 3, "calibration: " + std::to_string(layer.size()) +
                                " layer samples are fewer than the 3 unknowns a1, a2, b; profile "
@@ -299,11 +300,27 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
     backward.push_back(s.backward_s);
   }
   cal.backward_ratio = fit_ratio(predicted, backward);
-  // r the same way: the planner charges a checkpointed layer's saving as r of its fitted forward.
-  const bool have_r = std::all_of(layer.begin(), layer.end(), [](const LayerSample& s) {
-    return s.checkpointed_forward_s > 0;
-  });
-  if (have_r) {
+  // r against the fitted forward too: the planner charges a checkpointed layer r of it net.
+  auto every = [&](auto measured) {
+    return std::all_of(layer.begin(), layer.end(),
+                       [&](const LayerSample& s) { return measured(s) > 0; });
+  };
+  const bool have_no_grad = every([](const LayerSample& s) { return s.checkpointed_forward_s; });
+  if (have_no_grad && every([](const LayerSample& s) { return s.recomputed_s; })) {
+    std::vector<double> net;
+    for (size_t i = 0; i < fit.size(); ++i) {
+      const LayerSample& s = fit[i];
+      net.push_back((s.checkpointed_forward_s + s.recomputed_s - s.forward_s - s.backward_s) /
+                    predicted[i]);
+    }
+    const double r = median(net);
+    check(r > 0 && r <= 2,
+          "calibration: checkpointing a layer measured as adding " + std::to_string(r) +
+              " of its forward net (its forward without autograd and its recompute with its "
+              "backward, less its recorded forward and backward), outside (0, 2]: the runs are "
+              "too noisy; profile again with more repeats on a quieter machine");
+    cal.checkpointed_forward_ratio = r;
+  } else if (have_no_grad) {
     std::vector<double> no_grad;
     for (const LayerSample& s : fit) no_grad.push_back(s.checkpointed_forward_s);
     cal.checkpointed_forward_ratio = fit_ratio(predicted, no_grad);

@@ -119,7 +119,7 @@ void CostCoefficients::validate() const {
   positive(backward_ratio, "backward_ratio");
   check(std::isfinite(checkpointed_forward_ratio) && checkpointed_forward_ratio > 0 &&
             checkpointed_forward_ratio <= 2,
-        "cost coefficients: checkpointed_forward_ratio (a layer's forward without autograd over "
+        "cost coefficients: checkpointed_forward_ratio (what checkpointing a layer adds net, over "
         "its recorded forward) must be in (0, 2], got " +
             std::to_string(checkpointed_forward_ratio) + "; profile again or remove the field");
   at_least_zero(backward_a1, "backward_a1");

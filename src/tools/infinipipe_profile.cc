@@ -122,7 +122,8 @@ int run(const Args& args) {
                     {"context", r.point.context},
                     {"forward_s", r.forward_s},
                     {"backward_s", r.backward_s},
-                    {"checkpointed_forward_s", r.checkpointed_forward_s}});
+                    {"checkpointed_forward_s", r.checkpointed_forward_s},
+                    {"recomputed_s", r.recomputed_s}});
   auto part = [](const std::vector<ip::runtime::PartRuns>& parts) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : parts) out.push_back({{"tokens", r.tokens}, {"seconds", r.seconds}});

@@ -159,6 +159,34 @@ TEST(Calibration, ForwardWithoutAutogradGivesR) {
   EXPECT_NE(error_of([&] { calibrate({samples}); }).find("without autograd"), std::string::npos);
 }
 
+TEST(Calibration, RecomputeGivesNetR) {
+  // With the recompute timed (its recorded forward and at once its backward), r is what
+  // checkpointing adds net: forward without autograd + recompute - recorded forward - backward.
+  std::vector<LayerSample> samples = synthetic(0, 0);
+  for (LayerSample& s : samples) {
+    s.checkpointed_forward_s = 0.94 * s.forward_s;
+    s.recomputed_s = 0.88 * s.forward_s + 0.95 * s.backward_s;
+  }
+  const double expected = 0.94 + 0.88 - 1 - 0.05 * kG;  // 0.705
+  Calibration cal = calibrate({samples});
+  ASSERT_TRUE(cal.checkpointed_forward_ratio.has_value());
+  EXPECT_NEAR(*cal.checkpointed_forward_ratio, expected, 1e-9);
+
+  // The median over the points: one wild point does not move it.
+  samples[7].recomputed_s *= 5;
+  EXPECT_NEAR(*calibrate({samples}).checkpointed_forward_ratio, expected, 1e-9);
+
+  // Measured on some points only: r falls back to the forward without autograd alone.
+  samples[3].recomputed_s = 0;
+  EXPECT_NEAR(*calibrate({samples}).checkpointed_forward_ratio, 0.94, 1e-9);
+
+  // A net cost that is not positive is noise, not a measurement: a clear error.
+  for (LayerSample& s : samples) s.recomputed_s = 0.5 * s.forward_s;
+  EXPECT_NE(error_of([&] { calibrate({samples}); }).find("more repeats"), std::string::npos);
+  samples[2].recomputed_s = -1;
+  EXPECT_NE(error_of([&] { calibrate({samples}); }).find("recomputed layer"), std::string::npos);
+}
+
 TEST(Calibration, HeldOutSplit) {
   const std::vector<LayerSample> samples = synthetic(0, 0);  // 6 x 6 grid
   const CalibrationOptions options{0.25, 7};

@@ -62,8 +62,11 @@ def test_fit_recovers_exact_coefficients():
     # With it (a checkpointed layer's first forward): r, its ratio to the fitted forward.
     with_r = _C.plan.calibrate([(*x, 0.93 * x[2]) for x in samples(0.0, 0)])
     assert with_r.checkpointed_forward_ratio == pytest.approx(0.93)
+    # With the recompute too (its recorded forward and at once its backward): r net of it.
+    net = _C.plan.calibrate([(*x, 0.93 * x[2], 0.9 * x[2] + x[3]) for x in samples(0.0, 0)])
+    assert net.checkpointed_forward_ratio == pytest.approx(0.93 + 0.9 - 1)
     with pytest.raises(Exception, match="checkpointed_forward_s"):
-        _C.plan.calibrate([(*x, 1.0, 2.0) for x in samples(0.0, 0)])
+        _C.plan.calibrate([(*x, 1.0, 2.0, 3.0) for x in samples(0.0, 0)])
     assert len(cal.held_out) == 6 and len(cal.fit) == 19  # a quarter of 25 held out
     assert cal.embedding_s_per_token is None and cal.head_s_per_token is None
 
@@ -140,8 +143,8 @@ def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
     ):
         assert coef[key] == pytest.approx(meta[key])
     assert 0 < coef["checkpointed_forward_ratio"] <= 2
-    for r in meta["runs"]["layer"]:  # the forward without autograd, timed at every repeat
-        assert len(r["checkpointed_forward_s"]) == len(r["forward_s"]) > 0
+    for r in meta["runs"]["layer"]:  # without autograd and the recompute, at every repeat
+        assert len(r["checkpointed_forward_s"]) == len(r["recomputed_s"]) == len(r["forward_s"]) > 0
     assert coef["a2"] > 0 and coef["activation_bytes"] > 0 and coef["head_s_per_token"] > 0
     assert 0 <= meta["forward_heldout_median"] <= meta["forward_heldout_max"]
     assert meta["stage"] == stage and meta["threads"] == 1 and meta["torch"] == torch.__version__
@@ -243,7 +246,7 @@ def test_every_recorded_forward_gets_its_backward_whatever_is_held_in_flight(in_
     )
     assert [(r["tokens"], r["context"]) for r in runs["layer"]] == points
     for r in runs["layer"]:
-        for key in ("forward_s", "backward_s", "checkpointed_forward_s"):
+        for key in ("forward_s", "backward_s", "checkpointed_forward_s", "recomputed_s"):
             assert len(r[key]) == 4 and all(t > 0 for t in r[key]), (key, r)
 
 

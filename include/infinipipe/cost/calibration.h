@@ -9,9 +9,13 @@
 //   T_bwd = a1' * ((c+s)^2 - c^2) + a2' * s + b' + a3' * c   (the same, on the backward times)
 // (a3, the context's per-slice cost, only when the samples have more than one context; else 0)
 // and g, the backward over the fitted forward (for the embedding's and the head's backward),
-// and r, the layer's forward without autograd (a checkpointed layer's first forward) over the
-// fitted forward (CostCoefficients::checkpointed_forward_ratio), when the samples have it,
-// all by relative least squares (each residual divided by its measured time), because the
+// and r (CostCoefficients::checkpointed_forward_ratio), what checkpointing a layer adds net over
+// the fitted forward, when the samples have it: (T_ng + T_rec - T_fwd - T_bwd) / T_fwd, with
+// T_ng the layer's forward without autograd (its first forward when checkpointed) and T_rec its
+// recorded forward again with its backward at once (its part of the backward); the median of
+// that over the points, since as a difference of four times a noisy point may come out near
+// zero. Samples without T_rec (measured before it) give r = T_ng / T_fwd. The rest are fitted
+// by relative least squares (each residual divided by its measured time), because the
 // planner needs the same relative accuracy for a 64-token chunk as for a 4096-token one. A seeded
 // fraction of the points is held out of the fit (never the grid's extreme corners, so the fit
 // does not extrapolate) and the prediction error on them is reported.
@@ -57,6 +61,10 @@ struct LayerSample {
   // The same forward without autograd, as a checkpointed layer's first forward runs; 0: not
   // measured (then calibrate() leaves r out, and apply_calibration keeps the base model's).
   double checkpointed_forward_s = 0;
+  // A checkpointed layer's part of the backward: its recorded forward again and at once its
+  // backward, as the executor runs it. 0: not measured (then r is the forward without autograd
+  // over the recorded forward, as profiles measured before it).
+  double recomputed_s = 0;
 };
 
 // Seconds of a part that is linear in tokens (embedding; head with the loss).

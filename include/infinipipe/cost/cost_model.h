@@ -10,9 +10,9 @@
 // or, when the layer's backward was measured apart (the profiler fits it like the forward),
 //   T_bwd = l * (sum_i [a1' * ((c_i + s_i)^2 - c_i^2) + a2' * s_i + a3' * c_i] + b') + g * extras
 //           + ckpt_layers * r * (per-layer forward time)
-// where r (checkpointed_forward_ratio) is what checkpointing a layer adds net: the backward
-// re-runs the recorded forward, and the layer's first forward ran without autograd, r of a
-// recorded one, so the extra is r forwards (docs/design.md, "Recompute's net cost").
+// where r (checkpointed_forward_ratio) is what checkpointing a layer adds net, in forwards: its
+// first forward ran without autograd, and the backward re-runs its recorded forward and at once
+// its backward (docs/design.md, "Recompute's net cost").
 // With a parallel layout of d_s sequence-parallel ranks per stage (parallel_layout.h) every
 // time and byte is one rank's: the slice terms and the extras are divided by d_s (each rank has
 // 1/d_s of the tokens, and of the heads in attention; b, a launch overhead, is not), and every
@@ -55,11 +55,12 @@ struct CostCoefficients {
   double backward_a2 = 0;
   double backward_b = 0;
   double backward_a3 = 0;  // a3 of the backward
-  // r: a checkpointed layer's first forward, run without autograd, over the recorded forward
-  // the model charges (T_fwd). Checkpointing a layer adds r forwards net (its recorded forward
-  // again in the backward, less the 1 - r its first forward saved), all charged to the
-  // backward's recompute so that T_fwd stays independent of the checkpointing: each chunk's
-  // F + B on a stage is exact, its F over by (1 - r) of a forward per checkpointed layer and its
+  // r: what checkpointing a layer adds net, over the recorded forward the model charges
+  // (T_fwd): its first forward without autograd (T_ng) and, in the backward, its recorded
+  // forward again with its own backward at once (T_rec), less the recorded forward and backward
+  // it replaces: (T_ng + T_rec - T_fwd - T_bwd) / T_fwd. All of it is charged to the backward's
+  // recompute so that T_fwd stays independent of the checkpointing: each chunk's F + B on a
+  // stage is exact, its F over by (1 - T_ng / T_fwd) of a forward per checkpointed layer and its
   // B under by as much. 1 in the analytic model (the FLOPs are the same; what autograd saves is
   // bookkeeping, not measured on GPUs here) and in files written before it existed; the
   // profiler measures it (cost/calibration.h).

@@ -13,8 +13,10 @@
 // have run forward, so that, as in a pipeline stage, forwards run while other chunks' saved
 // tensors are held and a backward runs long after its forward. Parameter gradients accumulate
 // across runs as across a step's chunks. Before them the same layers run without autograd, the
-// second timed too: a checkpointed layer's first forward in the executor
-// (CostCoefficients::checkpointed_forward_ratio). The embedding (forward)
+// second timed too: a checkpointed layer's first forward in the executor. After each backward the
+// layer runs once more as the executor's backward runs a checkpointed layer, its recorded forward
+// and at once its backward, timed together (both: CostCoefficients::checkpointed_forward_ratio).
+// The embedding (forward)
 // and the head with the cross-entropy loss (forward) are timed per token count when the module
 // has them, since the cost model charges them per token on the first and last stage.
 #include <cstdint>
@@ -61,6 +63,9 @@ struct PointRuns {
   GridPoint point;
   std::vector<double> forward_s, backward_s;   // one per repeat, in the order they ran
   std::vector<double> checkpointed_forward_s;  // the forward without autograd, one per repeat
+  // A checkpointed layer's part of the backward: the recorded forward again, then its backward
+  // at once (CostCoefficients::checkpointed_forward_ratio), one per repeat.
+  std::vector<double> recomputed_s;
 };
 
 struct PartRuns {
