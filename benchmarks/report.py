@@ -76,13 +76,23 @@ are in git history: `git show bbce7ce:benchmarks/results/validation.json`."""
 VALIDATION_FINDINGS = """Issue 12's target for the validation is that the median step error of EPP
 and of each baseline differ by at most 2 points, heavy steps included. Since 2026-11-27 every
 method runs the same steps, so the medians compare like with like, and EPP's error minus each
-baseline's on the same step is given too. The run above (this 2-core Intel Xeon, its own profile,
-denormals flushed) misses it: EPP's median is 2.5-6.0 points from the baselines' on the steps
-every method ran, and per step EPP's error is 1.7-4.6 points below theirs. Before this session's
-two changes the same design gave 4.1-5.0 points between the medians and 4.7-5.5 per step (the
-profiler as it was, denormals not flushed); with the new profiler alone, two runs gave 2.7-3.9 and
-1.6-4.2 between the medians, 2.2-2.9 and 2.3-4.9 per step (the same command; in git history:
-`git show f5e62ca:benchmarks/results/validation.json`, and `validation_repeat_1.json`).
+baseline's on the same step is given too. The run above (this 2-core Intel Xeon, a profile taken
+right before it, denormals flushed, the recompute timed as the executor runs it) misses it for
+one baseline of three: EPP's median is 2.0, 1.7 and 3.5 points from Seq1F1B's, batch-level's and
+ChunkFlow's on the steps every method ran, and per step EPP's error is 3.4, 1.2 and 3.4 points
+below theirs. A second run the same hour, with a profile taken 25 minutes before it (the machine
+ran faster during the run than during that profile, so every step came out over-predicted) gave
+2.0, 6.0 and 1.5 points between the medians and 2.2, 6.5 and 1.8 per step. Earlier runs, with the
+recompute charged as the stage's recorded forward: 2.5-6.0 points between the medians and 1.7-4.6
+per step (flushed denormals, `git show 55e187f:benchmarks/results/validation.json`); before the
+profiler timed a layer after the one before it, 4.1-5.0 and 4.7-5.5.
+
+What this machine does to such a comparison: its speed drifts. The same profile command gave a
+recorded forward's a2 of 7.08e-6 s a token at 08:03 and 5.83e-6 at 08:30 the same morning (-18%);
+in the run above a case's rounds grew by up to 13% from the first to the third. A common factor
+moves every method's error alike, and the shuffled order spreads it over the methods, but with 3
+rounds a case's median still moves by a few points from run to run: batch-level's gap to EPP was
+1.7 points in one run and 6.0 in the other.
 
 What the profiler missed, measured per action: on a heavy step and a uniform step, every method,
 each rank's thread CPU time in each forward and backward (the fastest of 3 steps) against the
@@ -102,25 +112,35 @@ points' recorded forwards held until their backwards run as a stage holds its ch
 (runtime/layer_profiler.h): the recorded forward's a2 rose 19% (4.74e-6 to 5.64e-6 s a token)
 and the backward's 19% on this machine.
 
+The recompute in B. A checkpointed layer's recorded forward in the backward is not a stage's
+recorded forward: its saved tensors are used at once by its own backward, like a lone layer's.
+The profiler now times it so, right after a backward freed memory, with its backward, and r is
+the net cost of checkpointing a layer (docs/design.md, "Recompute's net cost"): 0.922 in the
+committed profile, where the forward without autograd over the recorded one gives 0.952 on the
+same runs. On the heavy steps the fully recomputed plans' CPU time is now predicted within 2%
+(Seq1F1B -0.4% to +1.9% per rank, ChunkFlow +0.1% to +1.0%); EPP's, mostly recorded layers, is
+4-6% under, batch-level's 2-6%.
+
 Denormal numbers: without flushing them, the steps of one case grew from round to round (a run
 without flushing, its wikipedia step: 9.05, 9.46, 10.0 s for EPP, 10.96, 11.58, 11.9 s for batch-level), as
 each case's trainer took its optimizer steps, and the README's example ran up to 6x slower after
 about 20 steps; the benchmarks' trainers and the example now flush them (docs/runtime.md,
-"Denormal numbers on the CPU"), and the rounds above no longer grow.
+"Denormal numbers on the CPU").
 
 What is left:
-- The recompute in B. The model charges checkpointing a layer r of the recorded forward net
-  (docs/design.md, "Recompute's net cost"), with r fitted as the forward without autograd over
-  the recorded one (0.964 here). But the layer's recorded forward in B is not the stage's
-  recorded forward: its saved tensors are used at once by its own backward, like a lone layer's
-  (8.15 ms at 1024 tokens above), not held like a stage's (9.19 ms). So a fully recomputed plan
-  (the baselines' on budgeted steps) is charged 7-18% of a forward too much per recomputed layer,
-  and EPP's, mostly recorded, less: on the heavy steps the baselines' forwards came out between 2%
-  under and 5% over in CPU time, EPP's 7-9% under. Timing the recompute as the executor runs it (a recorded forward
-  right after a backward freed memory, its own backward at once) and fitting r as the net cost,
-  (forward without autograd + recompute - recorded forward) / recorded forward, would charge
-  what it costs; not done here.
-- The step (the median round) still comes out 2-5 points further under its prediction than the
+- EPP's recorded layers. On the heavy steps EPP's forwards and backwards come out 4-6% under
+  their CPU time where the recomputed baselines' are within 2%; on the steps without a budget
+  (no recompute anywhere) every method's CPU time is 1-11% under in the run above and 6-15%
+  over in the other, and no method is apart from the others in both runs.
+  Ruled out on this machine: the number of chunks held in flight while profiling (4 against 16:
+  two profiles each, alternating, a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
+  neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
+  module state built by its first layer on a stage (timed by hand: at most 0.6 ms per chunk and
+  stage), and glibc's allocator (recorded_forward.py gives the same figures with its mmap and trim
+  thresholds raised).
+- More rounds per case would narrow the run-to-run spread of the medians; each round is about
+  5 minutes here.
+- The step (the median round) still comes out 4-8 points further under its prediction than the
   busy CPU time (the fastest round), on every method."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
@@ -239,10 +259,12 @@ def validation_calibration(val: dict | None, results_dir: Path, above: dict | No
     meta = load(results_dir / path.with_suffix(".meta.json").name)
     how = ""
     if meta and "in_flight" in meta and "in_flight" not in (above or {}):
+        recompute = "recomputed_s" in ((meta.get("runs") or {}).get("layer") or [{}])[0]
         how = (
             f" and the profiler as it is now (its layer timed after the layer before it, "
-            f"{meta['in_flight']} recorded forwards held in flight; the profile above predates "
-            f"both)"
+            f"{meta['in_flight']} recorded forwards held in flight"
+            + ("; the recompute timed with its backward, as r's net cost" if recompute else "")
+            + "; the profile above predates them)"
         )
     return [
         f"The validation ran on another machine than the profile above, with its own profile "
