@@ -100,7 +100,7 @@ class Bench {
     const double t0 = now();
     at::Tensor out = module_.layer(last, h, *ctx);
     times.forward = since(t0);
-    in_flight_.push_back({point, timed, p.tokens, std::move(ctx), std::move(out)});
+    in_flight_.push_back({point, timed, std::move(ctx), std::move(out)});
     return times;
   }
 
@@ -129,7 +129,8 @@ class Bench {
     torch::autograd::backward({f.out}, {at::ones_like(f.out)});
     const double backward = since(t0) / chain();
     f.out = at::Tensor();
-    const at::Tensor input = at::randn({f.tokens, o_.hidden}, float_).requires_grad_(true);
+    const at::Tensor input =
+        at::randn({o_.points[f.point].tokens, o_.hidden}, float_).requires_grad_(true);
     t0 = now();
     const at::Tensor out = module_.layer(chain() - 1, input, *f.ctx);
     torch::autograd::backward({out}, {at::ones_like(out)});
@@ -182,9 +183,8 @@ class Bench {
   // A recorded forward whose backward is still to come: its saved tensors, and its context's
   // K/V buffers, stay held as a pipeline stage holds its chunks in flight (options.in_flight).
   struct InFlight {
-    int point;
+    int point;  // into o_.points
     bool timed;
-    int64_t tokens;
     OwnedContext ctx;
     at::Tensor out;
   };
