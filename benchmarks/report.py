@@ -128,16 +128,26 @@ about 20 steps; the benchmarks' trainers and the example now flush them (docs/ru
 "Denormal numbers on the CPU").
 
 What is left:
-- EPP's recorded layers. On the heavy steps EPP's forwards and backwards come out 4-6% under
-  their CPU time where the recomputed baselines' are within 2%; on the steps without a budget
-  (no recompute anywhere) every method's CPU time is 1-11% under in the run above and 6-15%
-  over in the other, and no method is apart from the others in both runs.
-  Ruled out on this machine: the number of chunks held in flight while profiling (4 against 16:
-  two profiles each, alternating, a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
+- The gap is not the recompute, it follows the chunk shapes. Per action on heavy step 0 (each
+  rank's thread CPU time in each forward and backward, the fastest of 4 steps, the methods
+  interleaved; the committed profile), forward and backward together: Seq1F1B's plan as
+  validated (every layer recomputed) +3.9% over its CPU time, the same chunks without recompute
+  +3.7%; ChunkFlow +7.8% and +6.4%; EPP's chunks +0.8% (none recomputed) and +3.5% (some
+  recomputed). ChunkFlow's 1024-token slices are over-predicted the more the longer their context:
+  +4.4% at context 0, +9.9% for contexts up to 8192. The fit shows the same on its own grid: in
+  every profile of this session and in the AMD one (7 in all), 1024-token points come out 2-6%
+  under at context 0 and 1-5% over at 4096-8192, 512-token points 1-6% under throughout; fitting
+  s^2 and s c apart instead of (c+s)^2 - c^2 does not change it (median |error| 1.8-2.1% either way). A
+  form or a fit that follows the measured surface (a denser grid where chunks fall, or
+  interpolating the grid's medians) is the next thing to try.
+- Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
+  16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
   module state built by its first layer on a stage (timed by hand: at most 0.6 ms per chunk and
-  stage), and glibc's allocator (recorded_forward.py gives the same figures with its mmap and trim
-  thresholds raised).
+  stage), glibc's allocator (recorded_forward.py gives the same figures with its mmap and trim
+  thresholds raised), and a stage's held memory (one process, a 4-layer stage, 4 chunks in
+  flight, all recorded or all checkpointed: the profile over-predicts both alike, 6.6-9.6% and
+  6.6-11.2%).
 - More rounds per case would narrow the run-to-run spread of the medians; each round is about
   5 minutes here.
 - The step (the median round) still comes out 4-8 points further under its prediction than the
