@@ -17,6 +17,7 @@
 // Python trainer shards the optimizer state). With --spread-head every stage holds a replica of
 // the final norm and LM head, the planner runs each chunk's head on the stage it assigns
 // (docs/design.md, "Spread head"), and the head's gradients are summed over every rank.
+#include <ATen/Context.h>
 #include <torch/optim/adamw.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -61,6 +62,7 @@ struct Args {
   int sequence = 1;  // Ulysses ranks per stage
   int replicas = 1;  // data-parallel pipelines
   bool spread_head = false;
+  bool keep_denormals = false;
 };
 
 std::string env(const char* name) {
@@ -185,6 +187,15 @@ int run(const Args& args) {
   const int rank = env_int("RANK");
   const int world = env_int("WORLD_SIZE");
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  // This process is the example's own, so it flushes denormal floats to zero as the Python
+  // example does: on the CPU some values of a few dozen steps' training turn denormal, and one
+  // Intel Xeon then ran the steps up to 6x slower (docs/runtime.md, "Denormal numbers on the CPU").
+  const bool flushed = !args.keep_denormals && at::globalContext().setFlushDenormal(true);
+  if (rank == 0)
+    std::printf("denormal floats: %s\n", flushed ? "flushed to zero"
+                                         : args.keep_denormals
+                                             ? "kept (--keep-denormals)"
+                                             : "kept (this CPU cannot flush them)");
 
   ip::ParallelLayout layout;
   layout.sequence = args.sequence;
@@ -342,6 +353,8 @@ int main(int argc, char** argv) {
   app.add_flag("--spread-head", args.spread_head,
                "run chunks' LM heads on the stages the planner assigns (every stage holds the "
                "head)");
+  app.add_flag("--keep-denormals", args.keep_denormals,
+               "compute on denormal floats as they are instead of flushing them to zero");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);
