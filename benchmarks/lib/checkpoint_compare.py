@@ -41,11 +41,12 @@ sampled steps of the case above (seeds %d..%d), each program solved again and si
         cells = []
         for n in names:
             c = by.get(n)
-            cells.append(
-                "%.3f (%.2f)" % (c["step_time_s"], c["recompute_s"])
-                if c and c["feasible"]
-                else "infeasible"
-            )
+            if c is None:
+                cells.append("not run")  # CBC with --checkpoint-seconds 0
+            elif c["feasible"]:
+                cells.append("%.3f (%.2f)" % (c["step_time_s"], c["recompute_s"]))
+            else:
+                cells.append("infeasible")
         tied = [
             by[n]["step_time_s"]
             for n in ("tied cbc", "tied greedy")

@@ -55,6 +55,10 @@ class PlanConfig:
         "overlap_waves"
     ]  # EPP: a wave may start in the previous one's cool-down
     spread_head: bool = _TRAINING["spread_head"]
+    # EPP: the search keeps its best plan so far once it has done this much work, counted in
+    # chunk-stages so that every rank stops at the same candidate (PlannerOptions::
+    # search_work_limit); 0 searches without limit.
+    search_work_limit: int = _TRAINING["search_work_limit"]
     hardware: str = "cpu"
     cost_model: str | None = None
     profile_check_steps: int = 5
@@ -75,6 +79,11 @@ class PlanConfig:
                 )
         if self.k < 1 or self.max_k < 1:
             raise ValueError("PlanConfig: k and max_k must be at least 1")
+        if self.search_work_limit < 0:
+            raise ValueError(
+                "PlanConfig.search_work_limit must be 0 (no limit) or a count of chunk-stages, "
+                f"got {self.search_work_limit}"
+            )
         if self.profile_check_steps < 0:
             raise ValueError(
                 "PlanConfig.profile_check_steps must be 0 (never check) or a count of steps, "

@@ -287,6 +287,7 @@ class Trainer(TrainerSetup, TrainerGradients):
             baseline_chunkings=p.baseline_chunkings,
             overlap_waves=p.overlap_waves,
             spread_head=p.spread_head,
+            search_work_limit=p.search_work_limit,
         )
 
     def prefetch(self, batch: Any) -> None:

@@ -148,9 +148,13 @@ Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost
                       double memory_budget_bytes, const std::string& method, int k,
                       int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
                       double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves,
-                      bool spread_head) {
+                      bool spread_head, int64_t search_work_limit) {
+  check(search_work_limit >= 0,
+        "plan_step: search_work_limit is a count of chunk-stages, 0 for no limit; got " +
+            std::to_string(search_work_limit));
   PlannerOptions options = PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes);
   options.max_k = max_k;
+  options.search_work_limit = search_work_limit;
   options.checkpoint_time_limit_s = checkpoint_time_limit_s;
   options.baseline_chunkings = baseline_chunkings;
   options.overlap_waves = overlap_waves;
@@ -368,6 +372,7 @@ void bind_plan(py::module_& root) {
         d["baseline_chunkings"] = kTraining.baseline_chunkings;
         d["overlap_waves"] = kTraining.overlap_waves;
         d["spread_head"] = kTraining.spread_head;
+        d["search_work_limit"] = kTraining.search_work_limit;
         return d;
       },
       "The planner options a trainer plans with (PlannerOptions::for_training), as a dict.");
@@ -379,12 +384,14 @@ void bind_plan(py::module_& root) {
         py::arg("baseline_chunkings") = kTraining.baseline_chunkings,
         py::arg("overlap_waves") = kTraining.overlap_waves,
         py::arg("spread_head") = kTraining.spread_head,
+        py::arg("search_work_limit") = kTraining.search_work_limit,
         "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k), and the "
         "baselines' chunkings too unless baseline_chunkings is False; the "
         "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
         "(chunk_tokens) use the setting given. spread_head: chunks' LM heads may run on any "
-        "stage (H actions; the stages need the head's replica). Error when nothing fits the "
-        "budget.",
+        "stage (H actions; the stages need the head's replica). search_work_limit: EPP's "
+        "search stops with the best plan so far after this much work (chunk-stages, the same "
+        "on every rank; 0: no limit). Error when nothing fits the budget.",
         py::call_guard<py::gil_scoped_release>());
   m.def(
       "balanced_layer_split",

@@ -32,3 +32,37 @@ def test_a_profile_check_needs_a_count_of_steps():
     with pytest.raises(ValueError, match="profile_check_steps must be 0 .never check."):
         PlanConfig(profile_check_steps=-1)
     assert PlanConfig().profile_check_steps == 5 and PlanConfig(profile_check_steps=0)
+
+
+def test_the_search_work_limit_reaches_the_planner():
+    import json
+
+    from infinipipe import _C
+
+    assert PlanConfig().search_work_limit == _C.plan.training_defaults()["search_work_limit"] > 0
+    with pytest.raises(ValueError, match="search_work_limit must be 0 .no limit."):
+        PlanConfig(search_work_limit=-1)
+    shape = dict(
+        name="tiny",
+        layers=8,
+        hidden=128,
+        heads=4,
+        kv_heads=2,
+        ffn=352,
+        vocab=512,
+        bytes_per_element=4,
+    )
+    cost = _C.plan.CostModel.analytic(json.dumps(shape), "cpu", [2] * 4)
+    lengths = [4096, 3000, 900, 700, 512, 300, 200, 100] * 4
+
+    def report(limit):
+        plan = _C.plan.plan_step(lengths, cost, 2**30, "epp", search_work_limit=limit)
+        return plan.summary()["planner"]
+
+    free = report(0)
+    assert not free["budget_exhausted"] and free["tried"] > 1, free
+    # One chunk-stage: the search keeps the first plan it finds.
+    capped = report(1)
+    assert capped["budget_exhausted"] and capped["tried"] < free["tried"], capped
+    with pytest.raises(_C.Error, match="search_work_limit is a count of chunk-stages"):
+        report(-1)

@@ -11,24 +11,26 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A step whose EPP search takes 27 s on this 2-core machine (measured at commit e8ca45c): one
-# sequence of 2,097,152 tokens, the tiny LLaMA on 8 stages of 12 GiB (analytic CPU model), the
-# slowest case of the planning-time sweep (docs/properties.md). Far longer than the wait allowed
-# below, so an uninterruptible call could not pass; should planning it become fast, pick the
-# sweep's slowest case instead.
+# A step whose EPP search takes 22 s on a 2-core Xeon (measured at the commit that chose it): 2,048
+# sequences of up to 96K tokens drawn uniformly (~100M tokens, 50,000-110,000 chunks per
+# candidate), LLaMA-13B's shape on 32 stages of an A800 (analytic model), with no limit on the
+# search's work so that the search runs its course. Far longer than the wait allowed below, so an
+# uninterruptible call could not pass; should planning it become fast, pick a larger step.
 CHILD = """
-import json, signal, sys
+import json, random, signal, sys
 # As in an interactive session: a launcher that ran us in the background may have left SIGINT
 # ignored, which Python then keeps.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, sys.argv[1])
 from infinipipe import _C
-shape = dict(name="tiny", layers=8, hidden=128, heads=4, kv_heads=2, ffn=352, vocab=512,
-             bytes_per_element=4)
-cost = _C.plan.CostModel.analytic(json.dumps(shape), "cpu", [1] * 8)
+shape = dict(name="llama-13b", layers=40, hidden=5120, heads=40, kv_heads=40, ffn=13824,
+             vocab=32000, bytes_per_element=2)
+cost = _C.plan.CostModel.analytic(json.dumps(shape), "a800", [2] * 8 + [1] * 24)
+rng = random.Random(0)
+lengths = [rng.randint(1, 98304) for _ in range(2048)]
 print("planning", flush=True)
 try:
-    _C.plan.plan_step([2097152], cost, 12 * 2**30, "epp")
+    _C.plan.plan_step(lengths, cost, 80 * 2**30, "epp", search_work_limit=0)
     print("finished", flush=True)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
@@ -55,8 +57,8 @@ def test_ctrl_c_interrupts_a_long_plan():
     finally:
         child.kill()
     assert out.strip() == "interrupted", out
-    # The planner stops at its next check, between candidates and checkpoint solves (one solve
-    # of a large candidate can take a few seconds). Without the checks the call would run on for
-    # about 25 s.
+    # The planner stops at its next check, between candidates and checkpoint solves (building
+    # and simulating one candidate of this step takes up to 3 s). Without the checks the call
+    # would run on for about 20 s.
     print(f"stopped {waited:.2f} s after Ctrl-C")
     assert waited < 6.0, f"the planner took {waited:.1f} s to stop after Ctrl-C"
