@@ -127,29 +127,64 @@ each case's trainer took its optimizer steps, and the README's example ran up to
 about 20 steps; the benchmarks' trainers and the example now flush them (docs/runtime.md,
 "Denormal numbers on the CPU").
 
+Per action, with the profiler timed beside (`benchmarks/action_times.py`, committed run
+`benchmarks/results/action_times.json`): the heavy step 0, two ranks, every F and B of each
+method's plan timed on its rank (thread CPU time, the fastest of 4 rounds, the methods shuffled
+in each round), and after each round the profiler's grid (256-4096 tokens, contexts 0-8192) in the
+same two processes. ChunkFlow's chunks do not depend on the budget, so its plans at 192 MiB and
+without one run the same chunks, every layer checkpointed and none. Forward and backward together,
+predicted by the committed profile over measured, in the committed run and a second one:
+
+| plan | committed run | second run |
+|---|---|---|
+| EPP, 192 MiB | -2.2% | -2.5% |
+| EPP, no budget | -0.5% | -0.1% |
+| Seq1F1B, 192 MiB (every layer checkpointed) | +2.1% | -1.7% |
+| ChunkFlow, 192 MiB (every layer checkpointed) | +2.3% | +2.7% |
+| ChunkFlow, no budget (none checkpointed) | +4.7% | +3.8% |
+
+An earlier run of the same experiment (before the script; not committed) gave +0.1%, +1.1%,
++3.4%, +7.6% and +3.3%. So:
+- The recompute is not what separates the methods. The same ChunkFlow chunks, recorded and fully
+  checkpointed, differ by -1.1, -2.4 and +4.3 points in the three runs. What checkpointing a
+  layer costs net in the executor (the two ChunkFlow plans' difference over the recorded forward;
+  the two runs of the script) is 0.78-0.94 of the recorded forward at context 0 and 0.93-1.05 at 8192; the profiler's
+  (T_ng + T_rec - T_fwd - T_bwd) / T_fwd at 1024 tokens, timed in the same processes, is
+  0.77-0.85 and 0.97-1.02.
+- The chunk shapes are. In all three runs EPP's chunks come out 2-8 points below ChunkFlow's.
+  By context, in the two runs of the script: ChunkFlow's single 1024-token slices at contexts
+  over 4096 are over-predicted by 4.2-9.1%, at context 0 by -1.3% to +0.8%; EPP's slices at
+  contexts over 4096 (shorter: cost-balanced slices shrink as their context grows) are
+  under-predicted by 3.2-3.6%. This is the sign of the validation's paired figures: per step,
+  EPP's error is 1.2-3.4 points below each baseline's.
+- The profiler times these shapes as a stage runs them. In one process, interleaved, the
+  profiler's point against a 4-layer stage's per-layer time on the same slice (K/V buffers as the
+  executor's): at context 0, 512-2048 tokens, -1.2% to +2.9% (forward and backward together, two
+  rounds, CI running beside them); at 512 and 1024 tokens at contexts 4096-7680, -9.4% to +3.7%, with no difference
+  between the two lengths. (An earlier comparison had given 6.6-11.2% against a profile taken at
+  another time: this machine's drift.)
+- Neither a denser use of the grid nor another form helps on these runs (offline, on the
+  same-time grid): predicting from the grid's medians, interpolated, over-predicts packed chunks
+  by 5-14% (their GEMMs run at the chunk's size, not each slice's); adding the grid's own
+  context increments to the fit leaves ChunkFlow 4-6 points above EPP; a fitted (tokens,
+  context) surface for the net recompute instead of one r moves ChunkFlow's checkpointed chunks
+  by 1 point. Fitting the grid's points of 256 tokens and up only narrows the committed fit's
+  residuals at 1024 tokens from -3.6..+3.1% to -1.2..+2.7%.
+
 What is left:
-- The gap is not the recompute, it follows the chunk shapes. Per action on heavy step 0 (each
-  rank's thread CPU time in each forward and backward, the fastest of 4 steps, the methods
-  interleaved; the committed profile), forward and backward together: Seq1F1B's plan as
-  validated (every layer recomputed) +3.9% over its CPU time, the same chunks without recompute
-  +3.7%; ChunkFlow +7.8% and +6.4%; EPP's chunks +0.8% (none recomputed) and +3.5% (some
-  recomputed). ChunkFlow's 1024-token slices are over-predicted the more the longer their context:
-  +4.4% at context 0, +9.9% for contexts up to 8192. The fit shows the same on its own grid: in
-  every profile of this session and in the AMD one (7 in all), 1024-token points come out 2-6%
-  under at context 0 and 1-5% over at 4096-8192, 512-token points 1-6% under throughout; fitting
-  s^2 and s c apart instead of (c+s)^2 - c^2 does not change it (median |error| 1.8-2.1% either way). A
-  form or a fit that follows the measured surface (a denser grid where chunks fall, or
-  interpolating the grid's medians) is the next thing to try.
+- What makes ChunkFlow's long-context 1024-token slices 4-9% cheaper in the executor than in a
+  stage timed alone. One difference not yet tested: the executor runs a sequence's slices one
+  after another on a stage, so the context's keys and values were just written or read by the
+  slice before; the profiler and the bare stage fill a fresh buffer for each chunk.
 - Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
   16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
   module state built by its first layer on a stage (timed by hand: at most 0.6 ms per chunk and
   stage), glibc's allocator (recorded_forward.py gives the same figures with its mmap and trim
-  thresholds raised), and a stage's held memory (one process, a 4-layer stage, 4 chunks in
-  flight, all recorded or all checkpointed: the profile over-predicts both alike, 6.6-9.6% and
-  6.6-11.2%).
+  thresholds raised).
 - More rounds per case would narrow the run-to-run spread of the medians; each round is about
-  5 minutes here.
+  5 minutes here. One method's per-action error moves by up to 5 points between runs of the same
+  experiment (ChunkFlow without budget: +3.3%, +3.8%, +4.7%, and +6.4% in the last session's).
 - The step (the median round) still comes out 4-8 points further under its prediction than the
   busy CPU time (the fastest round), on every method."""
 
@@ -179,6 +214,7 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/python -m infinipipe profile --layers-per-stage 4,4 --neighbours 1 --output benchmarks/results/cost_cpu.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json  # and validation_repeat_1.json
 .venv/bin/python benchmarks/recorded_forward.py
+.venv/bin/torchrun --nproc_per_node=2 benchmarks/action_times.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/action_times.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --torch-config 1,all --packed-config {packed} --output benchmarks/results/measured_repeat_1.json --note "repeat 1"  # and _2
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --skip-torch --packed-config interleaved_1f1b,8192,all --output benchmarks/results/measured_packed_context.json
