@@ -172,10 +172,16 @@ An earlier run of the same experiment (before the script; not committed) gave +0
   residuals at 1024 tokens from -3.6..+3.1% to -1.2..+2.7%.
 
 What is left:
-- What makes ChunkFlow's long-context 1024-token slices 4-9% cheaper in the executor than in a
-  stage timed alone. One difference not yet tested: the executor runs a sequence's slices one
-  after another on a stage, so the context's keys and values were just written or read by the
-  slice before; the profiler and the bare stage fill a fresh buffer for each chunk.
+- What makes ChunkFlow's long-context 1024-token slices 4-9% cheaper in the executor than
+  predicted, and EPP's shorter ones 3% dearer. Not the order of the slices: in one process, a
+  4-layer stage running an 8192-token sequence's slices one after another on one set of K/V
+  buffers (every forward, then the backwards last slice first, as the executor runs a split
+  sequence), ChunkFlow's eight 1024-token slices and EPP's fourteen cost-balanced ones, is timed
+  as the profiler's points say within 2% for both (three rounds: -2.0% to +0.8% in all, -1.8%
+  to +0.6% over the slices at contexts above 4096), and a fresh buffer per slice changes it by
+  -2.4% to +5.7% with no difference between the two slicings. What is left to test is the other
+  rank: on 2 cores it runs beside every chunk, sharing the cache and memory bandwidth that
+  attention over a long context leans on, and what it runs differs by method.
 - Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
   16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
