@@ -179,9 +179,12 @@ What is left:
   sequence), ChunkFlow's eight 1024-token slices and EPP's fourteen cost-balanced ones, is timed
   as the profiler's points say within 2% for both (three rounds: -2.0% to +0.8% in all, -1.8%
   to +0.6% over the slices at contexts above 4096), and a fresh buffer per slice changes it by
-  -2.4% to +5.7% with no difference between the two slicings. What is left to test is the other
-  rank: on 2 cores it runs beside every chunk, sharing the cache and memory bandwidth that
-  attention over a long context leans on, and what it runs differs by method.
+  -2.4% to +5.7% with no difference between the two slicings. Nor, at this resolution, the
+  other rank's work: the same stage beside a process running ChunkFlow's slicing or EPP's,
+  against beside the profiler's grid loop (what the committed profile ran beside), took -3.7% to
+  +4.6% for ChunkFlow's slices and -2.3% to +2.0% for EPP's, with the signs changing between two
+  runs. Left to look at: what else the pipeline does around a chunk that a stage timed alone does
+  not (its sends and receives on Gloo's threads, the other rank's actions at that moment).
 - Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
   16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
