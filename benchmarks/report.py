@@ -157,12 +157,9 @@ An earlier run of the same experiment (before the script; not committed) gave +0
   contexts over 4096 (shorter: cost-balanced slices shrink as their context grows) are
   under-predicted by 3.2-3.6%. This is the sign of the validation's paired figures: per step,
   EPP's error is 1.2-3.4 points below each baseline's.
-- The profiler times these shapes as a stage runs them. In one process, interleaved, the
-  profiler's point against a 4-layer stage's per-layer time on the same slice (K/V buffers as the
-  executor's): at context 0, 512-2048 tokens, -1.2% to +2.9% (forward and backward together, two
-  rounds, CI running beside them); at 512 and 1024 tokens at contexts 4096-7680, -9.4% to +3.7%, with no difference
-  between the two lengths. (An earlier comparison had given 6.6-11.2% against a profile taken at
-  another time: this machine's drift.)
+- The profiler times these shapes as a stage timed alone runs them (`benchmarks/stage_alone.py`,
+  below: within -4.1% to +7.2% per round, with no lean towards ChunkFlow's slices). An earlier
+  comparison had given 6.6-11.2% against a profile taken at another time: this machine's drift.
 - Neither a denser use of the grid nor another form helps on these runs (offline, on the
   same-time grid): predicting from the grid's medians, interpolated, over-predicts packed chunks
   by 5-14% (their GEMMs run at the chunk's size, not each slice's); adding the grid's own
@@ -173,18 +170,25 @@ An earlier run of the same experiment (before the script; not committed) gave +0
 
 What is left:
 - What makes ChunkFlow's long-context 1024-token slices 4-9% cheaper in the executor than
-  predicted, and EPP's shorter ones 3% dearer. Not the order of the slices: in one process, a
-  4-layer stage running an 8192-token sequence's slices one after another on one set of K/V
-  buffers (every forward, then the backwards last slice first, as the executor runs a split
-  sequence), ChunkFlow's eight 1024-token slices and EPP's fourteen cost-balanced ones, is timed
-  as the profiler's points say within 2% for both (three rounds: -2.0% to +0.8% in all, -1.8%
-  to +0.6% over the slices at contexts above 4096), and a fresh buffer per slice changes it by
-  -2.4% to +5.7% with no difference between the two slicings. Nor, at this resolution, the
-  other rank's work: the same stage beside a process running ChunkFlow's slicing or EPP's,
-  against beside the profiler's grid loop (what the committed profile ran beside), took -3.7% to
-  +4.6% for ChunkFlow's slices and -2.3% to +2.0% for EPP's, with the signs changing between two
-  runs. Left to look at: what else the pipeline does around a chunk that a stage timed alone does
-  not (its sends and receives on Gloo's threads, the other rank's actions at that moment).
+  predicted, and EPP's shorter ones 3% dearer. `benchmarks/stage_alone.py` times a 4-layer stage
+  outside the pipeline on an 8192-token sequence cut both ways (ChunkFlow's eight 1024-token
+  slices, EPP's fourteen cost-balanced ones from the heavy step), run as the executor runs a
+  split sequence: every forward on one set of K/V buffers, then the backwards last slice first.
+  Two runs of 3 rounds:
+  - Not the profiler: its points over the stage's time come out -4.1% to +3.8% for ChunkFlow's
+    slices and -3.3% to +7.2% for EPP's, so outside the pipeline, if anything, the other way
+    round.
+  - Not the order of the slices: a fresh K/V buffer per slice changes the stage's time by -3.8%
+    to +6.8% (ChunkFlow) and +0.3% to +12.7% (EPP).
+  - Perhaps in part the other rank's work. Beside a process running a slicing instead of the
+    profiler's grid loop (what the committed profile ran beside), ChunkFlow's slices took 2.0-8.5%
+    less time, EPP's between 3.7% less and 1.1% more. Two earlier runs of the same measurement
+    (before the script): ChunkFlow's -3.7% and -3.2%, then +2.5% and +4.6%; EPP's -2.3% to +2.0%. So the profile's
+    neighbour may load the shared cache and memory bandwidth more than the pipeline's other
+    rank does, and attention over a long context is what feels it most. Three runs of four point
+    that way, which is not yet enough to build a correction on.
+  - Left to look at: the profiler's neighbour doing pipeline-like work instead of the grid loop,
+    and re-validating with such a profile.
 - Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
   16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
@@ -223,6 +227,7 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/python -m infinipipe profile --layers-per-stage 4,4 --neighbours 1 --output benchmarks/results/cost_cpu.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json  # and validation_repeat_1.json
 .venv/bin/python benchmarks/recorded_forward.py
+PYTHONPATH=python .venv/bin/python benchmarks/stage_alone.py
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/action_times.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/action_times.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/measured.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/measured_comparison.py --cost-model benchmarks/results/cost_cpu.json --torch-config 1,all --packed-config {packed} --output benchmarks/results/measured_repeat_1.json --note "repeat 1"  # and _2
