@@ -35,24 +35,17 @@ def test_a_profile_check_needs_a_count_of_steps():
 
 
 def test_the_search_work_limit_reaches_the_planner():
-    import json
+    import torch
 
     from infinipipe import _C
+    from infinipipe.cost import model_shape_json
+    from infinipipe.models.llama import LlamaConfig
 
     assert PlanConfig().search_work_limit == _C.plan.training_defaults()["search_work_limit"] > 0
     with pytest.raises(ValueError, match="search_work_limit must be 0 .no limit."):
         PlanConfig(search_work_limit=-1)
-    shape = dict(
-        name="tiny",
-        layers=8,
-        hidden=128,
-        heads=4,
-        kv_heads=2,
-        ffn=352,
-        vocab=512,
-        bytes_per_element=4,
-    )
-    cost = _C.plan.CostModel.analytic(json.dumps(shape), "cpu", [2] * 4)
+    shape = model_shape_json(LlamaConfig.tiny(), torch.float32)
+    cost = _C.plan.CostModel.analytic(shape, "cpu", [2] * 4)
     lengths = [4096, 3000, 900, 700, 512, 300, 200, 100] * 4
 
     def report(limit):
