@@ -16,7 +16,7 @@ grid on every rank at once. Per action the fastest round counts; per grid point 
 
 Printed: forward and backward together, predicted over measured - 1, per method and per how many
 of a chunk's layers are checkpointed, by the given cost model and by a fit of the same-time grid
-(_C.plan.calibrate); and on ChunkFlow's chunks, what checkpointing a layer costs net in the
+(profile.fit); and on ChunkFlow's chunks, what checkpointing a layer costs net in the
 executor (the two plans' difference over the recorded forward), by context, beside the profiler's
 (T_ng + T_rec - T_fwd - T_bwd) / T_fwd at 1024 tokens.
 """
@@ -40,7 +40,7 @@ from lib import results, training  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
 from lib.validation import heavy_lengths  # noqa: E402
 
-from infinipipe import _C, profile  # noqa: E402
+from infinipipe import profile  # noqa: E402
 from infinipipe.data import synthetic_batch  # noqa: E402
 from infinipipe.models.llama import LlamaConfig  # noqa: E402
 
@@ -100,27 +100,36 @@ def measure(cost_model: str, rounds: int, smoke: bool) -> dict:
     return out
 
 
+def merged(rounds: list) -> dict:
+    """The rounds' profiler runs as one (each point's repeats put together), as profile.fit
+    takes them."""
+    out = {}
+    for part, key in (
+        ("layer", ("tokens", "context")),
+        ("embedding", ("tokens",)),
+        ("head", ("tokens",)),
+    ):
+        points = {}
+        for runs in rounds:
+            for p in runs[part]:
+                point = points.setdefault(tuple(p[k] for k in key), {k: p[k] for k in key})
+                for name, values in p.items():
+                    if name not in key:
+                        point.setdefault(name, []).extend(values)
+        out[part] = list(points.values())
+    return out
+
+
 def grid_medians(rounds: list) -> dict:
     """(tokens, context) -> the median of each of TIMES over the rounds' repeats."""
-    values = collections.defaultdict(lambda: [[] for _ in TIMES])
-    for runs in rounds:
-        for p in runs["layer"]:
-            for i, key in enumerate(TIMES):
-                values[(p["tokens"], p["context"])][i].extend(p[key])
-    return {k: [statistics.median(x) for x in v] for k, v in values.items()}
+    return {
+        (p["tokens"], p["context"]): [statistics.median(p[t]) for t in TIMES]
+        for p in merged(rounds)["layer"]
+    }
 
 
 def same_time_fit(rounds: list):
-    medians = grid_medians(rounds)
-    layer = [(s, c, *v) for (s, c), v in medians.items()]
-    parts = {}
-    for part in ("embedding", "head"):
-        seconds = collections.defaultdict(list)
-        for runs in rounds:
-            for p in runs[part]:
-                seconds[p["tokens"]].extend(p["seconds"])
-        parts[part] = [(t, statistics.median(s)) for t, s in seconds.items()]
-    return _C.plan.calibrate(layer, parts["embedding"], parts["head"], holdout_fraction=0)
+    return profile.fit(merged(rounds), holdout=0)
 
 
 def rows(data: dict) -> list:
