@@ -9,7 +9,9 @@ and where they were measured.
 
 --neighbours N runs N other processes doing the same layer work while the layer is timed, as the
 other pipeline ranks do when they share this machine's cores, caches and memory bandwidth (a CPU
-pipeline of N+1 ranks on one host): a layer runs slower beside them than alone.
+pipeline of N+1 ranks on one host): a layer runs slower beside them than alone. With
+--neighbours-in-step they make the profiler's own runs in its order, in step with it, so that each
+point is timed beside the same point rather than beside wherever the neighbour's grid loop is.
 
 --sequence N (under torchrun, N or a multiple of N processes) also times the Ulysses all-to-all
 over each group of N consecutive ranks with Gloo (alltoall_profile.py) and writes its fitted
@@ -173,6 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a CPU pipeline of N+1 ranks on this host: N)",
     )
     p.add_argument(
+        "--neighbours-in-step",
+        action="store_true",
+        help="the neighbours make the profiler's own runs in its order, each process waiting "
+        "for the others after every run, so that each point is timed beside the same point "
+        "(as a pipeline's next stage runs the chunk this one just ran) rather than beside "
+        "whatever point of the grid the neighbour is at",
+    )
+    p.add_argument(
         "--in-flight",
         type=int,
         default=IN_FLIGHT,
@@ -230,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.neighbours < 0:
         p.error(f"--neighbours must be 0 or more, got {args.neighbours}")
+    if args.neighbours_in_step and args.neighbours == 0:
+        p.error("--neighbours-in-step needs neighbours: add --neighbours N (N >= 1)")
     if args.in_flight < 0:
         p.error(f"--in-flight must be 0 or more, got {args.in_flight}")
     if args.sequence < 1:
@@ -258,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=not args.no_progress and rank == 0,
         neighbour_count=args.neighbours,
         in_flight=args.in_flight,
+        neighbours_in_step=args.neighbours_in_step,
     )
     if rank != 0:
         return 0  # rank 0 writes what it measured
@@ -278,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=result["repeats"],
         dtype=args.dtype,
         neighbours=args.neighbours,
+        neighbours_in_step=args.neighbours_in_step,
         in_flight=args.in_flight,
         statistic=args.statistic,
         clock="thread_cpu" if cpu_time else "wall",

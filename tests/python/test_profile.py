@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -227,6 +228,66 @@ def test_neighbours_work_during_the_block_and_stop_after():
         time.sleep(0.5)
         assert _cpu_ticks(children[0].pid) > used
     assert not children[0].is_alive()
+
+
+def test_in_step_lets_no_side_start_a_run_before_the_other_finished_the_last():
+    # Each side notes a run as it starts it and calls the barrier after it: run i + 1 of either
+    # side starts only once both sides have started (and finished) run i.
+    mine, theirs = multiprocessing.Pipe()
+    started: list[tuple[str, int]] = []
+
+    def side(name: str, conn, runs: int) -> None:
+        barrier = profile.InStep([conn])
+        for i in range(runs):
+            started.append((name, i))
+            time.sleep(0.002 if name == "slow" else 0)
+            barrier()
+
+    other = threading.Thread(target=side, args=("slow", theirs, 20))
+    other.start()
+    side("fast", mine, 20)
+    other.join()
+    assert len(started) == 40
+    at = {event: i for i, event in enumerate(started)}
+    for i in range(19):
+        for name in ("fast", "slow"):
+            assert at[(name, i + 1)] > max(at[("fast", i)], at[("slow", i)]), started
+
+
+def test_in_step_fails_at_once_when_the_other_side_is_gone():
+    mine, theirs = multiprocessing.Pipe()
+    theirs.close()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="in-step profile stopped"):
+        profile.InStep([mine])()
+    assert time.monotonic() - started < 10
+
+
+def test_neighbours_in_step_time_every_run():
+    # The neighbour makes the same runs (points, repeats, seed, in flight), waiting for this
+    # process after each: the profile completes with every run of every point.
+    config = llama.LlamaConfig.tiny()
+    points = [(16, 0), (32, 48)]
+    with profile.neighbours(1, config, "python", points, 1, in_step=(3, 5)) as barrier:
+        assert isinstance(barrier, profile.InStep)
+        runs = profile.time_runs(
+            profile.profiled_module(config, "python"),
+            config,
+            points,
+            3,
+            seed=5,
+            progress=False,
+            after_each=barrier,
+        )
+    for r in runs["layer"]:
+        assert len(r["forward_s"]) == 3 and len(r["backward_s"]) == 3, r
+
+
+def test_cli_wants_neighbours_for_in_step(tmp_path):
+    proc = run_cli(
+        "profile", "--neighbours-in-step", "--output", str(tmp_path / "c.json"), timeout=120
+    )
+    assert proc.returncode == 2 and "--neighbours-in-step needs neighbours" in proc.stderr
 
 
 @pytest.mark.parametrize("in_flight", [0, 3, 50])
