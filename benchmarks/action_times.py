@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -198,6 +199,43 @@ def report(data: dict) -> None:
         )
 
 
+def slice_overhead(data: dict) -> None:
+    """What a slice beyond a chunk's first costs, which the grid (one slice per chunk) leaves in
+    b: a least-squares fit over every method's chunks and stages of measured F + B = factor x
+    predicted + per extra slice (forward per layer run, the recomputed ones included; backward
+    per layer), and each method's error with and without that term."""
+    layers = 4
+    records = []  # (method, extra slices, recomputed layers, predicted, measured)
+    for method, m in data["methods"].items():
+        committed = collections.defaultdict(float)
+        for stage, action, _, seconds in m["predicted"]:
+            committed[(stage, action.removeprefix("recompute "))] += seconds
+        for stage in range(len(m["measured"])):
+            for i, chunk in enumerate(m["chunks"]):
+                k = m["recompute"][stage][i] if m["recompute"] else 0
+                predicted = committed[(stage, f"F{i}")] + committed[(stage, f"B{i}")]
+                measured = m["measured"][stage][f"F{i}"] + m["measured"][stage][f"B{i}"]
+                records.append((method, len(chunk) - 1, k, predicted, measured))
+    x = np.array([[p, n * (layers + k), n * layers] for _, n, k, p, _ in records])
+    y = np.array([r[-1] for r in records])
+    factor, forward, backward = np.linalg.lstsq(x, y, rcond=None)[0]
+    print(
+        f"A slice beyond a chunk's first: forward {forward * 1e3:.3f} ms, backward "
+        f"{backward * 1e3:.3f} ms per layer (measured = {factor:.3f} x predicted + these);"
+        " F + B predicted over measured - 1, without and with them:"
+    )
+    table = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+    for method, n, k, p, m in records:
+        t = table[method]
+        t[0], t[1], t[2] = (
+            t[0] + p,
+            t[1] + p + n * (forward * (layers + k) + backward * layers),
+            t[2] + m,
+        )
+    for method, (p, q, m) in table.items():
+        print(f"  {method:15} {p / m - 1:+.3f} -> {q / m - 1:+.3f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cost-model")
@@ -207,7 +245,9 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="one round of a small step and grid")
     args = p.parse_args()
     if args.report:
-        report(results.load(args.report))
+        data = results.load(args.report)
+        report(data)
+        slice_overhead(data)
         return
     if not (args.cost_model and args.output):
         p.error("give --cost-model and --output (or --report FILE)")
@@ -217,6 +257,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         results.write(args.output, data)
         report(data)
+        slice_overhead(data)
     leave()
 
 

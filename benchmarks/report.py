@@ -85,7 +85,12 @@ ran faster during the run than during that profile, so every step came out over-
 2.0, 6.0 and 1.5 points between the medians and 2.2, 6.5 and 1.8 per step. Earlier runs, with the
 recompute charged as the stage's recorded forward: 2.5-6.0 points between the medians and 1.7-4.6
 per step (flushed denormals, `git show 55e187f:benchmarks/results/validation.json`); before the
-profiler timed a layer after the one before it, 4.1-5.0 and 4.7-5.5.
+profiler timed a layer after the one before it, 4.1-5.0 and 4.7-5.5. The repeat above (the same
+command at 13:37 the same day, with the committed profile of 08:30) gave 4.3, 3.6 and 4.5 points
+between the medians and 5.1, 3.3 and 4.3 per step: the gap is not this machine's noise alone. In
+every run EPP comes out further under its prediction than each baseline, by 1.2-6.5 points, and
+the busy time carries part of it (EPP 1.8-3.8 points further under than the baselines in the
+repeat).
 
 What this machine does to such a comparison: its speed drifts. The same profile command gave a
 recorded forward's a2 of 7.08e-6 s a token at 08:03 and 5.83e-6 at 08:30 the same morning (-18%);
@@ -180,15 +185,29 @@ What is left:
     round.
   - Not the order of the slices: a fresh K/V buffer per slice changes the stage's time by -3.8%
     to +6.8% (ChunkFlow) and +0.3% to +12.7% (EPP).
-  - Perhaps in part the other rank's work. Beside a process running a slicing instead of the
-    profiler's grid loop (what the committed profile ran beside), ChunkFlow's slices took 2.0-8.5%
-    less time, EPP's between 3.7% less and 1.1% more. Two earlier runs of the same measurement
-    (before the script): ChunkFlow's -3.7% and -3.2%, then +2.5% and +4.6%; EPP's -2.3% to +2.0%. So the profile's
-    neighbour may load the shared cache and memory bandwidth more than the pipeline's other
-    rank does, and attention over a long context is what feels it most. Three runs of four point
-    that way, which is not yet enough to build a correction on.
-  - Left to look at: the profiler's neighbour doing pipeline-like work instead of the grid loop,
-    and re-validating with such a profile.
+  - Not the profile's neighbour. Beside a process running a slicing instead of the profiler's
+    grid loop (what the committed profile ran beside), ChunkFlow's slices took 2.0-8.5% less
+    time, EPP's between 3.7% less and 1.1% more; two earlier runs of the same measurement
+    (before the script) gave ChunkFlow's -3.7% and -3.2%, then +2.5% and +4.6%, and EPP's -2.3%
+    to +2.0%. That pointed at the neighbour, but a profile taken beside pipeline-like work says
+    otherwise. `python -m infinipipe profile --layers-per-stage 4,4 --neighbours 1
+    --neighbours-in-step` times each point while the neighbour runs that very point (both
+    processes make the same runs in the same order and wait for each other after every run), as
+    a pipeline's next stage runs the chunk this one just ran. Two such profiles, each right
+    after one beside the grid loop, against it: the forward and backward of 1024 tokens at
+    contexts 4096 and 8192 +0.2% to +1.8% (not 4-9% less); 512-2048 tokens at those contexts
+    +0.2% to +3.4%; all 36 points -0.1% and +0.7% in the median (-5.8% to +3.4%). Two profiles
+    beside the grid loop, taken 3 minutes apart, differ by more: 0.92-1.03 per point, 0.98 in the
+    median.
+- Found, and not the bias: a chunk's slices beyond its first each cost time the model leaves out.
+  The grid times one slice per chunk, so its b holds one slice's fixed cost. Fitted over every
+  chunk of every method (`action_times.py --report`, the committed run and an earlier one),
+  measured F + B = 0.97-0.99 x predicted + 0.26-0.33 ms per layer forward and 0.13-0.62 ms per
+  layer backward for each extra slice. Per action, EPP's forwards of chunks of 2-4 split slices
+  come out 8.6-9.1% under their prediction in both runs, ChunkFlow's three-slice chunks 3.5-7%
+  under where its one-slice chunks are 3% over. Charging the term moves every method's F + B
+  error up by 0.3-0.8 points and the gaps between methods by less than a point, so it is not the
+  bias. A profile would need chunks of several slices in its grid to fit it.
 - Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
   16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
