@@ -45,7 +45,9 @@ it than alone. It fits
 T = a1 ((c+s)^2 - c^2) + a2 s + b + a3 c for the forward and, separately, for the backward
 (a3: a slice's context costs once per slice beyond its share of the attention FLOPs; an eager
 layer pays its Python overhead in the forward only, and attention's backward is relatively
-dearer than the GEMMs'), by non-negative relative least squares, and r, what checkpointing a
+dearer than the GEMMs'; since 2026-11-27 one a1 per query-length regime of the CPU attention,
+which tiles 32, 64 or 256 query rows at a time below 192, below 768 and from 768 query tokens),
+by non-negative relative least squares, and r, what checkpointing a
 layer adds net over the fitted forward (its forward without autograd, and its recompute timed with
 its backward at once as the executor runs it, less the recorded forward and backward; the median
 over the grid: docs/design.md, "Recompute's net cost"); reports
@@ -74,23 +76,47 @@ can see. Earlier runs (on another machine, every case on its own step, cases in 
 are in git history: `git show bbce7ce:benchmarks/results/validation.json`."""
 
 VALIDATION_FINDINGS = """Issue 12's target for the validation is that the median step error of EPP
-and of each baseline differ by at most 2 points, heavy steps included. Since 2026-11-27 every
-method runs the same steps, so the medians compare like with like, and EPP's error minus each
-baseline's on the same step is given too. The run above (this 2-core Intel Xeon, a profile taken
-right before it, denormals flushed, the recompute timed as the executor runs it) misses it for
-one baseline of three: EPP's median is 2.0, 1.7 and 3.5 points from Seq1F1B's, batch-level's and
-ChunkFlow's on the steps every method ran, and per step EPP's error is 3.4, 1.2 and 3.4 points
-below theirs. A second run the same hour, with a profile taken 25 minutes before it (the machine
-ran faster during the run than during that profile, so every step came out over-predicted) gave
-2.0, 6.0 and 1.5 points between the medians and 2.2, 6.5 and 1.8 per step. Earlier runs, with the
-recompute charged as the stage's recorded forward: 2.5-6.0 points between the medians and 1.7-4.6
-per step (flushed denormals, `git show 55e187f:benchmarks/results/validation.json`); before the
-profiler timed a layer after the one before it, 4.1-5.0 and 4.7-5.5. The repeat above (the same
-command at 13:37 the same day, with the committed profile of 08:30) gave 4.3, 3.6 and 4.5 points
-between the medians and 5.1, 3.3 and 4.3 per step: the gap is not this machine's noise alone. In
-every run EPP comes out further under its prediction than each baseline, by 1.2-6.5 points, and
-the busy time carries part of it (EPP 1.8-3.8 points further under than the baselines in the
-repeat).
+and of each baseline differ by at most 2 points, heavy steps included. Every method runs the same
+steps, so the medians compare like with like, and EPP's error minus each baseline's on the same
+step is given too. The run above and its repeat (this 2-core Intel Xeon, 13:58 and 14:13; the
+profile of 08:30 fitted again with a1 by query regime, below) give:
+- between the medians, 0.2, 1.4 and 2.0 points from Seq1F1B's, batch-level's and ChunkFlow's in
+  the run (met), 0.8, 3.5 and 2.4 in the repeat (not met for two baselines);
+- per step, EPP's error 0.6, 3.0 and 2.5 points below theirs in the run, 1.3 above and 1.8 and
+  0.8 below in the repeat;
+- for the stages' busy time against their CPU time, 1.8, 0.3 and 1.9 points in the run and 0.2,
+  0.4 and 1.5 in the repeat: the compute is now predicted alike for every method, and what is
+  left is in the rest of the step (sends, waits, the executor's own time between actions).
+  There EPP's step comes out 5.7 points further under its prediction than its busy time in the
+  repeat, Seq1F1B's 6.3, batch-level's 2.7 and ChunkFlow's 4.8.
+The machine ran faster in the run than when the profile was taken, so every step came out
+over-predicted there (EPP +3.0%), and slower in the repeat (EPP -7.2%): a common factor that
+moves every method alike.
+
+What the query regimes changed, on the same measured plans: predicted with the one-a1 fit of the
+same profile runs (the "one a1" columns), the medians are 1.8, 3.0 and 3.9 points apart in the run
+and 0.2, 4.1 and 3.8 in the repeat, the busy times 2.8, 0.4, 2.9 and 1.2, 1.4, 2.8. Before them,
+with one a1 and the profile taken right before each run: 2.0, 1.7 and 3.5 points between the
+medians and 3.4, 1.2 and 3.4 per step (`git show 734c453:benchmarks/results/validation.json`); a
+second run the same hour 2.0, 6.0, 1.5 and 2.2, 6.5, 1.8; with the committed profile of 08:30 at
+13:37, 4.3, 3.6, 4.5 and 5.1, 3.3, 4.3 (`benchmarks/results/validation_one_a1_repeat.json`). In
+every one of those runs EPP came out further under its prediction than each baseline, by 1.2-6.5
+points per step. Earlier runs, with the recompute charged as the stage's recorded forward:
+2.5-6.0 points between the medians and 1.7-4.6 per step (flushed denormals, `git show
+55e187f:benchmarks/results/validation.json`); before the profiler timed a layer after the one
+before it, 4.1-5.0 and 4.7-5.5.
+
+Why one a1 was biased: PyTorch's CPU flash attention, which the executor's chunk attention calls,
+tiles 32 query rows at a time below 192 query tokens, 64 below 768 and 256 from 768 (ATen's
+`cpu/FlashAttentionKernel.cpp`), and the larger tiles do the same work faster. The grid's
+lengths (64 to 2048, powers of two) hold two per regime, and one a1 fitted over all of them
+charges long slices too much and short ones too little at long contexts, where attention is most
+of a layer. `benchmarks/query_lengths.py` times the grid and lengths between its points in one
+shuffled run, fits on the grid only and checks the other lengths: at contexts of 4096 and 7680,
+one a1 came out 3.3% under the measured time for 300-700 tokens and 2.2% over for 800-1200 tokens
+(medians); a1 by regime 1.9% under and 0.5% over. ChunkFlow cuts 1024-token slices, EPP's
+cost-balanced slices are shorter at long contexts, and Seq1F1B's are in between: the
+per-action findings below are this effect.
 
 What this machine does to such a comparison: its speed drifts. The same profile command gave a
 recorded forward's a2 of 7.08e-6 s a token at 08:03 and 5.83e-6 at 08:30 the same morning (-18%);
@@ -173,9 +199,11 @@ An earlier run of the same experiment (before the script; not committed) gave +0
   by 1 point. Fitting the grid's points of 256 tokens and up only narrows the committed fit's
   residuals at 1024 tokens from -3.6..+3.1% to -1.2..+2.7%.
 
-What is left:
-- What makes ChunkFlow's long-context 1024-token slices 4-9% cheaper in the executor than
-  predicted, and EPP's shorter ones 3% dearer. `benchmarks/stage_alone.py` times a 4-layer stage
+How it was found (the per-action runs above were predicted with one a1):
+- What made ChunkFlow's long-context 1024-token slices 4-9% cheaper in the executor than
+  predicted, and EPP's shorter ones 3% dearer: the fit's one a1 (above), not the pipeline. The
+  profiler's own times for those lengths carry the kernel's tiles, which is why it matched the
+  stage outside the pipeline while the fit did not. `benchmarks/stage_alone.py` times a 4-layer stage
   outside the pipeline on an 8192-token sequence cut both ways (ChunkFlow's eight 1024-token
   slices, EPP's fourteen cost-balanced ones from the heavy step), run as the executor runs a
   split sequence: every forward on one set of K/V buffers, then the backwards last slice first.
@@ -217,8 +245,15 @@ What is left:
 - More rounds per case would narrow the run-to-run spread of the medians; each round is about
   5 minutes here. One method's per-action error moves by up to 5 points between runs of the same
   experiment (ChunkFlow without budget: +3.3%, +3.8%, +4.7%, and +6.4% in the last session's).
-- The step (the median round) still comes out 4-8 points further under its prediction than the
-  busy CPU time (the fastest round), on every method."""
+
+What is left:
+- The rest of the step. The step (the median round) comes out 2.7-6.7 points further under its
+  prediction than the busy CPU time (the fastest round), by method: Seq1F1B and EPP most, batch-level
+  least, in both runs. That is where the step-level gap now is. A lead: the executor's own time per
+  action (dispatch, sends, K/V bookkeeping), which the simulator does not charge: batch-level
+  1F1B runs 3-9 chunks a step here, ChunkFlow 17-38, Seq1F1B 12-36 and EPP 12-55.
+- A chunk's slices beyond its first (above): a grid with chunks of several slices would let the
+  profiler fit their cost."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
 (`benchmarks/measured_comparison.py`). The same-executor baselines run their best static setting:
@@ -306,6 +341,11 @@ def calibration_section(meta: dict | None) -> list[str]:
     ):
         if meta.get(key) is not None:
             out.append(f"| {key} | {meta[key]:.4g} |")
+    if meta.get("attention_query_cuts"):
+        cuts = ", ".join(str(c) for c in meta["attention_query_cuts"])
+        for key in ("a1_by_query", "backward_a1_by_query"):
+            values = ", ".join(f"{v:.4g}" for v in meta[key])
+            out.append(f"| {key} (regimes from {cuts} query tokens) | {values} |")
     out.append("")
     for part in ("forward", "backward"):
         med, mx = meta.get(f"{part}_heldout_median"), meta.get(f"{part}_heldout_max")
@@ -320,11 +360,17 @@ def calibration_section(meta: dict | None) -> list[str]:
         f"in flight {meta.get('in_flight', 'none (before it existed)')}; date {meta.get('date', '?')}"
     )
     if meta.get("refit"):
+        name = meta.get("file", "cost_cpu")
+        why = (
+            "when a1 by query length was added to the fit"
+            if meta.get("attention_query_cuts")
+            else "when the context term a3 was added to the fit"
+        )
         out.append(
             f"- fitted again on {meta['refit']['date'][:16].replace('T', ' ')} UTC from the same "
             "runs (`python -m infinipipe profile --layers-per-stage 4,4 --refit "
-            "benchmarks/results/cost_cpu.meta.json --output benchmarks/results/cost_cpu.json`), "
-            "when the context term a3 was added to the fit"
+            f"benchmarks/results/{name}.meta.json --output benchmarks/results/{name}.json`), "
+            f"{why}"
         )
     return out + [""]
 
@@ -349,7 +395,7 @@ def validation_calibration(val: dict | None, results_dir: Path, above: dict | No
         f"The validation ran on another machine than the profile above, with its own profile "
         f"(`{path}`, the same command){how}:",
         "",
-    ] + calibration_section(meta)
+    ] + calibration_section(dict(meta or {}, file=path.stem) if meta else None)
 
 
 # The validation's baselines run the setting validate_simulator gives them, not a static one.

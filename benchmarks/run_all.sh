@@ -34,6 +34,7 @@ if [ "${1:-}" = "--smoke" ]; then
   $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
   $PY benchmarks/recorded_forward.py --repeats 1 > /dev/null
   $PY benchmarks/stage_alone.py --smoke > /dev/null
+  $PY benchmarks/query_lengths.py --smoke > /dev/null
   $TORCHRUN --nproc_per_node=2 benchmarks/action_times.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/action_times.json" > /dev/null
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
@@ -50,6 +51,7 @@ for out in validation validation_repeat_1; do  # the same command twice: the wal
 done
 $PY benchmarks/recorded_forward.py  # why the profiler times a layer after the one before it
 $PY benchmarks/stage_alone.py  # a stage's slices outside the pipeline against the profiler
+$PY benchmarks/query_lengths.py  # the fit at query lengths between the grid's, one a1 or by regime
 # each method's forwards and backwards against the cost model, the profiler's grid timed beside
 $TORCHRUN --nproc_per_node=2 benchmarks/action_times.py \
   --cost-model "$R/cost_cpu.json" --output "$R/action_times.json"

@@ -41,6 +41,9 @@ STATISTICS = ("min", "median", "trimmed_mean")
 DTYPES = ("float32", "bfloat16", "float64")
 # Recorded forwards held before the oldest one's backward (runtime/layer_profiler.h, in_flight).
 IN_FLIGHT = _C.runtime.profile_layer_in_flight
+# Query lengths where the CPU attention changes its tiling, a1 fitted per regime between them
+# (runtime/layer_profiler.h, attention_query_cuts): the profile runs on the CPU.
+ATTENTION_QUERY_CUTS = list(_C.runtime.cpu_attention_query_cuts)
 
 
 def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
@@ -264,7 +267,14 @@ def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int 
     layer = [sample(r) for r in runs["layer"]]
     embedding = [(r["tokens"], t(r["seconds"])) for r in runs["embedding"]]
     head = [(r["tokens"], t(r["seconds"])) for r in runs["head"]]
-    return _C.plan.calibrate(layer, embedding, head, holdout_fraction=holdout, seed=seed)
+    return _C.plan.calibrate(
+        layer,
+        embedding,
+        head,
+        holdout_fraction=holdout,
+        seed=seed,
+        attention_query_cuts=ATTENTION_QUERY_CUTS,
+    )
 
 
 def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, context: int) -> int:

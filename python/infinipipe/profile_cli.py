@@ -74,6 +74,15 @@ def print_fit(cal: Any, activation_bytes_per_token: float) -> None:
         f"embedding={c['embedding_s_per_token']:.3g} s/token head={c['head_s_per_token']:.3g} "
         f"s/token activation_bytes/token/layer={activation_bytes_per_token:.0f}"
     )
+    if c.get("attention_query_cuts"):
+
+        def by_query(values: list) -> str:
+            return " ".join(f"{v:.4g}" for v in values)
+
+        print(
+            f"a1 by query tokens (regimes from {c['attention_query_cuts']}): forward "
+            f"{by_query(c['a1_by_query'])}; backward {by_query(c['backward_a1_by_query'])}"
+        )
     print(
         f"held-out forward error: median {pct(cal.forward_median_error)}, max "
         f"{pct(cal.forward_max_error)}; backward: median {pct(cal.backward_median_error)}, "

@@ -26,6 +26,9 @@ void bind_calibration(py::module_& m) {
       .def_readonly("backward_a1", &Calibration::backward_a1)
       .def_readonly("backward_a2", &Calibration::backward_a2)
       .def_readonly("backward_b", &Calibration::backward_b)
+      .def_readonly("attention_query_cuts", &Calibration::attention_query_cuts)
+      .def_readonly("a1_by_query", &Calibration::a1_by_query)
+      .def_readonly("backward_a1_by_query", &Calibration::backward_a1_by_query)
       .def_readonly("embedding_s_per_token", &Calibration::embedding_s_per_token)
       .def_readonly("head_s_per_token", &Calibration::head_s_per_token)
       .def_readonly("checkpointed_forward_ratio", &Calibration::checkpointed_forward_ratio)
@@ -43,7 +46,7 @@ void bind_calibration(py::module_& m) {
       [](const std::vector<py::tuple>& layer,
          const std::vector<std::pair<int64_t, double>>& embedding,
          const std::vector<std::pair<int64_t, double>>& head, double holdout_fraction,
-         uint64_t seed) {
+         uint64_t seed, const std::vector<int64_t>& attention_query_cuts) {
         CalibrationSamples samples;
         for (const py::tuple& t : layer) {
           check(t.size() >= 4 && t.size() <= 6,
@@ -56,13 +59,15 @@ void bind_calibration(py::module_& m) {
         }
         for (const auto& [s, t] : embedding) samples.embedding.push_back({s, t});
         for (const auto& [s, t] : head) samples.head.push_back({s, t});
-        return calibrate(samples, {holdout_fraction, seed});
+        return calibrate(samples, {holdout_fraction, seed, attention_query_cuts});
       },
       py::arg("layer"), py::arg("embedding") = std::vector<std::pair<int64_t, double>>{},
       py::arg("head") = std::vector<std::pair<int64_t, double>>{},
       py::arg("holdout_fraction") = CalibrationOptions{}.holdout_fraction,
       py::arg("seed") = CalibrationOptions{}.seed,
-      "Fits a1, a2, b, a3 and the backward's a1', a2', b', a3' (non-negative) and the backward "
+      py::arg("attention_query_cuts") = std::vector<int64_t>{},
+      "Fits a1 (one per query regime of attention_query_cuts, when given), a2, b, a3 and the "
+      "backward's a1', a2', b', a3' (non-negative) and the backward "
       "ratio to layer samples (tokens, context, forward_s, backward_s[, "
       "checkpointed_forward_s[, recomputed_s]]), r (checkpointed_forward_ratio) when every "
       "sample has the fifth value (net of the sixth when every sample has it too: "

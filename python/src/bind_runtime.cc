@@ -445,6 +445,7 @@ void bind_runtime(py::module_& root) {
           "timeout_s", [](const Executor& ex) { return ex.options().timeout.count() / 1000.0; });
 
   m.attr("profile_layer_in_flight") = runtime::LayerProfilerOptions{}.in_flight;
+  m.attr("cpu_attention_query_cuts") = runtime::attention_query_cuts(c10::Device(c10::kCPU));
   m.def(
       "profile_layer",
       [](py::object module, const std::vector<std::pair<int64_t, int64_t>>& points, int repeats,

@@ -87,7 +87,7 @@ SplitMesh cap_mesh_slices(const SplitMesh& mesh, int64_t max_slice_tokens, const
                                    " is invalid: it must be at least 1 token");
   check(mesh.boundaries.size() >= 2 && mesh.boundaries.front() == 0,
         "cap_mesh_slices: the mesh needs boundaries 0 = b_0 < ... < b_K");
-  auto prefix_cost = [&](int64_t x) { return cost.slice_layer_time(0, x); };
+  auto prefix_cost = [&](int64_t x) { return cost.prefix_layer_time(x); };
   SplitMesh capped;
   capped.time_target = mesh.time_target;
   capped.boundaries.push_back(0);

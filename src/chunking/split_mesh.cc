@@ -18,7 +18,7 @@ SplitMesh cost_balanced_mesh(int64_t longest, int k, const CostModel& cost) {
                           " tokens), and every slice needs at least one token: choose k <= " +
                           std::to_string(longest));
   // f(c, s) = F(c + s) - F(c) with F(x) = f(0, x), so equal-cost slices are equal steps of F.
-  auto prefix_cost = [&](int64_t x) { return cost.slice_layer_time(0, x); };
+  auto prefix_cost = [&](int64_t x) { return cost.prefix_layer_time(x); };
   const double total = prefix_cost(longest);
   check(total > 0 && std::isfinite(total),
         "the cost model gives a sequence of " + std::to_string(longest) +
@@ -68,7 +68,7 @@ std::vector<int64_t> equal_cost_cuts(const std::vector<int64_t>& lengths, int pi
       throw Error("equal_cost_cuts: piece " + std::to_string(i) + " has length " +
                   std::to_string(lengths[i]) + "; lengths must be positive");
     offsets[i + 1] = offsets[i] + lengths[i];
-    cost_before_seq[i + 1] = cost_before_seq[i] + cost.slice_layer_time(0, lengths[i]);
+    cost_before_seq[i + 1] = cost_before_seq[i] + cost.prefix_layer_time(lengths[i]);
   }
   const int64_t total_tokens = offsets[n];
   check(pieces >= 1 && pieces <= total_tokens, "cannot cut " + std::to_string(total_tokens) +
@@ -78,7 +78,7 @@ std::vector<int64_t> equal_cost_cuts(const std::vector<int64_t>& lengths, int pi
   auto cost_before = [&](int64_t x) {
     size_t i = std::upper_bound(offsets.begin(), offsets.end(), x) - offsets.begin() - 1;
     if (i >= n) return cost_before_seq[n];
-    return cost_before_seq[i] + cost.slice_layer_time(0, x - offsets[i]);
+    return cost_before_seq[i] + cost.prefix_layer_time(x - offsets[i]);
   };
   const double total = cost_before_seq[n];
   std::vector<int64_t> cuts(pieces + 1, 0);

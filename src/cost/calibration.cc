@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -15,10 +16,20 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The regressors of a1, a2, b and a3: (c+s)^2 - c^2 (as s(2c+s), as the cost model), s, 1, c.
-std::vector<double> regressors(int64_t tokens, int64_t context) {
+// The query regime of a slice of `tokens` tokens: how many cuts are at or below it.
+int regime_of(int64_t tokens, const std::vector<int64_t>& cuts) {
+  return int(std::upper_bound(cuts.begin(), cuts.end(), tokens) - cuts.begin());
+}
+
+// The regressors of a1, a2, b and a3: (c+s)^2 - c^2 (as s(2c+s), as the cost model), s, 1, c;
+// with cuts, one a1 column per query regime, the slice's own holding s(2c+s) and the others 0.
+std::vector<double> regressors(int64_t tokens, int64_t context,
+                               const std::vector<int64_t>& cuts = {}) {
   const double s = double(tokens), c = double(context);
-  return {s * (2 * c + s), s, 1.0, c};
+  std::vector<double> x(cuts.size() + 1, 0.0);
+  x[regime_of(tokens, cuts)] = s * (2 * c + s);
+  x.insert(x.end(), {s, 1.0, c});
+  return x;
 }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -142,12 +153,17 @@ double robust_time(std::vector<double> runs, Statistic statistic) {
 
 double Calibration::forward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
-  return a1 * x[0] + a2 * x[1] + b * x[2] + a3 * x[3];
+  const double attention =
+      a1_by_query.empty() ? a1 : a1_by_query[regime_of(tokens, attention_query_cuts)];
+  return attention * x[0] + a2 * x[1] + b * x[2] + a3 * x[3];
 }
 
 double Calibration::backward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
-  return backward_a1 * x[0] + backward_a2 * x[1] + backward_b * x[2] + backward_a3 * x[3];
+  const double attention = backward_a1_by_query.empty()
+                               ? backward_a1
+                               : backward_a1_by_query[regime_of(tokens, attention_query_cuts)];
+  return attention * x[0] + backward_a2 * x[1] + backward_b * x[2] + backward_a3 * x[3];
 }
 
 namespace {
@@ -186,17 +202,19 @@ std::vector<double> nonnegative_fit(const std::vector<std::vector<double>>& cols
 // Non-negative relative least squares of a1, a2, b, a3 against the times `time_of(sample)`; a3
 // only when the samples determine it beside the other three (else 0).
 template <typename TimeOf>
-std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, TimeOf time_of) {
+std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, TimeOf time_of,
+                                   const std::vector<int64_t>& cuts) {
   check(samples.size() >= 3, "calibration: " + std::to_string(samples.size()) +
                                  " samples are fewer than the 3 unknowns a1, a2, b");
   // Relative least squares: row i is divided by its measured time, so the target is all ones.
-  std::vector<std::vector<double>> cols(4);
+  const size_t k = cuts.size() + 4;
+  std::vector<std::vector<double>> cols(k);
   const std::vector<double> ones(samples.size(), 1.0);
   for (const LayerSample& s : samples) {
-    const std::vector<double> x = regressors(s.tokens, s.context);
-    for (int j = 0; j < 4; ++j) cols[j].push_back(x[j] / time_of(s));
+    const std::vector<double> x = regressors(s.tokens, s.context, cuts);
+    for (size_t j = 0; j < k; ++j) cols[j].push_back(x[j] / time_of(s));
   }
-  if (samples.size() >= 4 && least_squares(cols, ones).has_value()) return nonnegative_fit(cols);
+  if (samples.size() >= k && least_squares(cols, ones).has_value()) return nonnegative_fit(cols);
   cols.pop_back();
   check(least_squares(cols, ones).has_value(),
         "calibration: the samples do not determine a1, a2 and b: profile at least three "
@@ -208,13 +226,46 @@ std::vector<double> fit_layer_time(const std::vector<LayerSample>& samples, Time
 
 }  // namespace
 
-std::vector<double> fit_forward(const std::vector<LayerSample>& samples) {
-  return fit_layer_time(samples, [](const LayerSample& s) { return s.forward_s; });
+std::vector<double> fit_forward(const std::vector<LayerSample>& samples,
+                                const std::vector<int64_t>& cuts) {
+  return fit_layer_time(
+      samples, [](const LayerSample& s) { return s.forward_s; }, cuts);
 }
 
-std::vector<double> fit_backward(const std::vector<LayerSample>& samples) {
-  return fit_layer_time(samples, [](const LayerSample& s) { return s.backward_s; });
+std::vector<double> fit_backward(const std::vector<LayerSample>& samples,
+                                 const std::vector<int64_t>& cuts) {
+  return fit_layer_time(
+      samples, [](const LayerSample& s) { return s.backward_s; }, cuts);
 }
+
+namespace {
+
+// The cuts whose every regime holds two token counts or more: a cut that leaves a regime fewer is
+// dropped, that regime joining the next. A regime's a1 is then told apart from a2 and b by its
+// own lengths, not only from a3 by its contexts (the trainer's "training" grid has one token
+// count per regime: one a1, as before).
+std::vector<int64_t> spanned_cuts(const std::vector<LayerSample>& samples,
+                                  std::vector<int64_t> cuts) {
+  for (size_t i = 0; i < cuts.size(); ++i)
+    check(cuts[i] > (i == 0 ? 0 : cuts[i - 1]),
+          "calibration: attention_query_cuts must be positive and increasing, got " +
+              std::to_string(cuts[i]) + " at position " + std::to_string(i));
+  for (size_t r = 0; r <= cuts.size();) {
+    std::set<int64_t> lengths;
+    for (const LayerSample& s : samples)
+      if (regime_of(s.tokens, cuts) == int(r)) lengths.insert(s.tokens);
+    const bool held = lengths.size() >= 2;
+    if (held) {
+      ++r;
+      continue;
+    }
+    cuts.erase(cuts.begin() + (r < cuts.size() ? r : r - 1));
+    if (cuts.empty()) break;
+  }
+  return cuts;
+}
+
+}  // namespace
 
 double fit_ratio(const std::vector<double>& x, const std::vector<double>& y) {
   check(!x.empty() && x.size() == y.size(), "fit_ratio: x and y must be non-empty, equal sizes");
@@ -287,11 +338,19 @@ Calibration calibrate(const CalibrationSamples& samples, const CalibrationOption
     cal.fit.push_back(i);
     fit.push_back(layer[i]);
   }
-  const std::vector<double> coef = fit_forward(fit);
-  cal.a1 = coef[0], cal.a2 = coef[1], cal.b = coef[2], cal.a3 = coef[3];
-  const std::vector<double> back = fit_backward(fit);
-  cal.backward_a1 = back[0], cal.backward_a2 = back[1], cal.backward_b = back[2];
-  cal.backward_a3 = back[3];
+  const std::vector<int64_t> cuts = spanned_cuts(fit, options.attention_query_cuts);
+  const size_t regimes = cuts.size() + 1;
+  const std::vector<double> coef = fit_forward(fit, cuts);
+  const std::vector<double> back = fit_backward(fit, cuts);
+  cal.a1 = coef[regimes - 1], cal.a2 = coef[regimes], cal.b = coef[regimes + 1];
+  cal.a3 = coef[regimes + 2];
+  cal.backward_a1 = back[regimes - 1], cal.backward_a2 = back[regimes];
+  cal.backward_b = back[regimes + 1], cal.backward_a3 = back[regimes + 2];
+  if (!cuts.empty()) {
+    cal.attention_query_cuts = cuts;
+    cal.a1_by_query.assign(coef.begin(), coef.begin() + regimes);
+    cal.backward_a1_by_query.assign(back.begin(), back.begin() + regimes);
+  }
   // g against the fitted forward (not the measured one): the planner predicts the embedding's
   // and the head's backward as g times their predicted forward.
   std::vector<double> predicted, backward;
@@ -397,6 +456,9 @@ CostModel apply_calibration(const CostModel& base, const Calibration& calibratio
   c.backward_a2 = calibration.backward_a2;
   c.backward_b = calibration.backward_b;
   c.backward_a3 = calibration.backward_a3;
+  c.attention_query_cuts = calibration.attention_query_cuts;
+  c.a1_by_query = calibration.a1_by_query;
+  c.backward_a1_by_query = calibration.backward_a1_by_query;
   if (calibration.embedding_s_per_token)
     c.embedding_s_per_token = *calibration.embedding_s_per_token;
   if (calibration.head_s_per_token) c.head_s_per_token = *calibration.head_s_per_token;
@@ -428,6 +490,11 @@ void to_json(nlohmann::json& j, const Calibration& c) {
                      {"forward_heldout_max", number(c.forward_max_error)},
                      {"backward_heldout_median", number(c.backward_median_error)},
                      {"backward_heldout_max", number(c.backward_max_error)}};
+  if (!c.attention_query_cuts.empty()) {
+    j["attention_query_cuts"] = c.attention_query_cuts;
+    j["a1_by_query"] = c.a1_by_query;
+    j["backward_a1_by_query"] = c.backward_a1_by_query;
+  }
 }
 
 void to_json(nlohmann::json& j, const LinkFit& f) {

@@ -126,6 +126,21 @@ void CostCoefficients::validate() const {
   at_least_zero(backward_a2, "backward_a2");
   at_least_zero(backward_b, "backward_b");
   at_least_zero(backward_a3, "backward_a3");
+  for (size_t i = 0; i < attention_query_cuts.size(); ++i)
+    check(attention_query_cuts[i] > (i == 0 ? 0 : attention_query_cuts[i - 1]),
+          "cost coefficients: attention_query_cuts must be positive and increasing, got " +
+              std::to_string(attention_query_cuts[i]) + " at position " + std::to_string(i));
+  const size_t regimes = attention_query_cuts.size() + 1;
+  check(attention_query_cuts.empty() == a1_by_query.empty() &&
+            (a1_by_query.empty() || a1_by_query.size() == regimes) &&
+            (backward_a1_by_query.empty() || backward_a1_by_query.size() == regimes),
+        "cost coefficients: a1_by_query and backward_a1_by_query need one value per query regime "
+        "(" +
+            std::to_string(regimes) + " for " + std::to_string(attention_query_cuts.size()) +
+            " attention_query_cuts), got " + std::to_string(a1_by_query.size()) + " and " +
+            std::to_string(backward_a1_by_query.size()) + "; profile again or remove all three");
+  for (double v : a1_by_query) at_least_zero(v, "a1_by_query");
+  for (double v : backward_a1_by_query) at_least_zero(v, "backward_a1_by_query");
   at_least_zero(embedding_s_per_token, "embedding_s_per_token");
   at_least_zero(head_s_per_token, "head_s_per_token");
   at_least_zero(activation_bytes, "activation_bytes");
@@ -177,6 +192,11 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
   }
   if (c.checkpointed_forward_ratio != 1)
     j["checkpointed_forward_ratio"] = c.checkpointed_forward_ratio;
+  if (!c.attention_query_cuts.empty()) {
+    j["attention_query_cuts"] = c.attention_query_cuts;
+    j["a1_by_query"] = c.a1_by_query;
+    if (!c.backward_a1_by_query.empty()) j["backward_a1_by_query"] = c.backward_a1_by_query;
+  }
   if (c.alltoall_bandwidth > 0) {
     j["alltoall_bandwidth"] = c.alltoall_bandwidth;
     j["alltoall_latency_s"] = c.alltoall_latency_s;
@@ -195,6 +215,9 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get_optional("a3", c.a3);  // absent in files written before it existed: 0
   f.get_optional("backward_a3", c.backward_a3);
   f.get_optional("checkpointed_forward_ratio", c.checkpointed_forward_ratio);  // absent: 1
+  f.get_optional("attention_query_cuts", c.attention_query_cuts);              // absent: one a1
+  f.get_optional("a1_by_query", c.a1_by_query);
+  f.get_optional("backward_a1_by_query", c.backward_a1_by_query);
   f.get("embedding_s_per_token", c.embedding_s_per_token);
   f.get("head_s_per_token", c.head_s_per_token);
   f.get("activation_bytes", c.activation_bytes);
@@ -261,7 +284,13 @@ double CostModel::slice_layer_time(int64_t context, int64_t length) const {
   const double c = double(context), s = double(length);
   // (c+s)^2 - c^2 written as s(2c+s), which does not cancel catastrophically for long contexts.
   // a3 * c is added last, so a model without it (a3 = 0) gives the same bits as before.
-  return coefficients_.a1 * s * (2 * c + s) + coefficients_.a2 * s + coefficients_.a3 * c;
+  return coefficients_.attention_a1(length) * s * (2 * c + s) + coefficients_.a2 * s +
+         coefficients_.a3 * c;
+}
+
+double CostModel::prefix_layer_time(int64_t tokens) const {
+  const double s = double(tokens);
+  return coefficients_.a1 * s * (2 * 0.0 + s) + coefficients_.a2 * s + coefficients_.a3 * 0.0;
 }
 
 double CostModel::layer_forward_time(const Chunk& chunk) const {
@@ -281,7 +310,9 @@ double CostModel::layer_backward_time(const Chunk& chunk) const {
   double t = k.backward_b;
   for (const Slice& s : chunk.slices) {
     const double c = double(s.context()), n = double(s.length());
-    t += (k.backward_a1 * n * (2 * c + n) + k.backward_a2 * n + k.backward_a3 * c) / d_s;
+    t += (k.backward_attention_a1(s.length()) * n * (2 * c + n) + k.backward_a2 * n +
+          k.backward_a3 * c) /
+         d_s;
   }
   return t;
 }

@@ -20,6 +20,11 @@
 
 namespace infinipipe::runtime {
 
+std::vector<int64_t> attention_query_cuts(c10::Device device) {
+  if (device.is_cpu()) return {192, 768};
+  return {};
+}
+
 namespace {
 
 enum class Kind { Layer, Embedding, Head };

@@ -108,7 +108,9 @@ int run(const Args& args) {
       if (done == total) std::fprintf(stderr, "\n");
     };
   const ip::runtime::LayerProfile profile = ip::runtime::profile_layer(stage, options);
-  const ip::Calibration cal = ip::calibrate(profile.samples(statistic), {args.holdout, args.seed});
+  const ip::Calibration cal =
+      ip::calibrate(profile.samples(statistic),
+                    {args.holdout, args.seed, ip::runtime::attention_query_cuts(options.device)});
 
   const ip::ModelShape shape = config.shape("model");  // as python -m infinipipe profile
   const ip::CostModel base(

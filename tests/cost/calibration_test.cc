@@ -130,6 +130,75 @@ TEST(Calibration, ContextTerm) {
   EXPECT_EQ(coef[3], 0);
 }
 
+TEST(Calibration, AttentionQueryRegimes) {
+  // The CPU attention tiles queries by their number (runtime/layer_profiler.h), so a1 differs
+  // below 192, below 768 and from 768 query tokens: with those cuts each regime's a1 (and a1')
+  // is recovered exactly, a1 is the last regime's, and the cost model charges each slice its
+  // regime's a1.
+  const std::vector<int64_t> cuts = {192, 768};
+  const double a1[] = {4e-9, 3.5e-9, 3e-9};
+  std::vector<LayerSample> samples = synthetic(0, 0);
+  for (LayerSample& s : samples) {
+    const int r = (s.tokens >= 192) + (s.tokens >= 768);
+    s.forward_s += (a1[r] - kA1) * double(s.tokens) * double(2 * s.context + s.tokens);
+    s.backward_s = 2 * s.forward_s;
+  }
+  const Calibration cal = calibrate({samples}, {0.25, 0, cuts});
+  ASSERT_EQ(cal.attention_query_cuts, cuts);
+  ASSERT_EQ(cal.a1_by_query.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NEAR(cal.a1_by_query[r], a1[r], 1e-9 * a1[r]) << r;
+    EXPECT_NEAR(cal.backward_a1_by_query[r], 2 * a1[r], 1e-9 * a1[r]) << r;
+  }
+  EXPECT_EQ(cal.a1, cal.a1_by_query[2]);
+  EXPECT_NEAR(cal.a2, kA2, 1e-9 * kA2);
+  EXPECT_NEAR(cal.b, kB, 1e-9 * kB);
+  EXPECT_LT(cal.forward_max_error, 1e-9);
+  EXPECT_LT(cal.backward_max_error, 1e-9);
+  // One a1 for all lengths cannot fit these times.
+  EXPECT_GT(calibrate({samples}).forward_max_error, 0.01);
+
+  const CostModel base =
+      CostModel::analytic(ModelShape::builtin("tiny"), Hardware::builtin("cpu"), 2);
+  const CostModel got = apply_calibration(base, cal);
+  EXPECT_EQ(got.coefficients().a1_by_query, cal.a1_by_query);
+  for (int64_t tokens : {100, 191, 192, 500, 767, 768, 1500})
+    for (int64_t context : {0, 4096}) {
+      EXPECT_NEAR(got.slice_layer_time(context, tokens), cal.forward_s(tokens, context) - cal.b,
+                  1e-12)
+          << tokens << " at " << context;
+      Chunk one;
+      one.slices.push_back(Slice{0, context, context + tokens, context + tokens});
+      EXPECT_NEAR(got.layer_backward_time(one), cal.backward_s(tokens, context), 1e-12);
+    }
+  // The chunking's prefix cost keeps one a1 (the last regime's), so it grows with the tokens.
+  EXPECT_NEAR(got.prefix_layer_time(500), a1[2] * 500.0 * 500.0 + cal.a2 * 500.0, 1e-15);
+  nlohmann::json j = cal;
+  EXPECT_EQ(j["a1_by_query"].size(), 3u);
+
+  // A regime with fewer than two fitted token counts drops its cut: here below 192 only 128
+  // tokens are fitted, so the cut at 192 goes and that regime joins the next.
+  std::vector<LayerSample> fewer_lengths;
+  for (const LayerSample& s : samples)
+    if (s.tokens >= 128) fewer_lengths.push_back(s);
+  const Calibration fewer = calibrate({fewer_lengths}, {0.25, 0, cuts});
+  EXPECT_EQ(fewer.attention_query_cuts, std::vector<int64_t>{768});
+  EXPECT_EQ(fewer.a1_by_query.size(), 2u);
+  // The trainer's grid has one token count per regime: one a1.
+  std::vector<LayerSample> training;
+  for (const LayerSample& s : samples)
+    if (s.tokens == 128 || s.tokens == 512 || s.tokens == 2048) training.push_back(s);
+  EXPECT_TRUE(calibrate({training}, {0.25, 0, cuts}).attention_query_cuts.empty());
+  // And no cut leaves one a1, as before.
+  const Calibration plain = calibrate({samples});
+  EXPECT_TRUE(plain.attention_query_cuts.empty() && plain.a1_by_query.empty());
+  EXPECT_EQ(error_of([&] {
+              calibrate({samples}, {0.25, 0, {768, 192}});
+            }),
+            "calibration: attention_query_cuts must be positive and increasing, got 192 at "
+            "position 1");
+}
+
 TEST(Calibration, ForwardWithoutAutogradGivesR) {
   // The profiler times each point's forward without autograd too (a checkpointed layer's first
   // forward): r is its ratio to the fitted forward, and the cost model takes it.

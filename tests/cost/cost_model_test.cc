@@ -406,6 +406,38 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   write(j.dump(2));
   EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("a3"), std::string::npos);
 
+  // Query regimes of a1: absent (the analytic model, older files) are not written back;
+  // measured, they survive the round trip and choose each slice's a1 by its length; the three
+  // fields must agree, with their name in the error.
+  j = llama7b(2);
+  EXPECT_FALSE(j["coefficients"].contains("attention_query_cuts"));
+  const double a1 = j["coefficients"]["a1"];
+  j["coefficients"]["attention_query_cuts"] = {192, 768};
+  j["coefficients"]["a1_by_query"] = {3 * a1, 2 * a1, a1};
+  j["coefficients"]["backward_a1_by_query"] = {6 * a1, 4 * a1, 2 * a1};
+  write(j.dump(2));
+  const CostModel regimes = load_cost_model(path_);
+  EXPECT_EQ(nlohmann::json(regimes)["coefficients"]["a1_by_query"],
+            j["coefficients"]["a1_by_query"]);
+  const CostModel one_a1 = llama7b(2);
+  EXPECT_EQ(regimes.slice_layer_time(4096, 768), one_a1.slice_layer_time(4096, 768));
+  const double pairs = 500.0 * (2 * 4096 + 500);
+  EXPECT_NEAR(regimes.slice_layer_time(4096, 500) - one_a1.slice_layer_time(4096, 500), a1 * pairs,
+              1e-9 * a1 * pairs);
+  EXPECT_NEAR(regimes.slice_layer_time(0, 100) - one_a1.slice_layer_time(0, 100), 2 * a1 * 1e4,
+              1e-9 * a1 * 1e4);
+  EXPECT_EQ(regimes.prefix_layer_time(100), one_a1.prefix_layer_time(100));
+  EXPECT_EQ(one_a1.prefix_layer_time(100), one_a1.slice_layer_time(0, 100));
+  j["coefficients"]["a1_by_query"] = {a1, a1};
+  write(j.dump(2));
+  EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("one value per query regime"),
+            std::string::npos);
+  j["coefficients"]["a1_by_query"] = {a1, a1, a1};
+  j["coefficients"]["attention_query_cuts"] = {768, 192};
+  write(j.dump(2));
+  EXPECT_NE(error_of([&] { load_cost_model(path_); }).find("attention_query_cuts must be"),
+            std::string::npos);
+
   // r: absent is 1 and not written back; measured, it survives the round trip; outside (0, 2]
   // is refused with the field's name.
   j = llama7b(2);

@@ -211,6 +211,32 @@ def test_plan_config_uses_profiled_json(tmp_path):
     assert json.loads(cost.to_json())["coefficients"]["a1"] == pytest.approx(TRUE[0])
 
 
+def test_fit_gives_one_a1_per_query_regime_of_the_cpu_attention():
+    # The CPU attention tiles queries by their number (profile.ATTENTION_QUERY_CUTS): times made
+    # with an a1 per regime are fitted exactly, and the cost JSON carries the regimes.
+    assert profile.ATTENTION_QUERY_CUTS == [192, 768]
+    a1 = [4e-9, 3.5e-9, 3e-9]
+
+    def seconds(s: int, c: int, scale: float) -> float:
+        regime = (s >= 192) + (s >= 768)
+        return scale * (a1[regime] * s * (2 * c + s) + 2e-6 * s + 4e-4 + 1e-7 * c)
+
+    layer = [
+        dict(tokens=s, context=c, forward_s=[seconds(s, c, 1)], backward_s=[seconds(s, c, 2)])
+        for s in (64, 128, 256, 512, 1024, 2048)
+        for c in (0, 1024, 4096)
+    ]
+    cal = profile.fit(dict(layer=layer, embedding=[], head=[]), holdout=0)
+    assert list(cal.attention_query_cuts) == [192, 768]
+    assert list(cal.a1_by_query) == pytest.approx(a1, rel=1e-6)
+    assert list(cal.backward_a1_by_query) == pytest.approx([2 * a for a in a1], rel=1e-6)
+    config = llama.LlamaConfig.tiny()
+    coefficients = profile.cost_json(config, [4, 4], cal)["coefficients"]
+    assert coefficients["attention_query_cuts"] == [192, 768]
+    assert coefficients["a1_by_query"] == pytest.approx(a1, rel=1e-6)
+    assert coefficients["a1"] == pytest.approx(a1[2], rel=1e-6)
+
+
 def _cpu_ticks(pid: int) -> int:
     """User plus system CPU time of a process, in clock ticks (/proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

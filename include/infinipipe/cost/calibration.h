@@ -82,12 +82,20 @@ struct CalibrationSamples {
 struct CalibrationOptions {
   double holdout_fraction = 0.25;  // of the layer samples, in [0, 1)
   uint64_t seed = 0;               // chooses the held-out points
+  // Query lengths where the attention kernel changes its tiling (CostCoefficients::
+  // attention_query_cuts): a1 and a1' are fitted per regime. A cut is dropped when the fitted
+  // points leave a regime of it fewer than two token counts. Empty: one a1 (as before).
+  std::vector<int64_t> attention_query_cuts;
 };
 
 struct Calibration {
   double a1 = 0, a2 = 0, b = 0, a3 = 0;
   double backward_ratio = 0;
   double backward_a1 = 0, backward_a2 = 0, backward_b = 0, backward_a3 = 0;
+  // With query regimes (the cuts the fitted points span): a1 and a1' per regime; a1 and a1'
+  // above are then the last regime's (CostCoefficients::a1_by_query).
+  std::vector<int64_t> attention_query_cuts;
+  std::vector<double> a1_by_query, backward_a1_by_query;
   std::optional<double> embedding_s_per_token;
   std::optional<double> head_s_per_token;
   // r against the fitted forward, over the fitted points; only when every sample measured it.
@@ -107,8 +115,11 @@ struct Calibration {
 // times; a3 is 0 when the samples do not determine it beside the others (one context only).
 // Error when they do not determine a1, a2, b (fewer than 3 points, or too few distinct token
 // counts).
-std::vector<double> fit_forward(const std::vector<LayerSample>& samples);
-std::vector<double> fit_backward(const std::vector<LayerSample>& samples);
+// With `cuts` (query regimes), one a1 per regime first: {a1_0, .., a1_R-1, a2, b, a3}.
+std::vector<double> fit_forward(const std::vector<LayerSample>& samples,
+                                const std::vector<int64_t>& cuts = {});
+std::vector<double> fit_backward(const std::vector<LayerSample>& samples,
+                                 const std::vector<int64_t>& cuts = {});
 // r minimising sum_i ((y_i - r * x_i) / y_i)^2; x_i, y_i > 0.
 double fit_ratio(const std::vector<double>& x, const std::vector<double>& y);
 // The held-out indices (sorted): round(fraction * n) points drawn with the seed among the

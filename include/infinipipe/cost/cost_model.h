@@ -55,6 +55,16 @@ struct CostCoefficients {
   double backward_a2 = 0;
   double backward_b = 0;
   double backward_a3 = 0;  // a3 of the backward
+  // The attention term's a1 (a1') by the slice's query length, when measured: slice i uses
+  // a1_by_query[r] (backward_a1_by_query[r]) where r counts the cuts at or below s_i. PyTorch's
+  // CPU flash attention tiles the queries in blocks it picks by their number (32 rows below 192,
+  // 64 below 768, 256 from 768: ATen's cpu/FlashAttentionKernel.cpp), and larger blocks do the
+  // same work faster: on a 2-core Xeon a 1024-token slice at context 7680 ran 6-8% under one a1
+  // fitted over every length, a 448-token slice 0-3% over (docs/design.md, "Cost model"). Empty
+  // (the analytic model, files without them): a1 and a1' for every slice. a1 (a1') is then kept
+  // as the last regime's, the longest queries', which the split mesh's prefix cost uses.
+  std::vector<int64_t> attention_query_cuts;
+  std::vector<double> a1_by_query, backward_a1_by_query;
   // r: what checkpointing a layer adds net, over the recorded forward the model charges
   // (T_fwd): its first forward without autograd (T_ng) and, in the backward, its recorded
   // forward again with its own backward at once (T_rec), less the recorded forward and backward
@@ -93,6 +103,22 @@ struct CostCoefficients {
   // Analytic coefficients: FLOPs over achieved FLOP/s, bytes from the shape.
   static CostCoefficients analytic(const ModelShape& shape, const Hardware& hw);
 
+  // a1 (a1') for a slice of `query_tokens` tokens.
+  double attention_a1(int64_t query_tokens) const {
+    return a1_by_query.empty() ? a1 : a1_by_query[query_regime(query_tokens)];
+  }
+  double backward_attention_a1(int64_t query_tokens) const {
+    return backward_a1_by_query.empty() ? backward_a1
+                                        : backward_a1_by_query[query_regime(query_tokens)];
+  }
+  int query_regime(int64_t query_tokens) const {
+    int r = 0;
+    while (r < static_cast<int>(attention_query_cuts.size()) &&
+           query_tokens >= attention_query_cuts[r])
+      ++r;
+    return r;
+  }
+
   bool has_layer_backward() const {
     return backward_a1 > 0 || backward_a2 > 0 || backward_b > 0 || backward_a3 > 0;
   }
@@ -127,6 +153,11 @@ class CostModel {
   // One layer, one slice, without the per-chunk overhead: a1 * ((c+s)^2 - c^2) + a2 * s + a3 * c,
   // the work of the whole slice (all SP ranks together): the chunking balances with it.
   double slice_layer_time(int64_t context, int64_t length) const;
+  // The per-layer cost of a sequence's first x tokens with one a1 for every query length, so
+  // that a later slice costs prefix_layer_time(c + s) - prefix_layer_time(c) and the cost grows
+  // with x: what the chunking cuts sequences by. slice_layer_time(0, x), bit for bit, when the
+  // model has no query-length regimes (CostCoefficients::attention_query_cuts).
+  double prefix_layer_time(int64_t tokens) const;
   // One layer's compute on one chunk: sum of its slices (over d_s) plus b. No all-to-all.
   double layer_forward_time(const Chunk& chunk) const;
   // One layer's forward all-to-alls on the stage (its backward has as many); 0 with d_s = 1.

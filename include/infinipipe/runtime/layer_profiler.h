@@ -31,6 +31,13 @@
 
 namespace infinipipe::runtime {
 
+// Where the attention the executor runs on `device` changes how many query rows it tiles
+// together. On the CPU (chunk attention calls ATen's flash attention for CPU): 32 rows below 192
+// query tokens, 64 below 768, 256 from 768 (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp),
+// and the time per unit of attention work changes with the tile, so a CPU profile fits a1 per
+// regime (CostCoefficients::a1_by_query). Elsewhere: none (one a1).
+std::vector<int64_t> attention_query_cuts(c10::Device device);
+
 struct LayerProfilerOptions {
   std::vector<GridPoint> points;
   int repeats = 5;  // timed runs per point
