@@ -164,18 +164,23 @@ method's plan timed on its rank (thread CPU time, the fastest of 4 rounds, the m
 in each round), and after each round the profiler's grid (256-4096 tokens, contexts 0-8192) in the
 same two processes. ChunkFlow's chunks do not depend on the budget, so its plans at 192 MiB and
 without one run the same chunks, every layer checkpointed and none. Forward and backward together,
-predicted by the committed profile over measured, in the committed run and a second one:
+predicted by the committed profile over measured: in the committed run with a1 by query regime,
+and in two runs with the same profile's one a1 (`git show 734c453:benchmarks/results/action_times.json`
+and one not committed):
 
-| plan | committed run | second run |
-|---|---|---|
-| EPP, 192 MiB | -2.2% | -2.5% |
-| EPP, no budget | -0.5% | -0.1% |
-| Seq1F1B, 192 MiB (every layer checkpointed) | +2.1% | -1.7% |
-| ChunkFlow, 192 MiB (every layer checkpointed) | +2.3% | +2.7% |
-| ChunkFlow, no budget (none checkpointed) | +4.7% | +3.8% |
+| plan | a1 by query regime (committed) | one a1 | one a1, second run |
+|---|---|---|---|
+| EPP, 192 MiB | +0.2% | -2.2% | -2.5% |
+| EPP, no budget | -0.2% | -0.5% | -0.1% |
+| Seq1F1B, 192 MiB (every layer checkpointed) | -0.5% | +2.1% | -1.7% |
+| ChunkFlow, 192 MiB (every layer checkpointed) | +1.6% | +2.3% | +2.7% |
+| ChunkFlow, no budget (none checkpointed) | +1.2% | +4.7% | +3.8% |
 
-An earlier run of the same experiment (before the script; not committed) gave +0.1%, +1.1%,
-+3.4%, +7.6% and +3.3%. So:
+With a1 by regime the five plans' errors span 2.1 points, EPP's two plans 1.0-1.8 points under
+ChunkFlow's two; with one a1 they spanned 6.9 and 6.3 points, EPP's 2.8-6.9 and 1.9-6.3 under
+ChunkFlow's. An earlier run
+of the same experiment with one a1 (before the script; not committed) gave +0.1%, +1.1%, +3.4%,
++7.6% and +3.3%. The findings below come from the one-a1 runs:
 - The recompute is not what separates the methods. The same ChunkFlow chunks, recorded and fully
   checkpointed, differ by -1.1, -2.4 and +4.3 points in the three runs. What checkpointing a
   layer costs net in the executor (the two ChunkFlow plans' difference over the recorded forward;
