@@ -177,7 +177,7 @@ and one not committed):
 | ChunkFlow, no budget (none checkpointed) | +1.2% | +4.7% | +3.8% |
 
 With a1 by regime the five plans' errors span 2.1 points, EPP's two plans 1.0-1.8 points under
-ChunkFlow's two; with one a1 they spanned 6.9 and 6.3 points, EPP's 2.8-6.9 and 1.9-6.3 under
+ChunkFlow's two; with one a1 they spanned 6.9 and 6.3 points, EPP's 2.8-6.9 and 2.8-6.3 under
 ChunkFlow's. An earlier run
 of the same experiment with one a1 (before the script; not committed) gave +0.1%, +1.1%, +3.4%,
 +7.6% and +3.3%. The findings below come from the one-a1 runs:
