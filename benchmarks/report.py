@@ -234,13 +234,13 @@ How it was found (the per-action runs above were predicted with one a1):
     median.
 - Found, and not the bias: a chunk's slices beyond its first each cost time the model leaves out.
   The grid times one slice per chunk, so its b holds one slice's fixed cost. Fitted over every
-  chunk of every method (`action_times.py --report`, the committed run and an earlier one),
-  measured F + B = 0.97-0.99 x predicted + 0.26-0.33 ms per layer forward and 0.13-0.62 ms per
-  layer backward for each extra slice. Per action, EPP's forwards of chunks of 2-4 split slices
-  come out 8.6-9.1% under their prediction in both runs, ChunkFlow's three-slice chunks 3.5-7%
-  under where its one-slice chunks are 3% over. Charging the term moves every method's F + B
-  error up by 0.3-0.8 points and the gaps between methods by less than a point, so it is not the
-  bias. A profile would need chunks of several slices in its grid to fit it.
+  chunk of every method (`action_times.py --report`; the two one-a1 runs and the committed one),
+  measured F + B = 0.97-0.99 x predicted + 0.26-0.53 ms per layer forward and 0.13-0.62 ms per
+  layer backward for each extra slice. Per action in the one-a1 runs, EPP's forwards of chunks of
+  2-4 split slices come out 8.6-9.1% under their prediction, ChunkFlow's three-slice chunks
+  3.5-7% under where its one-slice chunks are 3% over. Charging the term moves every method's
+  F + B error up by 0.3-0.9 points and the gaps between methods by less than a point, so it is
+  not the bias. A profile would need chunks of several slices in its grid to fit it.
 - Also ruled out on this machine: the number of chunks held in flight while profiling (4 against
   16, two profiles each, alternating: a2 5.99e-6 and 6.71e-6 against 6.19e-6 and 5.87e-6), the
   neighbour process (a2 5.73e-6 and 5.46e-6 alone, 5.78e-6 and 5.60e-6 beside one), a chunk's
