@@ -16,18 +16,13 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The query regime of a slice of `tokens` tokens: how many cuts are at or below it.
-int regime_of(int64_t tokens, const std::vector<int64_t>& cuts) {
-  return int(std::upper_bound(cuts.begin(), cuts.end(), tokens) - cuts.begin());
-}
-
 // The regressors of a1, a2, b and a3: (c+s)^2 - c^2 (as s(2c+s), as the cost model), s, 1, c;
 // with cuts, one a1 column per query regime, the slice's own holding s(2c+s) and the others 0.
 std::vector<double> regressors(int64_t tokens, int64_t context,
                                const std::vector<int64_t>& cuts = {}) {
   const double s = double(tokens), c = double(context);
   std::vector<double> x(cuts.size() + 1, 0.0);
-  x[regime_of(tokens, cuts)] = s * (2 * c + s);
+  x[query_regime(tokens, cuts)] = s * (2 * c + s);
   x.insert(x.end(), {s, 1.0, c});
   return x;
 }
@@ -154,7 +149,7 @@ double robust_time(std::vector<double> runs, Statistic statistic) {
 double Calibration::forward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
   const double attention =
-      a1_by_query.empty() ? a1 : a1_by_query[regime_of(tokens, attention_query_cuts)];
+      a1_by_query.empty() ? a1 : a1_by_query[query_regime(tokens, attention_query_cuts)];
   return attention * x[0] + a2 * x[1] + b * x[2] + a3 * x[3];
 }
 
@@ -162,7 +157,7 @@ double Calibration::backward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
   const double attention = backward_a1_by_query.empty()
                                ? backward_a1
-                               : backward_a1_by_query[regime_of(tokens, attention_query_cuts)];
+                               : backward_a1_by_query[query_regime(tokens, attention_query_cuts)];
   return attention * x[0] + backward_a2 * x[1] + backward_b * x[2] + backward_a3 * x[3];
 }
 
@@ -253,7 +248,7 @@ std::vector<int64_t> spanned_cuts(const std::vector<LayerSample>& samples,
   for (size_t r = 0; r <= cuts.size();) {
     std::set<int64_t> lengths;
     for (const LayerSample& s : samples)
-      if (regime_of(s.tokens, cuts) == int(r)) lengths.insert(s.tokens);
+      if (query_regime(s.tokens, cuts) == int(r)) lengths.insert(s.tokens);
     const bool held = lengths.size() >= 2;
     if (held) {
       ++r;

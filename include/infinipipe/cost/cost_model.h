@@ -22,6 +22,7 @@
 // direction and rank), so per layer and direction (cost_model_parallel.cc)
 //   T_a2a = (d_s - 1)/d_s * (tokens/d_s) * (2h + 2 kv_dim) * bytes / B + 4 * latency
 // Recomputing a layer repeats its forward all-to-alls.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,12 @@
 #include "infinipipe/cost/parallel_layout.h"
 
 namespace infinipipe {
+
+// The query regime of a slice of `query_tokens` tokens: how many of the (increasing) cuts are at
+// or below it (CostCoefficients::attention_query_cuts).
+inline int query_regime(int64_t query_tokens, const std::vector<int64_t>& cuts) {
+  return static_cast<int>(std::upper_bound(cuts.begin(), cuts.end(), query_tokens) - cuts.begin());
+}
 
 struct CostCoefficients {
   // Time, per layer.
@@ -59,10 +66,11 @@ struct CostCoefficients {
   // a1_by_query[r] (backward_a1_by_query[r]) where r counts the cuts at or below s_i. PyTorch's
   // CPU flash attention tiles the queries in blocks it picks by their number (32 rows below 192,
   // 64 below 768, 256 from 768: ATen's cpu/FlashAttentionKernel.cpp), and larger blocks do the
-  // same work faster: on a 2-core Xeon a 1024-token slice at context 7680 ran 6-8% under one a1
-  // fitted over every length, a 448-token slice 0-3% over (docs/design.md, "Cost model"). Empty
-  // (the analytic model, files without them): a1 and a1' for every slice. a1 (a1') is then kept
-  // as the last regime's, the longest queries', which the split mesh's prefix cost uses.
+  // same work faster: on a 2-core Xeon, at contexts of 4096 and 7680, one a1 fitted over every
+  // length came out 3.3% under the measured time of 300-700-token slices and 2.2% over that of
+  // 800-1200-token ones (benchmarks/query_lengths.py; docs/design.md, "Cost model"). Empty (the
+  // analytic model, files without them): a1 and a1' for every slice. a1 (a1') is then kept as
+  // the last regime's, the longest queries', which the split mesh's prefix cost uses.
   std::vector<int64_t> attention_query_cuts;
   std::vector<double> a1_by_query, backward_a1_by_query;
   // r: what checkpointing a layer adds net, over the recorded forward the model charges
@@ -112,11 +120,7 @@ struct CostCoefficients {
                                         : backward_a1_by_query[query_regime(query_tokens)];
   }
   int query_regime(int64_t query_tokens) const {
-    int r = 0;
-    while (r < static_cast<int>(attention_query_cuts.size()) &&
-           query_tokens >= attention_query_cuts[r])
-      ++r;
-    return r;
+    return infinipipe::query_regime(query_tokens, attention_query_cuts);
   }
 
   bool has_layer_backward() const {
