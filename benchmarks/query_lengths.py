@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from infinipipe import _C, profile
+from infinipipe import profile
 from infinipipe.models import llama
 
 LENGTHS = [300, 336, 400, 448, 600, 700, 800, 900, 1200]
@@ -30,21 +30,10 @@ CONTEXTS = [0, 4096, 7680]
 def fits(runs: dict, grid: set) -> dict:
     """The one-a1 fit and the fit by query regime, on the grid's points of `runs` only."""
     fitted = dict(runs, layer=[r for r in runs["layer"] if (r["tokens"], r["context"]) in grid])
-    one = _C.plan.calibrate(*_samples(fitted), holdout_fraction=0.0, attention_query_cuts=[])
-    return {"one a1": one, "by query regime": profile.fit(fitted, holdout=0)}
-
-
-def _samples(runs: dict) -> tuple:
-    med = statistics.median
-    layer = [
-        (r["tokens"], r["context"], med(r["forward_s"]), med(r["backward_s"]))
-        for r in runs["layer"]
-    ]
-    return (
-        layer,
-        [(r["tokens"], med(r["seconds"])) for r in runs["embedding"]],
-        [(r["tokens"], med(r["seconds"])) for r in runs["head"]],
-    )
+    return {
+        "one a1": profile.fit(fitted, holdout=0, attention_query_cuts=[]),
+        "by query regime": profile.fit(fitted, holdout=0),
+    }
 
 
 def main() -> None:

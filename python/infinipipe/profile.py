@@ -247,8 +247,15 @@ def neighbours(
                 end.close()
 
 
-def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int = 0) -> Any:
-    """_C.plan.Calibration of the runs, each point's repeats reduced by `statistic`."""
+def fit(
+    runs: dict,
+    statistic: str = "median",
+    holdout: float = 0.25,
+    seed: int = 0,
+    attention_query_cuts: Sequence[int] | None = None,
+) -> Any:
+    """_C.plan.Calibration of the runs, each point's repeats reduced by `statistic`; a1 by the
+    query regimes of `attention_query_cuts` (default ATTENTION_QUERY_CUTS; [] for one a1)."""
 
     def t(x):
         return _C.plan.robust_time(x, statistic)
@@ -273,7 +280,9 @@ def fit(runs: dict, statistic: str = "median", holdout: float = 0.25, seed: int 
         head,
         holdout_fraction=holdout,
         seed=seed,
-        attention_query_cuts=ATTENTION_QUERY_CUTS,
+        attention_query_cuts=ATTENTION_QUERY_CUTS
+        if attention_query_cuts is None
+        else list(attention_query_cuts),
     )
 
 
