@@ -252,15 +252,29 @@ How it was found (the per-action runs above were predicted with one a1):
   experiment (ChunkFlow without budget: +3.3%, +3.8%, +4.7%, and +6.4% in the last session's).
 
 What is left:
-- The rest of the step. The step (the median round) comes out 2.7-6.7 points further under its
-  prediction than the busy CPU time (the fastest round), by method: Seq1F1B and EPP most, batch-level
-  least, in both runs. That is where the step-level gap now is. A lead: the executor's own time per
-  action (dispatch, sends, K/V bookkeeping), which the simulator does not charge: batch-level
-  1F1B runs 3-9 chunks a step here, ChunkFlow 17-38, Seq1F1B 12-36 and EPP 12-55. A step's wall
-  time beyond its measured compute (the median round less the largest over the stages of the
-  measured busy CPU time plus the predicted idle), fitted against its chunks over the 26 cases,
-  grows by 8.9 ms a chunk in the run (correlation 0.55) and 4.7 ms in the repeat (0.24): a lead,
-  too noisy yet to charge.
+- Not the simulator's structure: the replay above runs each measured plan's own schedule with
+  its measured action times, and comes within 0.8-1.2% of the measured step for every method
+  (medians; batch-level 0.8, the others 1.1-1.2), 0.4 points apart at most. An earlier run of
+  16 of these cases gave 0.4-2.0% per case and round. So the step-level gap between methods is
+  in the action times, and the earlier lead (the step's time beyond its compute growing with
+  its chunks) was the fastest-round busy time set against the median-round step: with each
+  round's own actions about 1% is left, alike for every method.
+- The action times: per round, EPP's F actions take 6.3% more than the simulator's times scaled
+  to that round, batch-level's 0.1% more (B: 3.3% and 0.4%). Small actions come out under
+  their prediction, large ones over: what a constant per action does. Fitted, 4.5 ms per F and
+  5.2 ms per B (5.0 and 6.7 ms in an earlier run of 16 cases), on top of the model's b per
+  layer; what is left per method is then 1.6 to -2.6% (F) and 0.7 to -1.4% (B). The F part
+  goes with the recorded layers: 1.5 ms per recorded layer of the action leaves 1.1 to -0.1%
+  (under a budget every baseline checkpoints 3 or 4 of a stage's 4 layers in every chunk, so
+  its forwards record little; EPP's recompute is stage-aware). Charged to the committed
+  validation runs' plans (replayed with the cost model's times plus 1.5 ms per recorded layer
+  per F and 5.2 ms per B, constants from the replay run, not from those runs), EPP's median
+  step error against Seq1F1B's, batch-level's and ChunkFlow's differs by 1.4, 1.2, 1.6 points
+  in the run and 0.7, 0.5, 2.2 in the repeat, against 0.2, 1.4, 2.0 and 0.8, 3.5, 2.4 now.
+  Not charged yet: the profiler, which times a layer in a loop, does not see this time, so it
+  cannot fit it on a user's machine, and what it is (the layers of a chunk run back to back
+  after other chunks' work, not one layer in a loop) is still to be found. Already ruled out: a
+  chunk's module state (at most 0.6 ms per chunk and stage, below) and glibc's allocator.
 - A chunk's slices beyond its first (above): a grid with chunks of several slices would let the
   profiler fit their cost."""
 
@@ -405,6 +419,50 @@ def validation_calibration(val: dict | None, results_dir: Path, above: dict | No
         f"(`{path}`, the same command){how}:",
         "",
     ] + calibration_section(dict(meta or {}, file=path.stem) if meta else None)
+
+
+def step_replay_section(data: dict | None) -> list[str]:
+    """The validation's steps replayed with their measured action times (step_replay.json)."""
+    if data is None:
+        return []
+    fits = data["action_fits"]
+    out = [
+        "Replayed (`benchmarks/step_replay.py`, committed run `benchmarks/results/step_replay.json`):"
+        " the validation's cases in interleaved rounds, each plan's schedule replayed with the "
+        "measured thread CPU time of every one of its actions (the simulator's dependencies, "
+        "transfers free); medians over cases and rounds. Then every F and every B action against "
+        "the simulator's time for it, fitted with a scale per round, without and with a constant "
+        "per action, and what each fit leaves per method (measured over fitted - 1, summed over "
+        "the method's actions):",
+        "",
+    ]
+    out += table_head(
+        "method",
+        "measured / replayed - 1",
+        "predicted / replayed - 1",
+        "F left, no constant",
+        "F left, constant",
+        "B left, no constant",
+        "B left, constant",
+    )
+    for m, e in data["per_method"].items():
+        left = [
+            fits[f"{kind} {how} a constant"]["left_by_method"][m]
+            for kind in "FB"
+            for how in ("without", "with")
+        ]
+        out.append(
+            f"| {METHOD_NAMES.get(m, m)} | {e['measured_over_replayed']:+.1%} | "
+            f"{e['predicted_over_replayed']:+.1%} | " + " | ".join(f"{v:+.1%}" for v in left) + " |"
+        )
+    out += [
+        "",
+        f"The fitted constants: {fits['F with a constant']['per_action_s'] * 1e3:.1f} ms per F "
+        f"and {fits['B with a constant']['per_action_s'] * 1e3:.1f} ms per B action (F and B "
+        "of all four layers of a stage, on top of the cost model's b per layer).",
+        "",
+    ]
+    return out
 
 
 # The validation's baselines run the setting validate_simulator gives them, not a static one.
@@ -849,6 +907,7 @@ def main() -> int:
     text += ["## Calibration", "", CALIBRATION, ""] + calibration_section(meta)
     text += ["## Simulator validation", "", VALIDATION, ""] + validation_calibration(val, r, meta)
     text += validation_section(val)
+    text += step_replay_section(load(r / "step_replay.json"))
     text += [VALIDATION_FINDINGS, ""]
     text += ["## Measured comparison", "", MEASURED, ""] + measured_section(
         res, args.docs, packed_context

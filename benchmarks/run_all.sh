@@ -37,6 +37,8 @@ if [ "${1:-}" = "--smoke" ]; then
   $PY benchmarks/query_lengths.py --smoke > /dev/null
   $TORCHRUN --nproc_per_node=2 benchmarks/action_times.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/action_times.json" > /dev/null
+  $TORCHRUN --nproc_per_node=2 benchmarks/step_replay.py --smoke \
+    --cost-model "$OUT/cost_cpu.json" --output "$OUT/step_replay.json" > /dev/null
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
   exit 0
@@ -55,6 +57,9 @@ $PY benchmarks/query_lengths.py  # the fit at query lengths between the grid's, 
 # each method's forwards and backwards against the cost model, the profiler's grid timed beside
 $TORCHRUN --nproc_per_node=2 benchmarks/action_times.py \
   --cost-model "$R/cost_cpu.json" --output "$R/action_times.json"
+# the validation's steps replayed with every action's measured time: structure against action times
+$TORCHRUN --nproc_per_node=2 benchmarks/step_replay.py \
+  --cost-model "$R/cost_cpu.json" --output "$R/step_replay.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
 # Repeats of the measured comparison with the main run's torch configuration (its tuning takes

@@ -167,8 +167,13 @@ def predicted_parts(c: dict) -> dict:
     return {f"predicted_{k}_s": v for k, v in parts.items()}
 
 
+def case_fields(case: tuple) -> dict:
+    """A case tuple (all_cases) as the results' JSON names it."""
+    names = ("distribution", "batch", "context", "method", "budget_mib", "seed")
+    return dict(zip(names, case, strict=True))
+
+
 def result_row(c: dict) -> dict:
-    distribution, batch_size, context, method, budget_mib, seed = c["case"]
     summary = c["plan"].summary()
     measured = c["measured"]
     memory = gathered(c["trainer"].step(c["batch"], plan=c["plan"], measure_memory=True).stats)
@@ -184,14 +189,7 @@ def result_row(c: dict) -> dict:
 
     busy_cpu = fastest("compute_cpu_s")
     return dict(
-        case=dict(
-            distribution=distribution,
-            batch=batch_size,
-            context=context,
-            method=method,
-            budget_mib=budget_mib,
-            seed=seed,
-        ),
+        case=case_fields(c["case"]),
         lengths=list(c["lengths"]),
         setting=summary["setting"],
         # the plan's structure, to predict the same plan again with another cost model
