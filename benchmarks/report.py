@@ -271,10 +271,21 @@ What is left:
   per F and 5.2 ms per B, constants from the replay run, not from those runs), EPP's median
   step error against Seq1F1B's, batch-level's and ChunkFlow's differs by 1.4, 1.2, 1.6 points
   in the run and 0.7, 0.5, 2.2 in the repeat, against 0.2, 1.4, 2.0 and 0.8, 3.5, 2.4 now.
+  Where it is: with the Python stage's layer calls timed inside the pipelined executor (an
+  experiment, the wikipedia step without a budget, 2 rounds), the 4 layer calls of an F take
+  1.01-1.10 x the cost model's time plus 9.2-9.6 ms per chunk for EPP and 5.1-5.9 ms for
+  ChunkFlow, spread evenly over the 4 layers. `perf` on the first rank over two steps puts
+  about 13% of EPP's samples outside the compute kernels (PyTorch's dispatcher and autograd,
+  Python, malloc, the kernel), against about 4% of batch-level's, which makes far fewer layer
+  calls. Run alone, the same layers on fresh 256-token chunks (where 5-9 ms would nearly double
+  an F) take 8.1-8.2 ms per F of 4 layers, 8.8 ms with 64 MB written between chunks, against
+  7.7-9.9 ms for 4 of the profiler's layers timed in the same process.
   Not charged yet: the profiler, which times a layer in a loop, does not see this time, so it
-  cannot fit it on a user's machine, and what it is (the layers of a chunk run back to back
-  after other chunks' work, not one layer in a loop) is still to be found. Already ruled out: a
-  chunk's module state (at most 0.6 ms per chunk and stage, below) and glibc's allocator.
+  cannot fit it on a user's machine, and why a layer call costs more inside the pipeline is
+  still to be found. Already ruled out: a chunk's module state (at most 0.6 ms per chunk and
+  stage, below), glibc's allocator, a new shape per chunk (40 new token counts against the same
+  ones again: 22.9 against 22.7 ms per forward of 4 layers), the validation's after-action
+  probe (on and off alternating, the same times).
 - A chunk's slices beyond its first (above): a grid with chunks of several slices would let the
   profiler fit their cost."""
 
