@@ -28,7 +28,6 @@ import collections
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate_simulator as vs  # noqa: E402
 from lib import results, training  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
-from lib.validation import heavy_lengths  # noqa: E402
+from lib.validation import heavy_lengths, step_with_action_times  # noqa: E402
 
 from infinipipe import profile  # noqa: E402
 from infinipipe.data import synthetic_batch  # noqa: E402
@@ -59,11 +58,8 @@ def name(method) -> str:
 
 def action_times(trainer, batch, plan) -> dict:
     """This rank's thread CPU seconds of each F and B action of one step."""
-    marks = [("start", time.thread_time())]
-    trainer.executor.set_after_action(lambda a: marks.append((a, time.thread_time())))
-    trainer.step(batch, plan=plan)
-    trainer.executor.set_after_action(None)
-    return {a: t - marks[i - 1][1] for i, (a, t) in enumerate(marks) if i and a[0] in "FB"}
+    _, actions = step_with_action_times(trainer, batch, plan)
+    return {a: seconds for a, seconds in actions if a[0] in "FB"}
 
 
 def measure(cost_model: str, rounds: int, smoke: bool) -> dict:

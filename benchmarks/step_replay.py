@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,23 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate_simulator as vs  # noqa: E402
 from lib import results  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
-from lib.validation import predicted_action_seconds, replay  # noqa: E402
+from lib.validation import predicted_action_seconds, replay, step_with_action_times  # noqa: E402
 
 from infinipipe.models.llama import LlamaConfig  # noqa: E402
-
-METHODS = vs.METHODS
 
 
 def timed_actions(c: dict) -> dict:
     """One step of case c: the executor's total and, in order, each action's thread CPU time."""
-    executor = c["trainer"].executor
-    marks = [("start", time.thread_time())]
-    executor.set_after_action(lambda action: marks.append((action, time.thread_time())))
-    try:
-        stats = c["trainer"].step(c["batch"], plan=c["plan"]).stats
-    finally:
-        executor.set_after_action(None)
-    actions = [(a, t - marks[i - 1][1]) for i, (a, t) in enumerate(marks) if i]
+    stats, actions = step_with_action_times(c["trainer"], c["batch"], c["plan"])
     return dict(total_s=stats["total_s"], actions=actions)
 
 

@@ -28,7 +28,6 @@ import argparse
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -36,7 +35,15 @@ import torch.distributed as dist
 from lib import results, training
 from lib.ranks import gathered, leave
 from lib.results import MIB
-from lib.validation import errors, heavy_lengths, paired, per_method, predict_again, shared_rows
+from lib.validation import (
+    errors,
+    heavy_lengths,
+    paired,
+    per_method,
+    predict_again,
+    shared_rows,
+    step_with_action_times,
+)
 
 import infinipipe
 from infinipipe import _C
@@ -135,20 +142,10 @@ def prepare(case, args, config: LlamaConfig) -> dict:
 
 def timed_step(c: dict) -> None:
     """One timed step; besides the executor's wall-clock stats, this rank's thread CPU time in
-    its forward and backward actions (the actions' ends marked by the executor's after_action
-    probe; the first action counts from the step's start), which other work on the machine
-    inflates far less than the wall clock."""
-    executor = c["trainer"].executor
-    marks = [("start", time.thread_time())]
-    executor.set_after_action(lambda action: marks.append((action, time.thread_time())))
-    try:
-        stats = dict(c["trainer"].step(c["batch"], plan=c["plan"]).stats)
-    finally:
-        executor.set_after_action(None)
+    its forward and backward actions (lib/validation.py, step_with_action_times)."""
+    stats, actions = step_with_action_times(c["trainer"], c["batch"], c["plan"])
     for kind, key in (("F", "forward_cpu_s"), ("B", "backward_cpu_s")):
-        stats[key] = sum(
-            t - marks[i - 1][1] for i, (a, t) in enumerate(marks) if i and a[0] == kind
-        )
+        stats[key] = sum(seconds for a, seconds in actions if a[0] == kind)
     stats["compute_cpu_s"] = stats["forward_cpu_s"] + stats["backward_cpu_s"]
     c["measured"].append(gathered(stats))
 

@@ -3,6 +3,7 @@ report.py renders from its results; and the heavy steps it measures every method
 
 import math
 import statistics
+import time
 
 import numpy as np
 
@@ -193,3 +194,17 @@ def predicted_action_seconds(plan, cost):
         key = (stage, text.removeprefix("recompute "))
         out[key] = out.get(key, 0.0) + seconds
     return out
+
+
+def step_with_action_times(trainer, batch, plan):
+    """One step of `plan`: (its stats as a dict, and in order each action's thread CPU seconds on
+    this rank as (action text, seconds)). The actions' ends are marked by the executor's
+    after_action probe, the first action counting from the step's start; thread CPU time is
+    what other work on the machine inflates far less than the wall clock."""
+    marks = [("start", time.thread_time())]
+    trainer.executor.set_after_action(lambda action: marks.append((action, time.thread_time())))
+    try:
+        stats = dict(trainer.step(batch, plan=plan).stats)
+    finally:
+        trainer.executor.set_after_action(None)
+    return stats, [(a, t - marks[i - 1][1]) for i, (a, t) in enumerate(marks) if i]
