@@ -271,8 +271,9 @@ What is left:
   per F and 5.2 ms per B, constants from the replay run, not from those runs), EPP's median
   step error against Seq1F1B's, batch-level's and ChunkFlow's differs by 1.4, 1.2, 1.6 points
   in the run and 0.7, 0.5, 2.2 in the repeat, against 0.2, 1.4, 2.0 and 0.8, 3.5, 2.4 now.
-  Where it is: with the Python stage's layer calls timed inside the pipelined executor (an
-  experiment, the wikipedia step without a budget, 2 rounds), the 4 layer calls of an F take
+  Where it is (experiments with a CI run on the machine, so their figures are rough): with the
+  Python stage's layer calls timed inside the pipelined executor (the wikipedia step without a
+  budget, 2 rounds), the 4 layer calls of an F take
   1.01-1.10 x the cost model's time plus 9.2-9.6 ms per chunk for EPP and 5.1-5.9 ms for
   ChunkFlow, spread evenly over the 4 layers. `perf` on the first rank over two steps puts
   about 13% of EPP's samples outside the compute kernels (PyTorch's dispatcher and autograd,
@@ -281,7 +282,8 @@ What is left:
   an F) take 8.1-8.2 ms per F of 4 layers, 8.8 ms with 64 MB written between chunks, against
   7.7-9.9 ms for 4 of the profiler's layers timed in the same process.
   Most of it is the Python stage's. The same per-action fit on 3 of the steps (wikipedia,
-  extreme, heavy seed 0; 2 rounds each, an experiment run one after the other), what is left
+  extreme, heavy seed 0; 2 rounds each, an experiment run one after the other on a quiet
+  machine), what is left
   per method without a constant, EPP, Seq1F1B, batch-level, ChunkFlow:
   - the Python stage, as the validation runs it: F +5.8%, -0.8%, -0.3%, +1.6%; B +4.6%, -0.1%,
     +0.4%, +1.9% (constants 2.9 ms per F, 7.2 ms per B);
