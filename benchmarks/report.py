@@ -271,35 +271,38 @@ What is left:
   per F and 5.2 ms per B, constants from the replay run, not from those runs), EPP's median
   step error against Seq1F1B's, batch-level's and ChunkFlow's differs by 1.4, 1.2, 1.6 points
   in the run and 0.7, 0.5, 2.2 in the repeat, against 0.2, 1.4, 2.0 and 0.8, 3.5, 2.4 now.
-  Where it is (experiments with a CI run on the machine, so their figures are rough): with the
-  Python stage's layer calls timed inside the pipelined executor (the wikipedia step without a
-  budget, 2 rounds), the 4 layer calls of an F take
-  1.01-1.10 x the cost model's time plus 9.2-9.6 ms per chunk for EPP and 5.1-5.9 ms for
-  ChunkFlow, spread evenly over the 4 layers. `perf` on the first rank over two steps puts
-  about 13% of EPP's samples outside the compute kernels (PyTorch's dispatcher and autograd,
-  Python, malloc, the kernel), against about 4% of batch-level's, which makes far fewer layer
-  calls. Run alone, the same layers on fresh 256-token chunks (where 5-9 ms would nearly double
-  an F) take 8.1-8.2 ms per F of 4 layers, 8.8 ms with 64 MB written between chunks, against
-  7.7-9.9 ms for 4 of the profiler's layers timed in the same process.
-  Most of it is the Python stage's. The same per-action fit on 3 of the steps (wikipedia,
+- Where that time is (experiments with a CI run on the machine, so their figures are rough):
+  - With the Python stage's layer calls timed inside the pipelined executor (the wikipedia
+    step without a budget, 2 rounds), the 4 layer calls of an F take 1.01-1.10 x the cost
+    model's time plus 9.2-9.6 ms per chunk for EPP and 5.1-5.9 ms for ChunkFlow, spread evenly
+    over the 4 layers.
+  - `perf` on the first rank over two steps puts about 13% of EPP's samples outside the
+    compute kernels (PyTorch's dispatcher and autograd, Python, malloc, the kernel), against
+    about 4% of batch-level's, which makes far fewer layer calls.
+  - Run alone, the same layers on fresh 256-token chunks (where 5-9 ms would nearly double an
+    F) take 8.1-8.2 ms per F of 4 layers, 8.8 ms with 64 MB written between chunks, against
+    7.7-9.9 ms for 4 of the profiler's layers timed in the same process.
+- Most of it is the Python stage's. The same per-action fit on 3 of the steps (wikipedia,
   extreme, heavy seed 0; 2 rounds each, an experiment run one after the other on a quiet
-  machine), what is left
-  per method without a constant, EPP, Seq1F1B, batch-level, ChunkFlow:
+  machine); what is left per method without a constant, EPP, Seq1F1B, batch-level, ChunkFlow:
   - the Python stage, as the validation runs it: F +5.8%, -0.8%, -0.3%, +1.6%; B +4.6%, -0.1%,
     +0.4%, +1.9% (constants 2.9 ms per F, 7.2 ms per B);
   - the same with Python's garbage collector off during the rounds: F +4.4%, +0.3%, -0.2%,
     +0.1%; B +1.4%, -0.7%, +0.3%, -0.3% (constants 2.1 and 0.6 ms);
   - the C++ stage (models.cpp.build_stage) in the executor: F +1.2%, +1.3%, 0.0%, +0.5%; B
     -0.4%, +1.6%, +0.4%, +0.7% (constants 1.3 and 2.7 ms).
-  So Python's garbage collector took most of the B part in this comparison: its collections come
-  with the Python objects that layer calls make, and its full ones walk every object the process
-  holds (the validation holds 26 prepared cases). What is left in EPP's forwards goes with the Python stage's own work per call.
-  Not charged yet: the profiler, which times a layer in a loop in a small process, does not see
+
+  So Python's garbage collector took most of the B part in this comparison: its collections
+  come with the Python objects that layer calls make, and its full ones walk every object the
+  process holds (the validation holds 26 prepared cases). What is left in EPP's forwards goes
+  with the Python stage's own work per call.
+- Not charged yet: the profiler, which times a layer in a loop in a small process, does not see
   this time, so it cannot fit it on a user's machine. Next: profile and validate the C++ stage,
-  or time the profile's layers in a process holding a training run's heap. Already ruled out: a chunk's module state (at most 0.6 ms per chunk and
-  stage, below), glibc's allocator, a new shape per chunk (40 new token counts against the same
-  ones again: 22.9 against 22.7 ms per forward of 4 layers), the validation's after-action
-  probe (on and off alternating, the same times).
+  or time the profile's layers in a process holding a training run's heap. Already ruled out: a
+  chunk's module state (at most 0.6 ms per chunk and stage, below), glibc's allocator, a new
+  shape per chunk (40 new token counts against the same ones again: 22.9 against 22.7 ms per
+  forward of 4 layers), the validation's after-action probe (on and off alternating, the same
+  times).
 - A chunk's slices beyond its first (above): a grid with chunks of several slices would let the
   profiler fit their cost."""
 
