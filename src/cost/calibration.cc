@@ -148,16 +148,14 @@ double robust_time(std::vector<double> runs, Statistic statistic) {
 
 double Calibration::forward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
-  const double attention =
-      a1_by_query.empty() ? a1 : a1_by_query[query_regime(tokens, attention_query_cuts)];
+  const double attention = a1_for_query(a1, a1_by_query, tokens, attention_query_cuts);
   return attention * x[0] + a2 * x[1] + b * x[2] + a3 * x[3];
 }
 
 double Calibration::backward_s(int64_t tokens, int64_t context) const {
   const std::vector<double> x = regressors(tokens, context);
-  const double attention = backward_a1_by_query.empty()
-                               ? backward_a1
-                               : backward_a1_by_query[query_regime(tokens, attention_query_cuts)];
+  const double attention =
+      a1_for_query(backward_a1, backward_a1_by_query, tokens, attention_query_cuts);
   return attention * x[0] + backward_a2 * x[1] + backward_b * x[2] + backward_a3 * x[3];
 }
 
@@ -241,10 +239,7 @@ namespace {
 // count per regime: one a1, as before).
 std::vector<int64_t> spanned_cuts(const std::vector<LayerSample>& samples,
                                   std::vector<int64_t> cuts) {
-  for (size_t i = 0; i < cuts.size(); ++i)
-    check(cuts[i] > (i == 0 ? 0 : cuts[i - 1]),
-          "calibration: attention_query_cuts must be positive and increasing, got " +
-              std::to_string(cuts[i]) + " at position " + std::to_string(i));
+  check_query_cuts(cuts, "calibration");
   for (size_t r = 0; r <= cuts.size();) {
     std::set<int64_t> lengths;
     for (const LayerSample& s : samples)

@@ -21,6 +21,13 @@ constexpr double kTokenIdBytes = 8;
 constexpr double kLossTotalWeightBytes = 8;
 }  // namespace
 
+void check_query_cuts(const std::vector<int64_t>& cuts, const std::string& owner) {
+  for (size_t i = 0; i < cuts.size(); ++i)
+    check(cuts[i] > (i == 0 ? 0 : cuts[i - 1]),
+          owner + ": attention_query_cuts must be positive and increasing, got " +
+              std::to_string(cuts[i]) + " at position " + std::to_string(i));
+}
+
 CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardware& hw) {
   shape.validate();
   hw.validate();
@@ -126,10 +133,7 @@ void CostCoefficients::validate() const {
   at_least_zero(backward_a2, "backward_a2");
   at_least_zero(backward_b, "backward_b");
   at_least_zero(backward_a3, "backward_a3");
-  for (size_t i = 0; i < attention_query_cuts.size(); ++i)
-    check(attention_query_cuts[i] > (i == 0 ? 0 : attention_query_cuts[i - 1]),
-          "cost coefficients: attention_query_cuts must be positive and increasing, got " +
-              std::to_string(attention_query_cuts[i]) + " at position " + std::to_string(i));
+  check_query_cuts(attention_query_cuts, "cost coefficients");
   const size_t regimes = attention_query_cuts.size() + 1;
   check(attention_query_cuts.empty() == a1_by_query.empty() &&
             (a1_by_query.empty() || a1_by_query.size() == regimes) &&

@@ -42,6 +42,17 @@ inline int query_regime(int64_t query_tokens, const std::vector<int64_t>& cuts) 
   return static_cast<int>(std::upper_bound(cuts.begin(), cuts.end(), query_tokens) - cuts.begin());
 }
 
+// a1 (or a1') for a slice of `query_tokens` tokens: its query regime's entry of `by_query`, or
+// the one `a1` of a model without regimes (empty `by_query`).
+inline double a1_for_query(double a1, const std::vector<double>& by_query, int64_t query_tokens,
+                           const std::vector<int64_t>& cuts) {
+  return by_query.empty() ? a1 : by_query[query_regime(query_tokens, cuts)];
+}
+
+// Throws Error unless every cut is positive and above the one before; `owner` starts the message
+// ("cost coefficients", "calibration").
+void check_query_cuts(const std::vector<int64_t>& cuts, const std::string& owner);
+
 struct CostCoefficients {
   // Time, per layer.
   double a1 = 0;  // s per unit of ((c+s)^2 - c^2): causal attention over the prefix
@@ -113,11 +124,10 @@ struct CostCoefficients {
 
   // a1 (a1') for a slice of `query_tokens` tokens.
   double attention_a1(int64_t query_tokens) const {
-    return a1_by_query.empty() ? a1 : a1_by_query[query_regime(query_tokens)];
+    return a1_for_query(a1, a1_by_query, query_tokens, attention_query_cuts);
   }
   double backward_attention_a1(int64_t query_tokens) const {
-    return backward_a1_by_query.empty() ? backward_a1
-                                        : backward_a1_by_query[query_regime(query_tokens)];
+    return a1_for_query(backward_a1, backward_a1_by_query, query_tokens, attention_query_cuts);
   }
   int query_regime(int64_t query_tokens) const {
     return infinipipe::query_regime(query_tokens, attention_query_cuts);
