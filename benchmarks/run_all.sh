@@ -2,7 +2,8 @@
 # Reproduces every figure of docs/benchmarks.md on this machine, in order:
 #   1. calibration: profile one layer of the tiny LLaMA (1 thread, as each pipeline rank runs,
 #      beside one neighbour process doing the same work, as the other rank does)
-#   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions
+#   2. simulator validation: real 2-rank pipelined steps against the simulator's predictions,
+#      with the Python stage and with the C++ one (each profiled as itself)
 #   3. measured comparison: EPP, its baselines and torch.distributed.pipelining (padded batches
 #      and packed documents), side by side,
 #      and MEASURED_REPEATS (default 2) repeats of it
@@ -26,6 +27,8 @@ if [ "${1:-}" = "--smoke" ]; then
   $PY -m infinipipe profile --grid quick --layers-per-stage 4,4 --neighbours 1 --output "$OUT/cost_cpu.json" --no-progress
   $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/validation.json"
+  $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py --smoke --stage cpp \
+    --cost-model "$OUT/cost_cpu.json" --output "$OUT/validation_cpp.json"
   $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/measured.json"
   $PY benchmarks/cpu_simulated.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
@@ -39,6 +42,8 @@ if [ "${1:-}" = "--smoke" ]; then
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/action_times.json" > /dev/null
   $TORCHRUN --nproc_per_node=2 benchmarks/step_replay.py --smoke \
     --cost-model "$OUT/cost_cpu.json" --output "$OUT/step_replay.json" > /dev/null
+  $TORCHRUN --nproc_per_node=2 benchmarks/gc_pause.py --smoke \
+    --cost-model "$OUT/cost_cpu.json" --output "$OUT/gc_pause.json" > /dev/null
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
   exit 0
@@ -51,6 +56,12 @@ for out in validation validation_repeat_1; do  # the same command twice: the wal
   $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py \
     --cost-model "$R/cost_cpu.json" --output "$R/$out.json"
 done
+# the same with the C++ stage, profiled as such: the Python stage's own time per call left out
+$PY -m infinipipe profile --stage cpp --grid full --layers-per-stage 4,4 --neighbours 1 --output "$R/cost_cpu_cpp.json"
+for out in validation_cpp validation_cpp_repeat_1; do
+  $TORCHRUN --nproc_per_node=2 benchmarks/validate_simulator.py --stage cpp \
+    --cost-model "$R/cost_cpu_cpp.json" --output "$R/$out.json"
+done
 $PY benchmarks/recorded_forward.py  # why the profiler times a layer after the one before it
 $PY benchmarks/stage_alone.py  # a stage's slices outside the pipeline against the profiler
 $PY benchmarks/query_lengths.py  # the fit at query lengths between the grid's, one a1 or by regime
@@ -60,6 +71,9 @@ $TORCHRUN --nproc_per_node=2 benchmarks/action_times.py \
 # the validation's steps replayed with every action's measured time: structure against action times
 $TORCHRUN --nproc_per_node=2 benchmarks/step_replay.py \
   --cost-model "$R/cost_cpu.json" --output "$R/step_replay.json"
+# Python's garbage collector paused while the pipeline runs against left on (docs/runtime.md)
+$TORCHRUN --nproc_per_node=2 benchmarks/gc_pause.py \
+  --cost-model "$R/cost_cpu.json" --output "$R/gc_pause.json"
 $TORCHRUN --nproc_per_node=2 benchmarks/measured_comparison.py \
   --cost-model "$R/cost_cpu.json" --output "$R/measured.json"
 # Repeats of the measured comparison with the main run's torch configuration (its tuning takes

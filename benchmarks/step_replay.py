@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate_simulator as vs  # noqa: E402
-from lib import results  # noqa: E402
+from lib import results, training  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
 from lib.validation import predicted_action_seconds, replay, step_with_action_times  # noqa: E402
 
@@ -148,6 +148,7 @@ def print_report(result: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cost-model", help="cost JSON (python -m infinipipe profile)")
+    training.add_trainer_arguments(p)
     p.add_argument("--repeats", type=int, default=3, help="rounds")
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--output", type=Path, help="JSON with every case and round (rank 0 writes it)")
@@ -170,7 +171,13 @@ def main() -> int:
             print(f"round {r + 1} of {args.repeats} done", flush=True)
     if dist.get_rank() == 0:
         rows = [case_row(c) for c in prepared]
-        result = dict(cost_model=args.cost_model, cases=rows, **summary(rows))
+        result = dict(
+            cost_model=args.cost_model,
+            stage=args.stage,
+            pause_gc=args.pause_gc,
+            cases=rows,
+            **summary(rows),
+        )
         print_report(result)
         if args.output:
             results.write(args.output, result)

@@ -128,7 +128,12 @@ def prepare(case, args, config: LlamaConfig) -> dict:
     """A case's trainer, batch and plan. case: (distribution, batch, context, method, budget MiB,
     seed); distribution "heavy" draws heavy_lengths(seed). The seed draws the tokens too."""
     distribution, batch_size, context, method, budget_mib, seed = case
-    trainer = training.trainer(config, plan_config(method, budget_mib, args.cost_model))
+    trainer = training.trainer(
+        config,
+        plan_config(method, budget_mib, args.cost_model),
+        stage=args.stage,
+        pause_gc=args.pause_gc,
+    )
     if distribution == "heavy":
         lengths = heavy_lengths(seed, batch_size)
         batch = synthetic_batch(lengths, config.vocab, torch.Generator().manual_seed(seed))
@@ -240,6 +245,7 @@ def main() -> int:
         "--cost-model",
         help="cost JSON (python -m infinipipe profile); default: the analytic 'cpu' model",
     )
+    training.add_trainer_arguments(p)
     p.add_argument("--repeats", type=int, default=3, help="timed runs per case")
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--output", type=Path, help="JSON with every case (rank 0 writes it)")
@@ -289,6 +295,8 @@ def main() -> int:
         mem_err = [abs(m) for r in rows for m in errors(r)["memory"]]
         result = dict(
             cost_model=args.cost_model,
+            stage=args.stage,
+            pause_gc=args.pause_gc,
             cases=rows,
             median_abs_step_error=statistics.median(step_err),
             max_abs_step_error=max(step_err),

@@ -6,18 +6,49 @@ import torch
 import infinipipe
 from infinipipe import _C
 from infinipipe.data import synthetic_batch
+from infinipipe.models import cpp
+
+# the stages a trainer can run: the Python LlamaStage, or the C++ one (models/cpp.py), which
+# runs its layers without the GIL or the Python interpreter's work per call
+STAGES = ("python", "cpp")
 
 
-def trainer(config, plan, parallel=None):
+def trainer(config, plan, parallel=None, stage="python", pause_gc=False):
     """A Trainer of the model `config` planned by `plan` (a PlanConfig), AdamW at lr 1e-3, under
     the layout `parallel` (an infinipipe.Parallel; default: one process per stage), flushing
-    denormal numbers to zero as the example does (docs/runtime.md)."""
+    denormal numbers to zero as the example does (docs/runtime.md); `stage` one of STAGES,
+    `pause_gc` the Trainer's."""
+    if stage not in STAGES:
+        raise ValueError(f"stage {stage!r}: expected one of {', '.join(STAGES)}")
+
+    def cpp_stage(index, layers_per_stage):
+        return cpp.build_stage(config, layers_per_stage, index)
+
     return infinipipe.Trainer(
-        config,
+        cpp_stage if stage == "cpp" else config,
         lambda p: torch.optim.AdamW(p, lr=1e-3),
+        model_config=config if stage == "cpp" else None,
         plan=plan,
         parallel=parallel,
         flush_denormal=True,
+        pause_gc=pause_gc,
+    )
+
+
+def add_trainer_arguments(parser):
+    """--stage, the stage the measured trainer runs (profile the same one: `python -m infinipipe
+    profile --stage`), and --pause-gc, the Trainer's pause_gc."""
+    parser.add_argument(
+        "--stage",
+        choices=STAGES,
+        default="python",
+        help="the Python LlamaStage (default) or the C++ one; its cost model should be profiled "
+        "with the same --stage",
+    )
+    parser.add_argument(
+        "--pause-gc",
+        action="store_true",
+        help="Python's garbage collector off while the pipeline runs (Trainer(pause_gc=True))",
     )
 
 

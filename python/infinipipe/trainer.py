@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import time
@@ -108,6 +109,13 @@ class Trainer(TrainerSetup, TrainerGradients):
         the README example's steps up to 6x slower once training had made some values denormal
         (from about step 23 of 40). Off by default because the setting is the whole process's,
         Python's own float arithmetic included (docs/runtime.md, "Denormal numbers on the CPU").
+    pause_gc: True turns Python's garbage collector off while the pipeline runs (a step's
+        forwards and backwards, an evaluation) and back on when the run ends, so that what is
+        due is collected outside the pipeline: a collection in the middle of an action stalls
+        every rank waiting for this one (torchtitan's gc_freq and Megatron-LM's --manual-gc take
+        it out of the step for that reason). Off by default: on a 2-core CPU it changed the
+        step by 0.99-1.04x (docs/runtime.md, "Python's garbage collector"). A collector the
+        caller turned off stays off.
     """
 
     def __init__(
@@ -127,7 +135,9 @@ class Trainer(TrainerSetup, TrainerGradients):
         parallel: Parallel | None = None,
         spread_head: bool | None = None,
         flush_denormal: bool = False,
+        pause_gc: bool = False,
     ) -> None:
+        self.pause_gc = bool(pause_gc)
         if flush_denormal:
             torch.set_flush_denormal(True)
         self.plan_config = plan if plan is not None else PlanConfig()
@@ -250,6 +260,21 @@ class Trainer(TrainerSetup, TrainerGradients):
                 self.board.report_own_failure(self._calls, e)
             raise
 
+    @contextlib.contextmanager
+    def _pipeline_running(self) -> Iterator[None]:
+        """Around the executor's run: the failures named (_failures_named) and, with pause_gc,
+        Python's garbage collector off until the run ends (gc.enable() is what collects then:
+        at the next allocation, when a generation is due)."""
+        paused = self.pause_gc and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            with self._failures_named():
+                yield
+        finally:
+            if paused:
+                gc.enable()
+
     def _run(self, plan: Any, share: Share, measure_memory: bool) -> Any:
         if not measure_memory:
             return self.executor.run(plan, share.sequences, share.loss_tokens), None
@@ -330,7 +355,7 @@ class Trainer(TrainerSetup, TrainerGradients):
         started = time.perf_counter()
         self._calls += 1
         plan, share, planning = self._prepare(batch, plan)
-        with self._failures_named():
+        with self._pipeline_running():
             stats, meter = self._run(plan, share, measure_memory)
         self._tied_pending = bool(self._tied())
         self._reduce_pending = self.layout.gradient_group is not None
@@ -419,7 +444,7 @@ class Trainer(TrainerSetup, TrainerGradients):
         for batch in batches:
             self._calls += 1
             plan, share, _ = self._prepare(batch, None)
-            with self._failures_named():
+            with self._pipeline_running():
                 stats = self.executor.evaluate(plan, share.sequences, share.loss_tokens)
             loss_sum += stats["loss"] * share.loss_tokens
             tokens += share.loss_tokens

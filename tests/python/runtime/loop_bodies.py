@@ -111,6 +111,40 @@ def planning_ahead() -> dict:
     }
 
 
+def collector_paused() -> dict:
+    """Whether Python's garbage collector was on in each layer call of a step and of an
+    evaluation, with pause_gc on (the default) and off, and after each run; then with the
+    collector turned off by the caller beforehand."""
+    import gc
+
+    batch = make_batch(*BATCHES[0])
+    out: dict = {}
+    for pause in (True, False):
+        trainer = infinipipe.Trainer(
+            model_config("float64"), frozen_optimizer, timeout_s=60, pause_gc=pause
+        )
+        seen: list[bool] = []
+        layer = trainer.module.layer
+
+        def spied(*args, layer=layer, seen=seen):
+            seen.append(gc.isenabled())
+            return layer(*args)
+
+        trainer.module.layer = spied  # the stage adapter looks it up at every call
+        trainer.step(batch)
+        out[f"step {pause}"] = (seen[:], gc.isenabled())
+        seen.clear()
+        trainer.evaluate([batch])
+        out[f"evaluate {pause}"] = (seen[:], gc.isenabled())
+        if pause:
+            gc.disable()  # the caller's choice: the trainer leaves the collector off
+            trainer.step(batch)
+            out["caller's off"] = gc.isenabled()
+            gc.enable()
+        trainer.close()
+    return out
+
+
 def profiled_cost() -> dict:
     """PlanConfig(cost_model="profile") on the tiny float32 model: the cost model every rank
     plans with, and how the trainer describes it."""

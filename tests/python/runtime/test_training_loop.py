@@ -116,6 +116,16 @@ def test_planning_ahead_runs_the_same_plans_planned_on_the_background_thread():
         assert all(name.startswith("infinipipe-plan-ahead") for name in r["planned_on"])
 
 
+def test_the_garbage_collector_waits_while_the_pipeline_runs_unless_told_not_to():
+    for r in check_all_ok(run_ranks("loop_bodies:collector_paused", 2, timeout_s=300)):
+        for run in ("step", "evaluate"):
+            seen, after = r[f"{run} True"]
+            assert seen and not any(seen) and after  # paused in every layer call, on after
+            seen, after = r[f"{run} False"]
+            assert seen and all(seen) and after
+        assert r["caller's off"] is False
+
+
 def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
     env = {"INFINIPIPE_CACHE_DIR": str(tmp_path)}
     first = check_all_ok(run_ranks("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env))
