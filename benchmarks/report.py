@@ -326,22 +326,25 @@ include/infinipipe/models/llama.h) in the executor: the same cases, steps, round
 settings, planned with a profile of the C++ stage (`python -m infinipipe profile --stage cpp`,
 the same grid and neighbour), `validate_simulator.py --stage cpp`. Its layers run in C++ without
 the GIL and make no Python objects, so what the Python stage adds per layer call (its work per
-call and Python's garbage collector: the findings above) is not in its actions. Two runs on this
-2-core Intel Xeon, 2026-11-27 18:37 and 18:51, profile of 18:36:
-- step error, median |error| over the 26 cases: 2.2% and 1.7%, against 3.2% and 6.7% in the
-  Python stage's run and first repeat above (5.8% and 4.7% in repeats 2 and 3);
+call and Python's garbage collector: the findings above) is not in its actions. Three runs on
+this 2-core Intel Xeon, 2026-11-27 18:37, 18:51 and 19:56, profile of 18:36:
+- step error, median |error| over the 26 cases: 2.2%, 1.7% and 9.4% (the machine ran faster in
+  the third run than when profiled, and every method's steps came out over-predicted by 8-10%
+  alike), against 3.2% and 6.7% in the Python stage's run and first repeat above (5.8% and 4.7%
+  in repeats 2 and 3);
 - between EPP's median step error and Seq1F1B's, batch-level's and ChunkFlow's: 0.7, 1.6 and
-  0.6 points in the run (met), 1.2, 2.5 and 1.9 in the repeat (batch-level's not met);
+  0.6 points in the run (met), 1.2, 2.5 and 1.9 in the first repeat (batch-level's not met),
+  1.5, 0.1 and 0.2 in the second (met);
 - per step, EPP's error minus the baseline's: +2.5, -1.1, -0.9 points in the run, -1.8, -2.1,
-  -0.4 in the repeat;
-- the stages' busy time against their CPU time: EPP +4.7% and +2.8%, Seq1F1B +5.7% and +2.8%,
-  batch-level +9.7% and +5.0%, ChunkFlow +7.0% and +6.1%. EPP's compute is now predicted no
-  further off than any baseline's; batch-level's (chunks of up to 8192 tokens, beyond the
-  grid's 2048) and ChunkFlow's (1024-token slices) come out over-predicted by 2-5 points more.
+  -0.4 in the first repeat, +0.7, -0.6, -0.3 in the second;
+- the stages' busy time against their CPU time: EPP +4.7%, +2.8%, +13.8%; Seq1F1B +5.7%, +2.8%,
+  +13.0%; batch-level +9.7%, +5.0%, +11.2%; ChunkFlow +7.0%, +6.1%, +15.4%. EPP's compute is
+  predicted no further off than any baseline's; ChunkFlow's (1024-token slices) comes out
+  over-predicted by 1.6-3.3 points more in every run.
 With 6 steps per method and 3 rounds a median moves by 1-3 points between two runs of the same
 command on this machine (the Python stage's run and first repeat: 0.2 to 0.8, 1.4 to 3.5, 2.0 to
 2.4 points). Of the Python stage's four runs one meets the 2-point target, and the others miss
-it by 1.5-1.9 points; of the C++ stage's two, one meets it and one misses it by 0.5."""
+it by 1.5-1.9 points; of the C++ stage's three, two meet it and one misses it by 0.5."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
 (`benchmarks/measured_comparison.py`). The same-executor baselines run their best static setting:

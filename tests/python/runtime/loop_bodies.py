@@ -113,7 +113,7 @@ def planning_ahead() -> dict:
 
 def collector_paused() -> dict:
     """Whether Python's garbage collector was on in each layer call of a step and of an
-    evaluation, with pause_gc on (the default) and off, and after each run; then with the
+    evaluation, with pause_gc on and off (the default), and after each run; then with the
     collector turned off by the caller beforehand."""
     import gc
 

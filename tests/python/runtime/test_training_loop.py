@@ -116,7 +116,7 @@ def test_planning_ahead_runs_the_same_plans_planned_on_the_background_thread():
         assert all(name.startswith("infinipipe-plan-ahead") for name in r["planned_on"])
 
 
-def test_the_garbage_collector_waits_while_the_pipeline_runs_unless_told_not_to():
+def test_the_garbage_collector_waits_while_the_pipeline_runs_when_asked_to():
     for r in check_all_ok(run_ranks("loop_bodies:collector_paused", 2, timeout_s=300)):
         for run in ("step", "evaluate"):
             seen, after = r[f"{run} True"]
