@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import time
@@ -40,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C, mixed_precision, profiled_cost, step_input
+from . import _C, collector, mixed_precision, profiled_cost, step_input
 from .agreement import agree, agree_on_setup, digest
 from .errors import BatchError, Error
 from .failure_board import FailureBoard
@@ -260,21 +259,6 @@ class Trainer(TrainerSetup, TrainerGradients):
                 self.board.report_own_failure(self._calls, e)
             raise
 
-    @contextlib.contextmanager
-    def _pipeline_running(self) -> Iterator[None]:
-        """Around the executor's run: the failures named (_failures_named) and, with pause_gc,
-        Python's garbage collector off until the run ends (gc.enable() is what collects then:
-        at the next allocation, when a generation is due)."""
-        paused = self.pause_gc and gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
-            with self._failures_named():
-                yield
-        finally:
-            if paused:
-                gc.enable()
-
     def _run(self, plan: Any, share: Share, measure_memory: bool) -> Any:
         if not measure_memory:
             return self.executor.run(plan, share.sequences, share.loss_tokens), None
@@ -355,7 +339,7 @@ class Trainer(TrainerSetup, TrainerGradients):
         started = time.perf_counter()
         self._calls += 1
         plan, share, planning = self._prepare(batch, plan)
-        with self._pipeline_running():
+        with collector.paused(self.pause_gc), self._failures_named():
             stats, meter = self._run(plan, share, measure_memory)
         self._tied_pending = bool(self._tied())
         self._reduce_pending = self.layout.gradient_group is not None
@@ -444,7 +428,7 @@ class Trainer(TrainerSetup, TrainerGradients):
         for batch in batches:
             self._calls += 1
             plan, share, _ = self._prepare(batch, None)
-            with self._pipeline_running():
+            with collector.paused(self.pause_gc), self._failures_named():
                 stats = self.executor.evaluate(plan, share.sequences, share.loss_tokens)
             loss_sum += stats["loss"] * share.loss_tokens
             tokens += share.loss_tokens
