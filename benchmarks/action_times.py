@@ -35,8 +35,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import validate_simulator as vs  # noqa: E402
-from lib import results, training  # noqa: E402
+from lib import results, training, validation_cases  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
 from lib.validation import heavy_lengths, step_with_action_times  # noqa: E402
 
@@ -70,7 +69,9 @@ def measure(cost_model: str, rounds: int, smoke: bool) -> dict:
     batch = synthetic_batch(lengths, config.vocab, torch.Generator().manual_seed(0))
     runs = {}
     for method in METHODS:
-        trainer = training.trainer(config, vs.plan_config(method[0], method[1], cost_model))
+        trainer = training.trainer(
+            config, validation_cases.plan_config(method[0], method[1], cost_model)
+        )
         plan = trainer.plan(batch)
         trainer.step(batch, plan=plan)  # warm-up
         runs[method] = (trainer, plan, [])

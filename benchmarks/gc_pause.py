@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-import validate_simulator as vs
-from lib import results
+from lib import results, validation_cases
 from lib.ranks import gathered, leave
 
 from infinipipe.models.llama import LlamaConfig
@@ -62,7 +61,7 @@ def main() -> int:
     for distribution, batch, context, budget, seed in steps:
         for method in ("epp", "seq1f1b"):
             case = (distribution, batch, context, method, budget, seed)
-            c = vs.prepare(
+            c = validation_cases.prepare(
                 case,
                 argparse.Namespace(cost_model=args.cost_model, stage="python", pause_gc=False),
                 config,
@@ -79,7 +78,9 @@ def main() -> int:
             timed(c, pause)
     rows = []
     for c in cases:
-        row = dict(case=vs.case_fields(c["case"]), setting=c["plan"].summary()["setting"])
+        row = dict(
+            case=validation_cases.case_fields(c["case"]), setting=c["plan"].summary()["setting"]
+        )
         for pause, name in ((True, "paused"), (False, "on")):
             for i, key in enumerate(("executor_s", "step_s")):
                 row[f"{name}_{key}"] = [run[i] for run in c["runs"][pause]]

@@ -30,8 +30,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import validate_simulator as vs  # noqa: E402
-from lib import results, training  # noqa: E402
+from lib import results, training, validation_cases  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
 from lib.validation import predicted_action_seconds, replay, step_with_action_times  # noqa: E402
 
@@ -66,7 +65,7 @@ def case_row(c: dict) -> dict:
             )
         )
     return dict(
-        case=vs.case_fields(c["case"]),
+        case=validation_cases.case_fields(c["case"]),
         chunks=plan.summary()["chunks"],
         predicted_step_s=plan.summary()["predicted_step_s"],
         rounds=rounds,
@@ -162,10 +161,12 @@ def main() -> int:
     config = LlamaConfig.tiny()
     if args.smoke:
         args.repeats = 1
-    prepared = [vs.prepare(case, args, config) for case in vs.all_cases(args)]
+    prepared = [
+        validation_cases.prepare(case, args, config) for case in validation_cases.all_cases(args)
+    ]
     prepared[0]["trainer"].step(prepared[0]["batch"], plan=prepared[0]["plan"])  # warm-up
     for r in range(args.repeats):
-        for c in vs.round_order(prepared, r, args.seed):
+        for c in validation_cases.round_order(prepared, r, args.seed):
             c["measured"].append(gathered(timed_actions(c)))
         if dist.get_rank() == 0:
             print(f"round {r + 1} of {args.repeats} done", flush=True)
