@@ -48,6 +48,15 @@ inline double all_activations_bytes(const std::vector<int64_t>& lengths, const C
   return most;
 }
 
+// The cost model with a recomputed layer costing `ratio` forwards, as calibrations on CPUs give
+// (CostCoefficients::checkpointed_forward_ratio, 0.88-0.99): a second of recompute then saves
+// more than a forward's second of layers.
+inline CostModel with_recompute_ratio(const CostModel& cost, double ratio) {
+  CostCoefficients coefficients = cost.coefficients();
+  coefficients.checkpointed_forward_ratio = ratio;
+  return CostModel(cost.shape(), cost.layers_per_stage(), coefficients, cost.layout());
+}
+
 inline Instance random_instance(std::mt19937_64& rng) {
   Instance inst;
   const bool tiny = std::bernoulli_distribution(0.5)(rng);
