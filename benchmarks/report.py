@@ -327,7 +327,8 @@ settings, planned with a profile of the C++ stage (`python -m infinipipe profile
 the same grid and neighbour), `validate_simulator.py --stage cpp`. Its layers run in C++ without
 the GIL and make no Python objects, so what the Python stage adds per layer call (its work per
 call and Python's garbage collector: the findings above) is not in its actions. Three runs on
-this 2-core Intel Xeon, 2026-11-27 18:37, 18:51 and 19:56, profile of 18:36:
+this 2-core Intel Xeon, 2026-11-27 18:37, 18:51 and 19:56, profile of 18:36 (and a fourth,
+repeat 3, with 7 rounds, at 21:16; below):
 - step error, median |error| over the 26 cases: 2.2%, 1.7% and 9.4% (the machine ran faster in
   the third run than when profiled, and every method's steps came out over-predicted by 8-10%
   alike), against 3.2% and 6.7% in the Python stage's run and first repeat above (5.8% and 4.7%
@@ -345,6 +346,21 @@ With 6 steps per method and 3 rounds a median moves by 1-3 points between two ru
 command on this machine (the Python stage's run and first repeat: 0.2 to 0.8, 1.4 to 3.5, 2.0 to
 2.4 points). Of the Python stage's four runs one meets the 2-point target, and the others miss
 it by 1.5-1.9 points; of the C++ stage's three, two meet it and one misses it by 0.5."""
+
+VALIDATION_CPP_OUTSIDE = """The simulator's idle time (its step minus a stage's compute) comes within
+0.6-2.2% of the step of the executor's receive waits for EPP, Seq1F1B and ChunkFlow, but exceeds
+batch-level's by 4.0-7.3%. Case by case that excess is on the last stage (0.6-1.0 s of the 1-3 s
+it is predicted to wait in the 7-round repeat; stage 0 within 0.2 s), which with 3-9 large
+micro-batches first waits for the first one's forward on stage 0. The last stage's time outside
+its actions and waits is larger by about as much, so it starts its part of the step later, or
+ends it earlier, than the slowest rank's clock: a late start is hidden by a long fill, and a
+plan of many small chunks has none to hide it in. Besides, every method spends 3-10% of its step
+outside actions and waits (sends completing, tokens and contexts made outside the action timers,
+the ranks' skew), which the simulator does not model and which the busy time's over-prediction
+offsets. The 7-round repeat (`--repeats 7`, the other runs 3) did not narrow batch-level's gap to
+EPP: 2.8 points, EPP's error -2.9 points below batch-level's per step. Next: time each rank's
+step from a common start (a barrier before the executor, as the torch.distributed.pipelining
+peer's timing does) to tell the ranks' skew from the last stage's fill."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
 (`benchmarks/measured_comparison.py`). The same-executor baselines run their best static setting:
@@ -502,7 +518,46 @@ def validation_cpp_section(results_dir: Path) -> list[str]:
     meta = load(results_dir / path.with_suffix(".meta.json").name)
     out = ["### With the C++ stage", "", VALIDATION_CPP, "", f"Its profile (`{path}`):", ""]
     out += calibration_section(dict(meta, file=path.stem) if meta else None)
-    return out + validation_section(val)
+    return out + validation_section(val) + time_outside_section(val)
+
+
+def time_outside_section(val: dict) -> list[str]:
+    """Where each run's step went besides compute: per method, the median over its cases of the
+    executor's time outside its actions and receive waits, and of the simulator's time outside
+    compute minus the measured receive waits, each the two stages' mean over the measured step."""
+
+    def shares(c: dict) -> tuple[float, float]:
+        step = statistics.median(c["measured_step_s"])
+        waits = [statistics.median(r[s] for r in c["measured_wait_s"]) for s in range(2)]
+        other = [step - b - w for b, w in zip(c["measured_busy_s"], waits, strict=True)]
+        idle = [c["predicted_step_s"] - b for b in c["predicted_busy_s"]]
+        return (
+            statistics.mean(other) / step,
+            statistics.mean(i - w for i, w in zip(idle, waits, strict=True)) / step,
+        )
+
+    runs = [("run", val["cases"])] + [
+        (f"repeat {i}", r["cases"]) for i, r in enumerate(val.get("repeats", []), 1)
+    ]
+    out = [
+        "Where the steps went besides compute (each cell: the executor's time outside its actions "
+        "and its receive waits, then the simulator's time outside compute minus those waits; "
+        "both the stages' mean, over the measured step, median over the method's cases):",
+        "",
+    ]
+    out += table_head("run", *(METHOD_NAMES[m] for m in METHOD_NAMES))
+    for name, cases in runs:
+        cells = []
+        for m in METHOD_NAMES:
+            got = [shares(c) for c in cases if c["case"]["method"] == m]
+            cells.append(
+                f"{statistics.median(g[0] for g in got):.1%} / "
+                f"{statistics.median(g[1] for g in got):+.1%}"
+                if got
+                else "-"
+            )
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out + ["", VALIDATION_CPP_OUTSIDE, ""]
 
 
 def step_replay_section(data: dict | None) -> list[str]:
@@ -772,6 +827,11 @@ def validation_section(val: dict | None) -> list[str]:
             text = (
                 f"Repeat {i} (the same command"
                 + (" with --pause-gc" if rep["pause_gc"] and not val.get("pause_gc") else "")
+                + (
+                    f" with --repeats {rep['rounds']}"
+                    if rep["rounds"] != rounds_of(val["cases"])
+                    else ""
+                )
                 + f", another time, `{rep['file']}`): "
                 + medians_text(rp)
                 + "; on the heavy steps alone, "
@@ -802,9 +862,15 @@ def with_repeats(val: dict | None, results_dir: Path, stem: str = "validation") 
                     paired=rep.get("paired"),
                     cases=rep["cases"],
                     pause_gc=rep.get("pause_gc", False),
+                    rounds=rounds_of(rep["cases"]),
                 )
             )
     return dict(val, repeats=reps)
+
+
+def rounds_of(cases: list[dict]) -> int:
+    """How many timed rounds a validation ran (--repeats): its cases' measured steps."""
+    return len(cases[0]["measured_step_s"]) if cases else 0
 
 
 def horizon_section(h: dict | None) -> list[str]:
