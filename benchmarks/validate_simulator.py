@@ -110,8 +110,13 @@ def result_row(c: dict) -> dict:
         measured_forward_cpu_s=fastest("forward_cpu_s"),
         measured_backward_cpu_s=fastest("backward_cpu_s"),
         **predicted_parts(c),
-        # per repeat and rank: its executor's wall time waiting on peers, and its compute
+        # per repeat and rank: its executor's wall time waiting on peers, until its last action
+        # and sends were done (StepStats::actions_s), and in its forward and backward actions
         measured_wait_s=[[s["wait_s"] for s in ranks] for ranks in measured],
+        measured_actions_s=[[s["actions_s"] for s in ranks] for ranks in measured],
+        measured_rank_busy_s=[
+            [s["forward_s"] + s["backward_s"] for s in ranks] for ranks in measured
+        ],
         predicted_activation_bytes=[s["predicted_activation_bytes"] for s in memory],
         measured_activation_bytes=[s["measured_activation_bytes"] for s in memory],
     )

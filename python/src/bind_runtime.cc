@@ -115,6 +115,7 @@ py::dict stats_dict(const StepStats& s) {
   d["loss"] = s.loss;
   d["target_tokens"] = s.target_tokens;
   d["total_s"] = s.total_s;
+  d["actions_s"] = s.actions_s;
   d["forward_s"] = s.forward_s;
   d["backward_s"] = s.backward_s;
   d["recompute_s"] = s.recompute_s;

@@ -299,6 +299,7 @@ StepStats Executor::Step::run() {
     ex_.pipes_.wait_sends();
     ex_.head_pipes_.wait_sends();
   }
+  stats_.actions_s = seconds_since(started);
   finish();
   stats_.bytes_sent = ex_.bytes_sent() - sent_before;
   stats_.bytes_received = ex_.bytes_received() - received_before;

@@ -92,6 +92,9 @@ struct StepStats {
   int64_t target_tokens = 0;
   // This stage, measured.
   double total_s = 0;
+  // Until its last action and sends were done, before the step's closing collectives (where a
+  // stage that finished early waits for the others).
+  double actions_s = 0;
   double forward_s = 0;    // forwards (recorded and checkpointed layers, head, loss)
   double backward_s = 0;   // backwards, recompute included
   double recompute_s = 0;  // re-running checkpointed layers

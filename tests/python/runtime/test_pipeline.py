@@ -289,6 +289,19 @@ def test_measured_activation_memory_against_prediction(runs, world, capsys):
     assert median >= MEDIAN_FLOOR, median
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_ranks_step_times_nest(runs, world):
+    """StepStats: a rank's compute and waits fit in the time until its last action and sends were
+    done (actions_s), which fits in its step (total_s, the closing collectives too); a stage
+    that ends early waits there, outside both compute and waits."""
+    rows = memory_table(runs(world))
+    for name, stage, s in rows:
+        inside = s["forward_s"] + s["backward_s"] + s["wait_s"]
+        assert 0 < inside <= s["actions_s"] * (1 + 1e-6) + 1e-6, (name, stage, s)
+        assert s["actions_s"] <= s["total_s"] * (1 + 1e-6) + 1e-6, (name, stage, s)
+    assert any(s["total_s"] > s["actions_s"] for _, _, s in rows)
+
+
 def test_agreement_gather_returns_every_ranks_bytes_in_rank_order():
     # The step's agreement goes through this C++ all-gather (no Python tensor is left with the
     # backend, which could abort the process at exit).
