@@ -160,7 +160,6 @@ TEST(PipelineBound, NoAssignmentFitsWithLessRecomputeThanTheFloor) {
 TEST(PipelineBound, TheRecomputeFloorCountsALayerAtTheRecomputeRatio) {
   const CostModel cost =
       testing::with_recompute_ratio(test_support::a800_cost("llama-13b", 2), 0.85);
-  const std::vector<int64_t> lengths = {4096};
   const Chunk chunk{{Slice{0, 0, 4096, 4096}}};
   const double budget = cost.model_state_bytes(0) + cost.activation_bytes(chunk, 0, 15) +
                         cost.backward_workspace_bytes(chunk, 0) + 1;
