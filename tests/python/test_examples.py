@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python" / "runtime"))
-from launcher import free_port  # noqa: E402
+from launcher import free_port, launch_log  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -46,9 +46,7 @@ def run(args: list[str], ranks: int = 2, timeout_s: float = 300) -> str:
     command = [sys.executable, *(launcher if ranks else []), *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
-    assert done.returncode == 0, (
-        f"{command}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
-    )
+    assert done.returncode == 0, f"{command}\n{launch_log(done.stdout, done.stderr)}"
     return done.stdout
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -46,6 +47,22 @@ class RankResult:
             f"error {self.error}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n"
             f"{self.stderr[-3000:]}"
         )
+
+
+# The first line of torchrun's own report once a worker failed: it comes after the workers' output.
+_LAUNCHER_REPORT = re.compile(r"^[IWE]\d{4} [\d:.]+ +\d+ \S*torch/distributed/elastic/", re.M)
+
+
+def launch_log(stdout: str, stderr: str, keep: int = 3000) -> str:
+    """A torchrun launch's output for a failed test's message: the end of stdout and of the
+    workers' stderr (where a failed rank's traceback is), then the end of the launcher's report
+    (which names the first rank that failed), each cut to `keep` characters."""
+    found = _LAUNCHER_REPORT.search(stderr)
+    workers, report = (stderr[: found.start()], stderr[found.start() :]) if found else (stderr, "")
+    return (
+        f"--- stdout\n{stdout[-keep:]}\n--- the workers' stderr\n{workers[-keep:]}\n"
+        f"--- the launcher's report\n{report[-keep // 3 :]}"
+    )
 
 
 def free_port() -> int:
