@@ -27,7 +27,7 @@ from lib.results import DOCS, RESULTS, load
 from lib.simulated_case import traces_text
 from lib.soak_report import BEGIN, END
 from lib.soak_report import section as soak_section
-from lib.validation import errors, per_method
+from lib.validation import errors, per_method, shared_rows
 
 INTRO = """What InfiniPipe's method buys on skewed-length data, measured on this machine (2 CPU
 cores, Gloo, the tiny LLaMA) and simulated at the paper's scale, and how far the simulator that
@@ -348,20 +348,52 @@ command on this machine (the Python stage's run and first repeat: 0.2 to 0.8, 1.
 it by 1.5-1.9 points; of the C++ stage's five, two meet it and three miss it, by 0.5, 0.8 and
 2.7 points (batch-level's gap each time, ChunkFlow's too in repeat 4)."""
 
+VALIDATION_CPP_8K = """The same validation with the C++ stage, planned with a profile whose full grid
+reaches the benchmark's longest chunks. The grid above stops at 2048-token slices, and a
+batch-level chunk holds a whole sequence of up to 8192 tokens. Timed on this machine in one run
+(thread CPU time, 5 repeats, beside another test's processes), that profile's fit predicts a layer
+of 2048 tokens 2.5% and 0.9% under its forward and backward, but one of 8192 tokens 4.7% and 5.1%
+over: batch-level's long chunks were predicted by extrapolation. The full grid now adds 4096 and
+8192 tokens, without the sequences over 10240 tokens (45 points; 3 minutes for the C++ stage
+beside its neighbour, `python -m infinipipe profile --stage cpp --layers-per-stage 4,4
+--neighbours 1`). Its fit's residuals at 4096-8192 tokens are -3.2% to +3.1%, its held-out
+errors 2.1% forward and 1.8% backward (median). Two runs on this 2-core Intel Xeon, 2026-11-27
+23:58 and 2026-11-28 00:12, profile of 23:55, each measured plan also predicted with the profile
+up to 2048 tokens (`--compare-cost`):
+- between EPP's median step error and Seq1F1B's, batch-level's and ChunkFlow's: 2.3, 0.9 and 0.2
+  points in the run, 1.8, 0.6 and 2.2 in the repeat (not met by 0.3 and 0.2 points); on the same
+  measured plans, the profile up to 2048 tokens gives 2.2, 0.5, 0.2 and 2.0, 0.5, 2.4;
+- the stages' busy time against their CPU time, EPP, Seq1F1B, batch-level, ChunkFlow: -1.1%,
+  -1.9%, -1.8%, +2.4% in the run and -1.9%, -0.4%, -2.6%, -0.1% in the repeat, where the profile up
+  to 2048 tokens gives +8.6%, +7.9%, +7.2%, +12.2% (it is five hours older: the machine drifted).
+So the grid's reach was not what moved the methods apart: on the same measurements it changes the
+gaps by at most 0.4 points. The fit keeps batch-level's chunks inside its range all the same.
+Within a run the machine changed speed too: in the run, the heavy steps' first round ran at the
+profile's speed (EPP's seed-0 step 6.53 s against 6.50 s predicted) and the next two 18-20%
+slower (7.70 and 7.85 s), busy time with them. The step's error takes the median round, the busy
+error the fastest, so the steps come out 6-8% under-predicted while the compute matches."""
+
+VALIDATION_CPP_8K_OUTSIDE = """Split round by round, the rest of the step is under-predicted by 0.8-1.7% of the
+step for every method in both runs, and the executor's time outside its actions and waits is
+0.1-0.5%. What the simulator leaves out of the schedule does not depend on the method. The gaps
+are in the compute part, each round's wall time in forward and backward actions against the
+profile: Seq1F1B's came out 2.6 and 1.6 points further under its prediction than EPP's, with its
+CPU time 0.8 and 1.5 points from EPP's either way. The wall time of a method's compute moves with
+the machine's load by a few points more or less than another method's, and the profile cannot
+know the load of the run that it predicts: with 6 steps per method and 3 rounds, that is the
+size of the gaps."""
+
 VALIDATION_CPP_OUTSIDE = """The same profile serves every run, and the machine's speed drifts: compute
-came out over-predicted by 2-12% of the step in the run and repeats 1-3, and under-predicted by
-4-7% in repeat 4. EPP's compute (many small chunks) moves with the drift more than batch-level's
-(+11.0 against +8.1 points in repeat 2, -7.0 against -4.7 in repeat 4). The rest of the step
-comes out under-predicted by up to 8% (batch-level's over-predicted once, by 2.1%), and the two
-parts differ between methods by a few points, in
-either direction from run to run: the size of the gaps. Repeat 4 also recorded each rank's time
-until its last action and sends (`StepStats.actions_s`). The executor's own time outside its
-actions and receive waits is 1-4 ms per chunk and stage, 0.1-0.4% of the step, so it explains
-almost none of the rest. On stage 0, which ends the step, the receive waits exceed the simulated
-idle time by 0.6-2.1% of the step (EPP 0.9, Seq1F1B 0.6, batch-level 2.1, ChunkFlow 1.4 points).
-The 7-round repeat (`--repeats 7`; the others 3) did not narrow batch-level's gap (2.8 points).
-Next: profile the stage just before the run that it predicts (or scale the profile by a short
-timing of the same plans), so that the drift stops moving the methods apart."""
+came out over-predicted by 2-12% of the step in the run and repeats 1-3, and under-predicted in
+repeat 4. Repeat 4 is the first run that kept each round's busy time, and split round by round
+the rest of its step is under-predicted alike for every method (1.4-1.6% of the step), while the
+compute part differs: -11.4% for EPP against -6.5% for batch-level. In the earlier runs the
+second part also holds how much slower the median round ran than the fastest, so their split
+says little. Repeat 4 also recorded each rank's time until its last action and sends
+(`StepStats.actions_s`): the executor's own time outside its actions and receive waits is
+0.1-0.4% of the step. The 7-round repeat (`--repeats 7`; the others 3) did not narrow
+batch-level's gap (2.8 points). The runs below, with a profile up to 8K-token slices, find the
+same."""
 
 MEASURED = """Two pipeline ranks, the same model, batches and memory budget for every method
 (`benchmarks/measured_comparison.py`). The same-executor baselines run their best static setting:
@@ -390,6 +422,8 @@ Or figure by figure (PYTHONPATH=python, from the repository root):
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/validation.json  # and validation_repeat_1.json
 .venv/bin/python -m infinipipe profile --stage cpp --layers-per-stage 4,4 --neighbours 1 --output benchmarks/results/cost_cpu_cpp.json
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --stage cpp --cost-model benchmarks/results/cost_cpu_cpp.json --output benchmarks/results/validation_cpp.json  # and validation_cpp_repeat_1.json
+.venv/bin/python -m infinipipe profile --stage cpp --layers-per-stage 4,4 --neighbours 1 --output benchmarks/results/cost_cpu_xeon_cpp_8k.json  # the full grid up to 8192-token slices
+.venv/bin/torchrun --nproc_per_node=2 benchmarks/validate_simulator.py --stage cpp --cost-model benchmarks/results/cost_cpu_xeon_cpp_8k.json --compare-cost benchmarks/results/cost_cpu_xeon_cpp.json --compare-label "the profile up to 2048-token slices" --output benchmarks/results/validation_cpp_8k.json  # and validation_cpp_8k_repeat_1.json
 .venv/bin/python benchmarks/recorded_forward.py
 PYTHONPATH=python .venv/bin/python benchmarks/stage_alone.py
 .venv/bin/torchrun --nproc_per_node=2 benchmarks/action_times.py --cost-model benchmarks/results/cost_cpu.json --output benchmarks/results/action_times.json
@@ -509,40 +543,63 @@ def validation_calibration(val: dict | None, results_dir: Path, above: dict | No
     ] + calibration_section(dict(meta or {}, file=path.stem) if meta else None)
 
 
-def validation_cpp_section(results_dir: Path) -> list[str]:
-    """The validation run with the C++ stage (validation_cpp.json and its repeats), with the
-    profile of that stage it planned with."""
-    val = with_repeats(load(results_dir / "validation_cpp.json"), results_dir, "validation_cpp")
+def validation_cpp_section(
+    results_dir: Path,
+    stem: str = "validation_cpp",
+    title: str = "### With the C++ stage",
+    intro: str = VALIDATION_CPP,
+    outside: str = VALIDATION_CPP_OUTSIDE,
+) -> list[str]:
+    """A validation run with the C++ stage (stem.json and its repeats), with the profile of that
+    stage it planned with."""
+    val = with_repeats(load(results_dir / f"{stem}.json"), results_dir, stem)
     if val is None:
         return []
     path = Path(val["cost_model"])
     meta = load(results_dir / path.with_suffix(".meta.json").name)
-    out = ["### With the C++ stage", "", VALIDATION_CPP, "", f"Its profile (`{path}`):", ""]
+    out = [title, "", intro, "", f"Its profile (`{path}`):", ""]
     out += calibration_section(dict(meta, file=path.stem) if meta else None)
-    return out + validation_section(val) + time_outside_section(val)
+    return out + validation_section(val) + time_outside_section(val, outside)
 
 
-def time_outside_section(val: dict) -> list[str]:
+def time_outside_section(val: dict, findings: str) -> list[str]:
     """Each run's step error split in two, per method (the median over its cases of the two
     stages' mean, over the measured step): the compute the simulator over-predicts (predicted
     busy minus the executor's action wall time), and the rest of the step it misses (measured
     step minus busy, minus the same predicted); the step error is about the first minus the
-    second. Runs that recorded StepStats.actions_s add the executor's own time outside its
-    actions and waits until its last action and sends were done (median over the rounds)."""
+    second. Runs that recorded each round's busy time (StepStats.actions_s came with it) split
+    each round against its own busy time, the median over the rounds, and add the executor's own
+    time outside its actions and waits until its last action and sends were done. Earlier runs
+    kept only the fastest round's busy time and split the median round's step against it, so
+    that a round slower than the fastest lands in the second part."""
+
+    def split(step: float, busy: list[float], c: dict) -> tuple[float, float]:
+        pairs = list(zip(busy, c["predicted_busy_s"], strict=True))
+        rest = (c["predicted_step_s"] - bp for _, bp in pairs)
+        return (
+            statistics.mean(bp - bm for bm, bp in pairs) / step,
+            statistics.mean((step - bm) - r for (bm, _), r in zip(pairs, rest)) / step,
+        )
 
     def parts(c: dict) -> tuple[float, ...]:
-        step, predicted = statistics.median(c["measured_step_s"]), c["predicted_step_s"]
-        pairs = list(zip(c["measured_busy_s"], c["predicted_busy_s"], strict=True))
-        out = (
-            statistics.mean(bp - bm for bm, bp in pairs) / step,
-            statistics.mean((step - bm) - (predicted - bp) for bm, bp in pairs) / step,
+        if "measured_rank_busy_s" not in c:
+            return split(statistics.median(c["measured_step_s"]), c["measured_busy_s"], c)
+        rounds = zip(
+            c["measured_step_s"],
+            c["measured_rank_busy_s"],
+            c["measured_actions_s"],
+            c["measured_wait_s"],
+            strict=True,
         )
-        if "measured_actions_s" not in c:
-            return out
-        rounds = zip(c["measured_actions_s"], c["measured_rank_busy_s"], c["measured_wait_s"])
-        outside = [[a - b - w for a, b, w in zip(*r, strict=True)] for r in rounds]
-        per_stage = [statistics.median(r[p] for r in outside) for p in range(len(pairs))]
-        return (*out, statistics.mean(per_stage) / step)
+        each = [
+            (
+                *split(step, busy, c),
+                statistics.mean(a - b - w for a, b, w in zip(actions, busy, wait, strict=True))
+                / step,
+            )
+            for step, busy, actions, wait in rounds
+        ]
+        return tuple(statistics.median(e[k] for e in each) for k in range(3))
 
     runs = [("run", val["cases"])] + [
         (f"repeat {i}", r["cases"]) for i, r in enumerate(val.get("repeats", []), 1)
@@ -550,8 +607,11 @@ def time_outside_section(val: dict) -> list[str]:
     out = [
         "The step error in two parts (each cell: compute over-predicted, then the rest of the step "
         "under-predicted; the stages' mean, over the measured step, median over the method's "
-        "cases; runs that recorded it add a third: the executor's time outside its actions and "
-        "waits before the step's closing collectives):",
+        "cases). Runs that recorded each round's busy time split each round against its own, the "
+        "median over the rounds, and add a third part: the executor's time outside its actions "
+        "and waits before the step's closing collectives. Earlier runs split the median round's "
+        "step against the fastest round's busy time, so a round slower than the fastest lands in "
+        "their second part:",
         "",
     ]
     out += table_head("run", *(METHOD_NAMES[m] for m in METHOD_NAMES))
@@ -565,7 +625,7 @@ def time_outside_section(val: dict) -> list[str]:
                 or "-"
             )
         out.append(f"| {name} | " + " | ".join(cells) + " |")
-    return out + ["", VALIDATION_CPP_OUTSIDE, ""]
+    return out + ["", findings, ""]
 
 
 def step_replay_section(data: dict | None) -> list[str]:
@@ -802,6 +862,10 @@ def validation_section(val: dict | None) -> list[str]:
                 for m, e in shared.items()
             ]
         if "epp" in per:
+            # the other cost model's gaps over the same cases as the run's own
+            if shared and before:
+                keys = ("predicted_step_s_compare", "predicted_busy_s_compare")
+                before = per_method(shared_rows(val["cases"]), *keys)
             out += ["", gaps_text(shared or per, before, label), ""]
         if val.get("paired"):
             out += [paired_text(val["paired"]), ""]
@@ -1071,6 +1135,12 @@ def main() -> int:
     text += step_replay_section(load(r / "step_replay.json"))
     text += [VALIDATION_FINDINGS, ""]
     text += validation_cpp_section(r)
+    text += validation_cpp_section(
+        r,
+        "validation_cpp_8k",
+        "### With the C++ stage, profiled up to 8K-token slices",
+        VALIDATION_CPP_8K,
+    )
     text += ["## Measured comparison", "", MEASURED, ""] + measured_section(
         res, args.docs, packed_context
     )

@@ -48,8 +48,8 @@ ATTENTION_QUERY_CUTS = list(_C.runtime.cpu_attention_query_cuts)
 
 def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
     """The grid's (tokens, context) points and its repeats (cost/calibration.h)."""
-    tokens, contexts, repeats = _C.plan.profile_grid(grid)
-    return [(s, c) for s in tokens for c in contexts], repeats
+    points, repeats = _C.plan.profile_grid(grid)
+    return [tuple(p) for p in points], repeats
 
 
 def profiled_module(config: llama.LlamaConfig, stage: str) -> Any:

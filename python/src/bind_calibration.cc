@@ -105,9 +105,11 @@ void bind_calibration(py::module_& m) {
       "profile_grid",
       [](const std::string& name) {
         const ProfileGrid g = profile_grid(name);
-        return py::make_tuple(g.tokens, g.contexts, g.repeats);
+        std::vector<std::pair<int64_t, int64_t>> points;
+        for (const GridPoint& p : g.points()) points.emplace_back(p.tokens, p.context);
+        return py::make_tuple(points, g.repeats);
       },
-      py::arg("name"), "(tokens, contexts, repeats) of the grid 'quick', 'training' or 'full'.");
+      py::arg("name"), "([(tokens, context)], repeats) of the grid 'quick', 'training' or 'full'.");
 }
 
 }  // namespace infinipipe::python

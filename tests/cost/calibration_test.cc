@@ -257,18 +257,25 @@ TEST(Calibration, RecomputeGivesNetR) {
 }
 
 TEST(Calibration, HeldOutSplit) {
-  const std::vector<LayerSample> samples = synthetic(0, 0);  // 6 x 6 grid
+  // The full grid: 8 token counts x 6 contexts without the sequences over 10240 tokens, a
+  // staircase whose corners are these.
+  const std::vector<LayerSample> samples = synthetic(0, 0);
+  ASSERT_EQ(samples.size(), 45u);
+  const std::set<std::pair<int64_t, int64_t>> corners = {{64, 0},      {64, 8192},   {2048, 8192},
+                                                         {4096, 4096}, {8192, 2048}, {8192, 0}};
   const CalibrationOptions options{0.25, 7};
   const std::vector<int> held = held_out_indices(samples, options);
-  EXPECT_EQ(held.size(), 9u);                           // round(0.25 * 36)
+  EXPECT_EQ(held.size(), 11u);                          // round(0.25 * 45)
   EXPECT_EQ(held, held_out_indices(samples, options));  // deterministic
   EXPECT_TRUE(std::is_sorted(held.begin(), held.end()));
   EXPECT_EQ(std::set<int>(held.begin(), held.end()).size(), held.size());
-  for (int i : held) {
-    const bool corner = (samples[i].tokens == 64 || samples[i].tokens == 2048) &&
-                        (samples[i].context == 0 || samples[i].context == 8192);
-    EXPECT_FALSE(corner) << "corner " << i << " held out";
-  }
+  for (int i : held)
+    EXPECT_FALSE(corners.count({samples[i].tokens, samples[i].context})) << "corner " << i;
+  // Every other point is held out by some seed; the corners by none.
+  std::set<int> ever;
+  for (uint64_t seed = 0; seed < 200; ++seed)
+    for (int i : held_out_indices(samples, {0.25, seed})) ever.insert(i);
+  EXPECT_EQ(ever.size(), samples.size() - corners.size());
   EXPECT_NE(held, held_out_indices(samples, {0.25, 8}));  // the seed matters
   EXPECT_TRUE(held_out_indices(samples, {0.0, 0}).empty());
 
@@ -344,6 +351,18 @@ TEST(Calibration, Statistics) {
   EXPECT_EQ(parse_statistic(to_string(Statistic::TrimmedMean)), Statistic::TrimmedMean);
   EXPECT_NE(error_of([] { parse_statistic("mean"); }).find("'min', 'median'"), std::string::npos);
   EXPECT_NE(error_of([] { robust_time({}, Statistic::Min); }), "");
+}
+
+TEST(ProfileGrid, LeavesOutSequencesOverTheLongest) {
+  const ProfileGrid grid{{64, 4096}, {0, 2048, 8192}, 1, 6144};
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {64, 0}, {64, 2048}, {4096, 0}, {4096, 2048}};
+  std::vector<std::pair<int64_t, int64_t>> got;
+  for (const GridPoint& p : grid.points()) got.emplace_back(p.tokens, p.context);
+  EXPECT_EQ(got, want);
+  ProfileGrid unlimited = grid;
+  unlimited.longest_sequence = 0;
+  EXPECT_EQ(unlimited.points().size(), 6u);
 }
 
 TEST(Calibration, BadInput) {

@@ -40,6 +40,8 @@ struct ProfileGrid {
   std::vector<int64_t> tokens;
   std::vector<int64_t> contexts;
   int repeats = 1;
+  // Points whose sequence (context + tokens) is longer are left out; 0: none is.
+  int64_t longest_sequence = 0;
   std::vector<GridPoint> points() const;  // tokens-major
 };
 // "quick" (seconds; tests), "training" (a trainer's first run) or "full" (the calibration).
@@ -123,8 +125,8 @@ std::vector<double> fit_backward(const std::vector<LayerSample>& samples,
 // r minimising sum_i ((y_i - r * x_i) / y_i)^2; x_i, y_i > 0.
 double fit_ratio(const std::vector<double>& x, const std::vector<double>& y);
 // The held-out indices (sorted): round(fraction * n) points drawn with the seed among the
-// points that are not corners of the grid (min/max tokens x min/max context), leaving at least 3
-// points to fit.
+// points that are not corners of the grid (a point with the lowest or highest token count of its
+// context and the lowest or highest context of its token count), leaving at least 3 points to fit.
 std::vector<int> held_out_indices(const std::vector<LayerSample>& samples,
                                   const CalibrationOptions& options);
 
