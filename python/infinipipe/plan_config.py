@@ -33,7 +33,7 @@ class PlanConfig:
         or "profile": the trainer profiles its model's layer on this machine at start-up and
         caches the result (profiled_cost.py).
     profile_check_steps: with cost_model="profile", a profile loaded from the cache is checked
-        against the medians of this many steps (after the first): predictions more than 15% off
+        against the medians of this many steps (after the first): predictions more than 10% off
         the measured steps have it profiled again, once, on every rank, and the cache replaced
         (0: never checked).
     """

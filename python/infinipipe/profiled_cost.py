@@ -50,8 +50,11 @@ _log = logging.getLogger("infinipipe")
 PROFILE = "profile"  # the PlanConfig.cost_model value asking for it
 GRID = "training"
 CACHED = "profiled on this machine"  # how a cost model loaded from the cache is named
-# Issue 12, item 5: a prediction a user can trust is within 15% of the measured step (medians).
-STALE_ERROR = 0.15
+# Issue 12, item 5: a prediction a user can trust is within 15% of the measured step (medians
+# over the run). The check sees only the run's first steps, so it asks for less: on 2026-11-28 the
+# README's example passed a check at 15% and its 40 steps' medians came out +16% (0.828 s
+# predicted, 0.711 s measured).
+STALE_ERROR = 0.10
 
 
 def cache_dir() -> Path:
