@@ -47,7 +47,7 @@ ATTENTION_QUERY_CUTS = list(_C.runtime.cpu_attention_query_cuts)
 
 
 def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
-    """The grid's (tokens, context) points and its repeats (cost/calibration.h)."""
+    """The grid's (tokens, context) points and its repeats (cost/profile_grid.h)."""
     points, repeats = _C.plan.profile_grid(grid)
     return [tuple(p) for p in points], repeats
 

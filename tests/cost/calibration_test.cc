@@ -353,18 +353,6 @@ TEST(Calibration, Statistics) {
   EXPECT_NE(error_of([] { robust_time({}, Statistic::Min); }), "");
 }
 
-TEST(ProfileGrid, LeavesOutSequencesOverTheLongest) {
-  const ProfileGrid grid{{64, 4096}, {0, 2048, 8192}, 1, 6144};
-  const std::vector<std::pair<int64_t, int64_t>> want = {
-      {64, 0}, {64, 2048}, {4096, 0}, {4096, 2048}};
-  std::vector<std::pair<int64_t, int64_t>> got;
-  for (const GridPoint& p : grid.points()) got.emplace_back(p.tokens, p.context);
-  EXPECT_EQ(got, want);
-  ProfileGrid unlimited = grid;
-  unlimited.longest_sequence = 0;
-  EXPECT_EQ(unlimited.points().size(), 6u);
-}
-
 TEST(Calibration, BadInput) {
   std::vector<LayerSample> samples = synthetic(0, 0);
   EXPECT_NE(error_of([&] {
@@ -395,8 +383,6 @@ TEST(Calibration, BadInput) {
   EXPECT_NE(error_of([&] {
               calibrate({samples, {}, {{10, 0}}});
             }).find("head sample 0"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick', 'training' or 'full'"),
             std::string::npos);
 }
 

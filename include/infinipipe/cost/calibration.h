@@ -27,26 +27,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "infinipipe/cost/cost_model.h"
+#include "infinipipe/cost/profile_grid.h"
 
 namespace infinipipe {
-
-struct GridPoint {
-  int64_t tokens = 0;   // s: the slice's tokens (the chunk holds this one slice)
-  int64_t context = 0;  // c: tokens of the same sequence before the slice
-};
-
-// A profiling grid: every (tokens, context) pair, each timed `repeats` times.
-struct ProfileGrid {
-  std::vector<int64_t> tokens;
-  std::vector<int64_t> contexts;
-  int repeats = 1;
-  // Points whose sequence (context + tokens) is longer are left out; 0: none is.
-  int64_t longest_sequence = 0;
-  std::vector<GridPoint> points() const;  // tokens-major
-};
-// "quick" (seconds; tests), "training" (a trainer's first run) or "full" (the calibration).
-// Error on another name.
-ProfileGrid profile_grid(const std::string& name);
 
 // How a point's repeated runs become one time.
 enum class Statistic { Min, Median, TrimmedMean };

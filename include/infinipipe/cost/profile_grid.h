@@ -1,0 +1,28 @@
+#pragma once
+// What a layer profile times: its grid of (tokens, context) points, by name (the timing is
+// runtime/layer_profiler.h, the fit of the times cost/calibration.h).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace infinipipe {
+
+struct GridPoint {
+  int64_t tokens = 0;   // s: the slice's tokens (the chunk holds this one slice)
+  int64_t context = 0;  // c: tokens of the same sequence before the slice
+};
+
+// A profiling grid: every (tokens, context) pair, each timed `repeats` times.
+struct ProfileGrid {
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> contexts;
+  int repeats = 1;
+  // Points whose sequence (context + tokens) is longer are left out; 0: none is.
+  int64_t longest_sequence = 0;
+  std::vector<GridPoint> points() const;  // tokens-major
+};
+// "quick" (seconds; tests), "training" (a trainer's first run) or "full" (the calibration).
+// Error on another name.
+ProfileGrid profile_grid(const std::string& name);
+
+}  // namespace infinipipe
