@@ -241,9 +241,21 @@ def gather_text() -> list[bytes]:
     return trainer.executor.all_gather_text(bytes([rank, 0, 255]) * rank)
 
 
-def factory_raises(victim: int, timeout_s: float) -> None:
-    """Rank `victim`'s model factory raises; every rank's Trainer must fail naming it."""
+def factory_raises(victim: int, timeout_s: float, slow_reader: int | None = None) -> None:
+    """Rank `victim`'s model factory raises; every rank's Trainer must fail naming it. Rank
+    `slow_reader` takes 0.5 s over each call to the rendezvous store while the ranks agree, so
+    rank 0 (hosting the store) is done reading long before it."""
     config = model_config("float32")
+    if int(os.environ["RANK"]) == slow_reader:
+        from infinipipe import agreement
+
+        bounded = agreement.bounded
+
+        def slow(*args, **kwargs):
+            time.sleep(0.5)
+            return bounded(*args, **kwargs)
+
+        agreement.bounded = slow
 
     def factory(stage, split):
         if stage == victim:

@@ -105,11 +105,12 @@ def test_a_script_that_neither_closes_nor_destroys_exits_cleanly():
     assert results[0].value == results[1].value > 0
 
 
-def test_a_model_factory_that_raises_is_named_on_every_rank():
+@pytest.mark.parametrize("slow_reader", [None, 2])
+def test_a_model_factory_that_raises_is_named_on_every_rank(slow_reader):
     results = run_ranks(
         "bodies:factory_raises",
         3,
-        dict(victim=1, timeout_s=TIMEOUT_S),
+        dict(victim=1, timeout_s=TIMEOUT_S, slow_reader=slow_reader),
         timeout_s=TIMEOUT_S + 2 * STARTUP_ALLOWANCE_S,
     )
     victim = results[1]
