@@ -5,8 +5,8 @@
 
 Every rank runs the same steps (2 stages, Gloo, CPU, one thread per rank, the tiny LLaMA). Each
 case is a step (a length mix drawn from a built-in distribution, or a heavy step from
-lib/validation.py, heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192, the two steps hold
-41% of their tokens in cut sequences) and a memory budget, run by one method; every method runs
+lib/validation.py, heavy_lengths: 16 sequences, 20K-56K tokens, cut at 8192, the four steps hold
+40% of their tokens in cut sequences) and a memory budget, run by one method; every method runs
 the shared steps, on the same lengths and tokens, and EPP also runs steps of its own plan shapes
 (several waves under a tight budget). The trainer plans each case with the given (calibrated) cost
 model, and the plan carries the simulator's predicted step time, per-stage busy time and
