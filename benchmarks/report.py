@@ -402,7 +402,9 @@ methods part in the rounds that ran slower. Within the repeat the machine slowed
 for every method alike (the stages' busy time, median over the cases, 3%, 9% and 16% over its
 prediction in rounds 1, 2 and 3; in the run 17%, 27% and 16%). In the median round EPP's compute
 came out slower against its prediction than the baselines' by 0.9-3.2 points in the run and
-1.9-4.2 in the repeat. Taking the fastest round instead of the median would
+1.9-4.2 in the repeat. That is not a property of EPP's plans: its median round ran 6.0% and 6.8%
+over its fastest here (median over its steps; the baselines 2.5-6.1%), but 1.9% and 3.1% in the
+two six-step runs above, the least of the four methods there. Taking the fastest round instead of the median would
 give gaps of 1.1, 1.8, 1.0 and 0.1, 0.8, 2.2 points (still one miss); the statistic stays the
 median, as chosen before these runs. A process that ran the four methods' heavy step (seed 0) 8 rounds
 over, with no other case between them (a one-off check at 03:01, not committed), kept each
