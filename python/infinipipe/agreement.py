@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import itertools
 import json
@@ -12,7 +11,7 @@ from typing import Any
 import torch.distributed as dist
 
 from .errors import Error, LostRankError, RankFailedError
-from .rendezvous import bounded, hosts_rendezvous_store, store_lost, store_prefix, wait_for_ranks
+from .rendezvous import bounded, leave_together, store_lost, store_prefix, wait_for_ranks
 
 
 def digest(*parts: Any) -> str:
@@ -93,7 +92,8 @@ def agree_on_setup(
         bounded(lambda: store.set(keys[rank], json.dumps(mine)), timeout_s, "the rendezvous store")
         wait_for_ranks(store, keys, rank, timeout_s, describe, "reach the trainer's setup")
         words = [json.loads(bounded(lambda k=k: store.get(k), timeout_s, "store")) for k in keys]
-        _leave_together(store, keys, rank, timeout_s)
+        # the host may raise as soon as it has read every word: not before every rank has
+        leave_together(store, keys, rank, timeout_s, "read", list(range(world_size)))
     except Exception as e:  # noqa: BLE001 - a rank never came, or the store's host is gone
         if error is not None:  # this rank's own failure comes first
             raise error from None
@@ -111,24 +111,6 @@ def agree_on_setup(
             step=0,
         )
     return [w["board"] for w in words]
-
-
-def _leave_together(store: Any, keys: list[str], rank: int, timeout_s: float) -> None:
-    """The store dies with the rank hosting it, which may raise (its own or another rank's
-    failure) as soon as it has read every word; a rank still reading would then find the store
-    gone and blame its host. So each rank says it has read, and the host waits (bounded) until
-    every rank has."""
-    bounded(lambda: store.set(f"{keys[rank]}/read", "1"), timeout_s, "the rendezvous store")
-    if hosts_rendezvous_store():
-        read = [f"{k}/read" for k in keys]
-        try:
-            bounded(
-                lambda: store.wait(read, datetime.timedelta(seconds=timeout_s)),
-                timeout_s + 1,
-                "the rendezvous store",
-            )
-        except Exception:  # noqa: BLE001 - a rank that wrote its word has gone since
-            pass
 
 
 _setups = itertools.count()

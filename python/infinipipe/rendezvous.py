@@ -180,7 +180,9 @@ def wait_for_ranks(
         raise store_lost(timeout_s) from None
     if not missing:  # the last rank came just after the timeout
         return
-    _conclude_together(store, keys, rank, missing, timeout_s)
+    # each rank concludes on its own timeout, the host's may end first
+    came = [r for r in range(len(keys)) if r not in missing]
+    leave_together(store, keys, rank, timeout_s, "concluded", came)
     names = ", ".join(describe(r) for r in missing)
     raise LostRankError(
         f"setup: {names} did not {what} within {timeout_s:g} s: it may have exited, failed "
@@ -190,19 +192,19 @@ def wait_for_ranks(
     )
 
 
-def _conclude_together(
-    store: Any, keys: list[str], rank: int, missing: list[int], timeout_s: float
+def leave_together(
+    store: Any, keys: list[str], rank: int, timeout_s: float, done: str, ranks: list[int]
 ) -> None:
-    """The store dies with the rank hosting it, and that rank raises as soon as it has
-    concluded; the others, whose timeouts started a little later, would then find the store
-    gone and blame its host. So each rank says it has concluded, and the host waits (bounded)
-    until every rank that came has."""
+    """The store dies with the rank hosting it, and that rank may return or raise as soon as it
+    is done; a rank not done yet would then find the store gone and blame its host. So each rank
+    says it is `done` (a key beside its own in `keys`), and the host waits (bounded) until every
+    rank in `ranks` has."""
     try:
-        store.set(f"{keys[rank]}/concluded", "1")
+        bounded(lambda: store.set(f"{keys[rank]}/{done}", "1"), timeout_s, "the rendezvous store")
         if hosts_rendezvous_store():
-            came = [f"{k}/concluded" for r, k in enumerate(keys) if r not in missing]
+            marks = [f"{keys[r]}/{done}" for r in ranks]
             bounded(
-                lambda: store.wait(came, datetime.timedelta(seconds=timeout_s)),
+                lambda: store.wait(marks, datetime.timedelta(seconds=timeout_s)),
                 timeout_s + 1,
                 "the rendezvous store",
             )
