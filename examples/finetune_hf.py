@@ -81,11 +81,10 @@ def main() -> None:
     held_out = list(TokenBatches(held_out_docs, tokenizer, shuffle=False, **batching))
 
     trainer = infinipipe.Trainer(
-        hf.stage_factory(args.model),
+        hf.stage_factory(args.model),  # this rank's stage, and the model's shape for the planner
         lambda params: torch.optim.AdamW(params, lr=args.lr),
-        model_config=hf.model_shape(args.model),
         plan=infinipipe.PlanConfig(method=args.method),
-        seed=args.seed,
+        runtime=infinipipe.RuntimeConfig(seed=args.seed),
     )
     before = trainer.evaluate(held_out)
     with infinipipe.MetricsLog(jsonl=args.metrics, total=args.steps) as log:

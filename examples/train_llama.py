@@ -100,6 +100,7 @@ def main() -> None:
         k=args.k,
         chunk_tokens=args.chunk_tokens,
         cost_model=None if args.cost_model == "analytic" else args.cost_model,
+        spread_head=args.spread_head,
     )
     parallel = infinipipe.Parallel(
         pipeline=args.pipeline, sequence=args.sequence, data=args.replicas, zero=args.zero
@@ -108,10 +109,9 @@ def main() -> None:
         config,
         lambda params: torch.optim.AdamW(params, lr=args.lr),
         plan=plan,
-        seed=args.seed,
         parallel=parallel,
-        spread_head=args.spread_head,
-        flush_denormal=True,  # on a CPU, denormal numbers slow training down (docs/runtime.md)
+        # on a CPU, denormal numbers slow training down (docs/runtime.md)
+        runtime=infinipipe.RuntimeConfig(seed=args.seed, flush_denormal=True),
     )
     # Batch i+1 is planned on a background thread while batch i trains.
     loader = trainer.prefetching(batches)
@@ -153,7 +153,7 @@ def main() -> None:
         measured, predicted = (statistics.median(t) for t in zip(*step_times))
         print(
             f"step time: measured {measured:.3f} s, predicted {predicted:.3f} s (medians; "
-            f"{predicted / measured - 1:+.0%}), cost model {trainer.cost_model_name}"
+            f"{predicted / measured - 1:+.0%}), cost model {trainer.planner.cost_model_name}"
         )
         if args.spread_head:
             print(f"LM heads run per stage over the steps (spread head): {heads}")

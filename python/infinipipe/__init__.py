@@ -1,8 +1,14 @@
 """InfiniPipe: elastic pipeline parallelism for variable-length long-context LLM training.
 
-The trainer (infinipipe.Trainer, configured by infinipipe.PlanConfig) and its helpers need the
-compiled module infinipipe._C; they are imported on first use, so `import infinipipe` is cheap.
+The public face: the Trainer and its configs (PlanConfig, Parallel, RuntimeConfig, StageFactory),
+what its calls return, and the errors. They need the compiled module infinipipe._C and are
+imported on first use, so `import infinipipe` is cheap. The package by layer (docs/design.md,
+"Python package"): training/ (the Trainer and its parts), planning/ (how steps are planned),
+distributed/ (layout, groups, rendezvous, failures), state/ (checkpoints), profiling/ (the cost
+model measured), models/, data/.
 """
+
+from . import _moved
 
 __version__ = "0.1.0"
 
@@ -10,21 +16,27 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Error": "errors",
     "BatchError": "errors",
-    "PlanConfig": "plan_config",
-    "Parallel": "layout",
-    "Trainer": "trainer",
-    "StepResult": "results",
-    "EvalResult": "results",
-    "MetricsLog": "metrics",
-    "MemoryMeter": "memory_meter",
-    "LlamaStageAdapter": "stage_adapter",
-    "model_shape_json": "cost",
-    "cost_model_for": "cost",
-    "balanced_layer_split": "stage_balance",
-    "choose_layer_split": "stage_balance",
+    "LostRankError": "errors",
+    "RankFailedError": "errors",
+    "Trainer": "training.trainer",
+    "PlanConfig": "planning.config",
+    "Parallel": "distributed.layout",
+    "RuntimeConfig": "training.config",
+    "StageFactory": "models.stage_protocol",
+    "StepResult": "training.results",
+    "EvalResult": "training.results",
+    "MetricsLog": "training.metrics",
+    "MemoryMeter": "training.memory_meter",
+    "LlamaStageAdapter": "models.stage_protocol",
+    "model_shape_json": "planning.cost_model",
+    "cost_model_for": "planning.cost_model",
+    "balanced_layer_split": "planning.stage_balance",
+    "choose_layer_split": "planning.stage_balance",
 }
 
 __all__ = list(_EXPORTS)
+
+_moved.install()
 
 
 def __getattr__(name):

@@ -18,9 +18,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command == "profile":
-        from infinipipe import profile_cli  # imports torch and the compiled module: only when asked
+        from infinipipe.profiling import (
+            cli,
+        )  # imports torch and the compiled module: only when asked
 
-        return profile_cli.main(rest)
+        return cli.main(rest)
     print(f"unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
     return 2
 

@@ -12,10 +12,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 import infinipipe
-from infinipipe import checkpoint
 from infinipipe.data import synthetic_batch
 from infinipipe.models import cpp
 from infinipipe.models.llama import LlamaConfig
+from infinipipe.state import checkpoint
 
 MODEL = LlamaConfig.tiny(vocab=97, hidden=64, layers=4, ffn=128, dtype=torch.float64)
 # A fixed chunking (no search with a time limit): the same plan for a batch on every run.
@@ -28,14 +28,13 @@ def make_trainer(
 ) -> infinipipe.Trainer:
     """The Python LlamaStage, or with cpp_stage the C++ one (same parameter names); parallel:
     the layout's degrees (default: one process per stage)."""
-    model = (lambda stage, split: cpp.build_stage(config, split, stage)) if cpp_stage else config
+    model = cpp.stage_factory(config) if cpp_stage else config
     return infinipipe.Trainer(
         model,
         lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1),
-        model_config=config if cpp_stage else None,
         plan=PLAN,
-        timeout_s=60,
         parallel=infinipipe.Parallel(**(parallel or {})),
+        runtime=infinipipe.RuntimeConfig(timeout_s=60),
     )
 
 
@@ -162,7 +161,7 @@ def failed_save(directory: str) -> dict:
 def no_state_dict(directory: str) -> str:
     """A stage object without state_dict(): a clear error on every rank, nothing written."""
     trainer = make_trainer()
-    trainer.module = object()
+    trainer.stage.module = object()
     try:
         checkpoint.save(trainer, directory)
     except infinipipe.Error as e:

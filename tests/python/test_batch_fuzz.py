@@ -47,7 +47,7 @@ EXAMPLES = settings(
 def trainer() -> infinipipe.Trainer:
     # One process, one stage: check_batch needs only the model's vocabulary, but it is the
     # trainer's method that step() calls, so the real object is checked.
-    return infinipipe.Trainer(LlamaConfig.tiny(), timeout_s=30)
+    return infinipipe.Trainer(LlamaConfig.tiny(), runtime=infinipipe.RuntimeConfig(timeout_s=30))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,4 @@
-"""Saving and resuming the whole training state (infinipipe.checkpoint) on real Gloo ranks:
+"""Saving and resuming the whole training state (infinipipe.state.checkpoint) on real Gloo ranks:
 
 - a run stopped after step 5 and resumed in fresh processes gives bitwise the losses (and RNG
   draws) of the run that never stopped; saving (also before the first step, when the optimizer

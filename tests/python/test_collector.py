@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from infinipipe import collector
+from infinipipe.training import gc_pause as collector
 
 
 @pytest.fixture(autouse=True)

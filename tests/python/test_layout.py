@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infinipipe import Error
-from infinipipe.layout import Layout, Parallel
+from infinipipe.distributed.layout import Layout, Parallel
 
 
 def test_pipeline_defaults_to_what_the_world_leaves():

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from infinipipe.metrics import MetricsLog, step_record
-from infinipipe.trainer import EvalResult, StepResult
+from infinipipe.training.metrics import MetricsLog, step_record
+from infinipipe.training.trainer import EvalResult, StepResult
 
 
 def result(loss: float = 2.5, step_s: float = 0.5, cost_model: str = "analytic") -> StepResult:

@@ -38,8 +38,8 @@ def test_the_search_work_limit_reaches_the_planner():
     import torch
 
     from infinipipe import _C
-    from infinipipe.cost import model_shape_json
     from infinipipe.models.llama import LlamaConfig
+    from infinipipe.planning.cost_model import model_shape_json
 
     assert PlanConfig().search_work_limit == _C.plan.training_defaults()["search_work_limit"] > 0
     with pytest.raises(ValueError, match="search_work_limit must be 0 .no limit."):

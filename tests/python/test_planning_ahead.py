@@ -1,4 +1,4 @@
-"""PlanAhead and Prefetching (python/infinipipe/planning_ahead.py) on their own, with a
+"""PlanAhead and Prefetching (python/infinipipe/planning/ahead.py) on their own, with a
 stand-in planner: plans are made on the background thread in the order handed over, taken by
 lengths, their errors re-raised at take; Prefetching hands each batch over one ahead and keeps
 the loader's state as of the batch the loop holds. The trainer's use of them runs on real ranks
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from infinipipe.data import ByteTokenizer, TokenBatches
-from infinipipe.planning_ahead import CAPACITY, PlanAhead, Prefetching
+from infinipipe.planning.ahead import CAPACITY, PlanAhead, Prefetching
 
 
 class Planner:

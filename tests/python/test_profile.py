@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from infinipipe import _C, profile
+from infinipipe import _C
 from infinipipe.models import llama
+from infinipipe.profiling import layer_profile as profile
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = Path(os.environ.get("INFINIPIPE_BUILD", ROOT / "build")) / "infinipipe-profile"

@@ -1,4 +1,4 @@
-"""The profiled all-to-all (infinipipe/alltoall_profile.py): measured over real Gloo processes,
+"""The profiled all-to-all (infinipipe/profiling/alltoall.py): measured over real Gloo processes,
 fitted, carried by the cost JSON and its cache key, and used by a trainer with sequence
 parallelism and cost_model="profile".
 
@@ -24,9 +24,10 @@ sys.path.insert(0, str(HERE / "runtime"))
 
 from launcher import check_all_ok, run_ranks  # noqa: E402
 
-from infinipipe import _C, alltoall_profile, profiled_cost  # noqa: E402
-from infinipipe.cost import model_shape_json  # noqa: E402
+from infinipipe import _C  # noqa: E402
 from infinipipe.models import llama  # noqa: E402
+from infinipipe.planning.cost_model import model_shape_json  # noqa: E402
+from infinipipe.profiling import alltoall, profiled_cost  # noqa: E402
 
 MODEL = dict(vocab=97, hidden=32, layers=4, heads=4, kv_heads=2, ffn=64)
 OTHER_SIZE = 3 * 2**17  # 384 KiB per rank: between two of the measured sizes
@@ -51,8 +52,8 @@ def measure_body() -> dict:
 
     dist.init_process_group("gloo")
     try:
-        measured = alltoall_profile.measure(dist.group.WORLD, 30.0)
-        (run,) = alltoall_profile.time_runs(dist.group.WORLD, 30.0, sizes=[OTHER_SIZE])
+        measured = alltoall.measure(dist.group.WORLD, 30.0)
+        (run,) = alltoall.time_runs(dist.group.WORLD, 30.0, sizes=[OTHER_SIZE])
     finally:
         # A Gloo group left to the interpreter's exit can abort the process ("terminate called
         # without an active exception") after the body returned.
@@ -66,7 +67,7 @@ def measure_body() -> dict:
         measured_s=_C.plan.robust_time(run["seconds"], "median"),
         sizes=[r["bytes"] for r in measured["runs"]],
         repeats=[len(r["seconds"]) for r in measured["runs"]],
-        description=alltoall_profile.describe(measured),
+        description=alltoall.describe(measured),
     )
 
 
@@ -75,7 +76,7 @@ def absent_peer_body() -> dict | None:
     its timeout as a CollectiveFailure."""
     import torch.distributed as dist
 
-    from infinipipe.stage_group import CollectiveFailure
+    from infinipipe.distributed.gradient_group import CollectiveFailure
 
     dist.init_process_group("gloo")
     if dist.get_rank() == 1:
@@ -83,7 +84,7 @@ def absent_peer_body() -> dict | None:
         return None
     started = time.monotonic()
     try:
-        alltoall_profile.measure(dist.group.WORLD, 3.0)
+        alltoall.measure(dist.group.WORLD, 3.0)
     except CollectiveFailure as e:
         return dict(message=str(e), elapsed_s=time.monotonic() - started, rank=e.rank)
     return dict(message="no failure", elapsed_s=time.monotonic() - started, rank=None)
@@ -99,11 +100,11 @@ def trainer_body() -> dict:
         lambda params: torch.optim.SGD(params, lr=0.0),
         plan=infinipipe.PlanConfig(cost_model="profile"),
         parallel=infinipipe.Parallel(pipeline=1, sequence=2),
-        timeout_s=60,
+        runtime=infinipipe.RuntimeConfig(timeout_s=60),
     )
     g = torch.Generator().manual_seed(0)
     result = trainer.step([torch.randint(0, MODEL["vocab"], (n,), generator=g) for n in (40, 9)])
-    return dict(cost=trainer.cost.to_json(), name=trainer.cost_model_name, loss=result.loss)
+    return dict(cost=trainer.cost.to_json(), name=trainer.planner.cost_model_name, loss=result.loss)
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,8 +117,8 @@ def test_alltoall_over_two_gloo_processes_fits_and_predicts_another_size():
     )
     for v in values:
         assert v["ranks"] == 2
-        assert v["sizes"] == list(alltoall_profile.SIZES)
-        assert v["repeats"] == [alltoall_profile.REPEATS] * len(alltoall_profile.SIZES)
+        assert v["sizes"] == list(alltoall.SIZES)
+        assert v["repeats"] == [alltoall.REPEATS] * len(alltoall.SIZES)
         assert math.isfinite(v["bandwidth"]) and v["bandwidth"] > 0, v
         assert math.isfinite(v["latency_s"]) and v["latency_s"] > 0, v
         # A message of a size not fitted: the prediction within a factor of 3 of its time.
@@ -145,7 +146,7 @@ def test_cost_json_round_trip_with_the_link():
     plain = json.loads(base.to_json())["coefficients"]
     assert "alltoall_bandwidth" not in plain  # written only when measured
     link = _synthetic_link()
-    text = alltoall_profile.with_link(base.to_json(), link)
+    text = alltoall.with_link(base.to_json(), link)
     coefficients = json.loads(text)["coefficients"]
     assert coefficients["alltoall_bandwidth"] == pytest.approx(link["fit"].bandwidth)
     assert coefficients["alltoall_latency_s"] == pytest.approx(link["fit"].latency_s)
@@ -167,7 +168,7 @@ def test_the_cache_key_distinguishes_a_profile_with_the_alltoall(tmp_path, monke
     for sequence, ranks_on_host in ((2, 4), (4, 4), (2, 8)):
         paths.add(profiled_cost.cache_path(config, split, ranks_on_host, sequence))
     assert len(paths) == 4
-    monkeypatch.setattr(alltoall_profile, "VERSION", alltoall_profile.VERSION + 1)
+    monkeypatch.setattr(alltoall, "VERSION", alltoall.VERSION + 1)
     assert profiled_cost.cache_path(config, split, 4, 2) not in paths
 
 
@@ -226,7 +227,7 @@ def test_cli_measures_the_alltoall_under_torchrun(tmp_path):
     assert coefficients["alltoall_bandwidth"] == pytest.approx(meta["bandwidth"])
     assert coefficients["alltoall_latency_s"] == pytest.approx(meta["latency_s"])
     assert meta["ranks"] == 2 and meta["processes"] == 2
-    assert [r["bytes"] for r in meta["runs"]] == list(alltoall_profile.SIZES)
+    assert [r["bytes"] for r in meta["runs"]] == list(alltoall.SIZES)
     _C.plan.CostModel.load(str(out))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infinipipe.profiled_cost import StaleProfileCheck, record_check
+from infinipipe.profiling.profiled_cost import StaleProfileCheck, record_check
 
 
 def test_the_error_is_of_the_medians_after_the_first_step():

@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent(
     import torch.distributed as dist
     import infinipipe
     from infinipipe.models.llama import LlamaConfig
-    from infinipipe.rendezvous import destroy_default_group
+    from infinipipe.distributed.rendezvous import destroy_default_group
 
     def threads():
         return len(os.listdir("/proc/self/task"))

@@ -31,10 +31,10 @@ sys.path.insert(0, str(HERE / "runtime"))
 from launcher import check_all_ok, run_ranks  # noqa: E402
 
 from infinipipe import _C  # noqa: E402
-from infinipipe.cost import model_shape_json  # noqa: E402
 from infinipipe.models import cpp as cpp_models  # noqa: E402
 from infinipipe.models import llama  # noqa: E402
-from infinipipe.stage_adapter import LlamaStageAdapter  # noqa: E402
+from infinipipe.models.stage_protocol import LlamaStageAdapter  # noqa: E402
+from infinipipe.planning.cost_model import model_shape_json  # noqa: E402
 
 MODEL = dict(vocab=97, hidden=32, layers=4, heads=4, kv_heads=2, ffn=64)
 LENGTHS = [23, 9, 6, 5, 3]

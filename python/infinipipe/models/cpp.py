@@ -3,8 +3,7 @@
 It has the Python `llama.LlamaStage`'s numerics and parameter names, so state dicts move
 between the two; a Trainer whose factory returns one runs it in C++ without the GIL:
 
-    trainer = infinipipe.Trainer(lambda stage, split: cpp.build_stage(config, split, stage),
-                                 optimizer_factory, model_config=config)
+    trainer = infinipipe.Trainer(cpp.stage_factory(config), optimizer_factory)
 
 Its methods follow the executor's stage protocol: `embed(tokens, ctx)`, `layer(local_index,
 hidden, ctx)`, `head(hidden, ctx)` with a C++ `_C.runtime.ChunkContext`.
@@ -18,8 +17,9 @@ import torch
 
 from .. import _C
 from . import llama
+from .stage_protocol import StageFactory
 
-__all__ = ["stage", "build_stage", "load_from"]
+__all__ = ["stage", "build_stage", "stage_factory", "load_from"]
 
 
 def stage(
@@ -69,6 +69,23 @@ def build_stage(
     r = ranges[index]
     has_head = spread_head or index == len(ranges) - 1
     return stage(config, r.start, r.stop, index == 0, has_head, seed=seed, device=device)
+
+
+def stage_factory(
+    config: llama.LlamaConfig,
+    *,
+    seed: int | None = 0,
+    device: torch.device | str = "cpu",
+    spread_head: bool = False,
+) -> StageFactory:
+    """The Trainer's model built in C++: each rank's build_stage, and config for the planner."""
+
+    def build(index: int, layers_per_stage: list[int]) -> _C.models.LlamaStage:
+        return build_stage(
+            config, layers_per_stage, index, seed=seed, device=device, spread_head=spread_head
+        )
+
+    return StageFactory(build, config)
 
 
 def load_from(

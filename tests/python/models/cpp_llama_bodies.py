@@ -17,17 +17,16 @@ def cpp_parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
     def new_trainer(dtype: str) -> infinipipe.Trainer:
         config = bodies.model_config(dtype)
         return infinipipe.Trainer(
-            lambda stage, split: cpp.build_stage(config, split, stage, seed=0),
+            cpp.stage_factory(config, seed=0),
             bodies.frozen_optimizer,
-            model_config=config,
-            timeout_s=timeout_s,
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
         )
 
     return [
         dict(
             record,
-            module_type=type(trainer.protocol).__name__,
-            runs_in_cpp=isinstance(trainer.protocol, _C.runtime.StageModule),
+            module_type=type(trainer.stage.protocol).__name__,
+            runs_in_cpp=isinstance(trainer.stage.protocol, _C.runtime.StageModule),
         )
         for trainer, _, record in bodies.run_cases(cases, new_trainer)
     ]

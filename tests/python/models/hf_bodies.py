@@ -136,9 +136,8 @@ def pipeline_parity(
         trainer = infinipipe.Trainer(
             hf.stage_factory(path, dtype=torch.float64, device="cpu", spread_head=spread_head),
             frozen_optimizer,
-            model_config=hf.model_shape(path, torch.float64),
-            timeout_s=timeout_s,
-            spread_head=spread_head,
+            plan=infinipipe.PlanConfig(spread_head=spread_head),
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
         )
         for case in cases:
             plan = make_plan(trainer, case["lengths"], case["plan"])

@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 import infinipipe
 from infinipipe import _C
-from infinipipe.cost import model_shape_json
 from infinipipe.models import llama
+from infinipipe.planning.cost_model import model_shape_json
 
 # Tiny on purpose: 8 layers split over 2 or 4 stages, hidden 32, grouped-query attention.
 MODEL = dict(vocab=97, hidden=32, layers=8, heads=4, kv_heads=2, ffn=64)
@@ -162,7 +162,11 @@ def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
     summary, the stats (measured memory included) and this rank's stage."""
 
     def new_trainer(dtype: str) -> infinipipe.Trainer:
-        return infinipipe.Trainer(model_config(dtype), frozen_optimizer, timeout_s=timeout_s)
+        return infinipipe.Trainer(
+            model_config(dtype),
+            frozen_optimizer,
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+        )
 
     return [
         dict(record, summary=result.plan, stats=result.stats, stage=trainer.stage_index)
@@ -176,7 +180,10 @@ def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
 
 def world_mismatch(layer_split: list[int]) -> None:
     infinipipe.Trainer(
-        model_config("float32"), frozen_optimizer, layer_split=layer_split, timeout_s=20
+        model_config("float32"),
+        frozen_optimizer,
+        parallel=infinipipe.Parallel(layer_split=layer_split),
+        runtime=infinipipe.RuntimeConfig(timeout_s=20),
     )
 
 
@@ -192,7 +199,9 @@ def bad_inputs() -> dict:
     """Every rank tries several bad steps in the same order, then a good one; returns what
     each raised (type, message) or None."""
     rank = int(os.environ["RANK"])
-    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=20)
+    trainer = infinipipe.Trainer(
+        model_config("float32"), frozen_optimizer, runtime=infinipipe.RuntimeConfig(timeout_s=20)
+    )
     good = make_batch([30, 12, 7], seed=1)
     results: dict[str, Any] = {}
     results["out_of_vocab"] = _outcome(lambda: trainer.step([[1, 2, 3], [4, MODEL["vocab"], 5]]))
@@ -215,9 +224,11 @@ def bad_inputs() -> dict:
     results["different_plan"] = _outcome(lambda: trainer.step(good, plan=plan))
     # Every rank gives a plan made for another layer split.
     other_split = _C.plan.CostModel.analytic(
-        model_shape_json(trainer.config, trainer.dtype), "cpu", [2, 6]
+        model_shape_json(trainer.config, trainer.config.dtype), "cpu", [2, 6]
     )
-    foreign = _C.plan.plan_step([30, 12, 7], other_split, float(trainer.memory_budget_bytes), "epp")
+    foreign = _C.plan.plan_step(
+        [30, 12, 7], other_split, float(trainer.planner.memory_budget_bytes), "epp"
+    )
     results["plan_for_other_split"] = _outcome(lambda: trainer.step(good, plan=foreign))
     # After all that, a good step runs.
     results["good_loss"] = trainer.step(good).loss
@@ -226,8 +237,8 @@ def bad_inputs() -> dict:
     other_config = infinipipe.Trainer(
         model_config("float32"),
         frozen_optimizer,
-        timeout_s=20,
         plan=infinipipe.PlanConfig(method=method),
+        runtime=infinipipe.RuntimeConfig(timeout_s=20),
     )
     results["different_config"] = _outcome(lambda: other_config.step(good))
     return results
@@ -237,8 +248,10 @@ def gather_text() -> list[bytes]:
     """Every rank's bytes through the executor's all-gather: rank r sends r copies of
     (r, 0, 255), so lengths differ, rank 0 sends nothing, and the bytes are not text."""
     rank = int(os.environ["RANK"])
-    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=20)
-    return trainer.executor.all_gather_text(bytes([rank, 0, 255]) * rank)
+    trainer = infinipipe.Trainer(
+        model_config("float32"), frozen_optimizer, runtime=infinipipe.RuntimeConfig(timeout_s=20)
+    )
+    return trainer.stage.executor.all_gather_text(bytes([rank, 0, 255]) * rank)
 
 
 def factory_raises(victim: int, timeout_s: float, slow_reader: int | None = None) -> None:
@@ -247,7 +260,7 @@ def factory_raises(victim: int, timeout_s: float, slow_reader: int | None = None
     rank 0 (hosting the store) is done reading long before it."""
     config = model_config("float32")
     if int(os.environ["RANK"]) == slow_reader:
-        from infinipipe import agreement
+        from infinipipe.distributed import agreement
 
         bounded = agreement.bounded
 
@@ -262,7 +275,11 @@ def factory_raises(victim: int, timeout_s: float, slow_reader: int | None = None
             raise RuntimeError("no such checkpoint: /missing/stage.pt")
         return llama.build_stage(config, split, stage)
 
-    infinipipe.Trainer(factory, frozen_optimizer, model_config=config, timeout_s=timeout_s)
+    infinipipe.Trainer(
+        infinipipe.StageFactory(factory, config),
+        frozen_optimizer,
+        runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+    )
 
 
 def report_groups_at_exit() -> None:
@@ -286,7 +303,11 @@ def exits_before_setup(victim: int, timeout_s: float) -> float:
         os._exit(17)
     started = time.monotonic()
     try:
-        infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=timeout_s)
+        infinipipe.Trainer(
+            model_config("float32"),
+            frozen_optimizer,
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+        )
     except Exception as e:
         print(f"setup failed after {time.monotonic() - started:.2f} s", flush=True)
         raise e from None
@@ -294,7 +315,11 @@ def exits_before_setup(victim: int, timeout_s: float) -> float:
 
 def dies_before_agreement(victim: int, timeout_s: float) -> None:
     """Rank `victim` exits (code 17) before the step; the others reach the agreement."""
-    trainer = infinipipe.Trainer(model_config("float32"), frozen_optimizer, timeout_s=timeout_s)
+    trainer = infinipipe.Trainer(
+        model_config("float32"),
+        frozen_optimizer,
+        runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+    )
     if int(os.environ["RANK"]) == victim:
         os._exit(17)
     trainer.step(make_batch([30, 12, 7], seed=1))
@@ -351,11 +376,10 @@ def peer_dies(
         return module
 
     trainer = infinipipe.Trainer(
-        factory,
+        infinipipe.StageFactory(factory, config),
         frozen_optimizer,
-        model_config=config,
-        timeout_s=timeout_s,
         parallel=infinipipe.Parallel(**(parallel or {})),
+        runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
     )
     batch = make_batch(lengths, seed=3)
     plan = trainer.plan(batch)
@@ -383,7 +407,11 @@ def fails_setup_on_first_attempt() -> float:
             raise RuntimeError("first attempt fails")
         return llama.build_stage(config, split, stage)
 
-    trainer = infinipipe.Trainer(factory, frozen_optimizer, model_config=config, timeout_s=20)
+    trainer = infinipipe.Trainer(
+        infinipipe.StageFactory(factory, config),
+        frozen_optimizer,
+        runtime=infinipipe.RuntimeConfig(timeout_s=20),
+    )
     loss = trainer.step(make_batch([30, 12, 7], seed=1)).loss
     print(f"attempt {os.environ['TORCHELASTIC_RESTART_COUNT']} loss {loss:.4f}", flush=True)
     return loss

@@ -10,7 +10,7 @@ import torch
 
 import infinipipe
 from infinipipe import _C
-from infinipipe.layout import Parallel
+from infinipipe.distributed.layout import Parallel
 
 
 def _spec_plan(trainer: infinipipe.Trainer, batch: list[torch.Tensor], spec: dict) -> Any:
@@ -46,8 +46,8 @@ def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[d
             trainers[dtype] = infinipipe.Trainer(
                 bodies.model_config(dtype),
                 bodies.frozen_optimizer,
-                timeout_s=timeout_s,
                 parallel=Parallel(**parallel),
+                runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
             )
         trainer = trainers[dtype]
         batch = bodies.make_batch(case["lengths"], case["seed"])
@@ -78,8 +78,8 @@ def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: flo
     trainer = infinipipe.Trainer(
         bodies.model_config("float64"),
         lambda params: torch.optim.AdamW(params, lr=lr),
-        timeout_s=60,
         parallel=Parallel(**parallel, zero=zero),
+        runtime=infinipipe.RuntimeConfig(timeout_s=60),
     )
     losses = [
         trainer.step(bodies.make_batch(lengths, seed)).loss for seed, lengths in enumerate(batches)

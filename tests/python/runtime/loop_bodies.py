@@ -7,7 +7,7 @@ import torch
 from bodies import frozen_optimizer, make_batch, model_config
 
 import infinipipe
-from infinipipe.memory_meter import MemoryMeter
+from infinipipe.training.memory_meter import MemoryMeter
 
 # A split sequence (cut by the chunkflow cap) beside packed short ones, so K/V buffers are used.
 BATCHES = [([70, 9, 23, 5], 1), ([40, 33, 8], 2)]
@@ -26,7 +26,7 @@ def training_loop() -> dict:
         model_config("float64"),
         frozen_optimizer,
         plan=infinipipe.PlanConfig(method="chunkflow", chunk_tokens=32),
-        timeout_s=60,
+        runtime=infinipipe.RuntimeConfig(timeout_s=60),
     )
     batches = [make_batch(lengths, seed) for lengths, seed in BATCHES]
     out: dict = {"stage": trainer.stage_index}
@@ -39,11 +39,11 @@ def training_loop() -> dict:
 
     # Evaluation: the same loss as a training forward, gradients untouched, nothing saved for
     # a backward (MemoryMeter sees every tensor autograd saves).
-    meter = MemoryMeter(trainer.executor, trainer.parameters)
-    trainer.executor.set_after_action(meter.sample)
+    meter = MemoryMeter(trainer.stage.executor, trainer.parameters)
+    trainer.stage.executor.set_after_action(meter.sample)
     with meter.hooks():
         evaluation = trainer.evaluate(batches)
-    trainer.executor.set_after_action(None)
+    trainer.stage.executor.set_after_action(None)
     out["eval_loss"], out["eval_tokens"] = evaluation.loss, evaluation.tokens
     out["eval_perplexity"] = evaluation.perplexity
     out["eval_saved_bytes"] = meter.peak_saved_bytes
@@ -66,7 +66,9 @@ def training_loop() -> dict:
 
 
 def bad_clip() -> str:
-    trainer = infinipipe.Trainer(model_config("float64"), frozen_optimizer, timeout_s=30)
+    trainer = infinipipe.Trainer(
+        model_config("float64"), frozen_optimizer, runtime=infinipipe.RuntimeConfig(timeout_s=30)
+    )
     try:
         trainer.clip_grad_norm_(float("nan"))
     except ValueError as e:
@@ -77,12 +79,14 @@ def bad_clip() -> str:
 def tied_exchange() -> list[float]:
     """Stages 0 and 2 of 3 sum two tied tensors (twice, with indices 0 and 1); stage 1 is not
     involved. Returns this rank's tensors after the exchange."""
-    trainer = infinipipe.Trainer(model_config("float64"), frozen_optimizer, timeout_s=30)
+    trainer = infinipipe.Trainer(
+        model_config("float64"), frozen_optimizer, runtime=infinipipe.RuntimeConfig(timeout_s=30)
+    )
     stage = trainer.stage_index
     mine = [torch.full((3,), float(10 * stage + i), dtype=torch.float64) for i in range(2)]
     if stage != 1:
         for index, t in enumerate(mine):
-            trainer.executor.add_peer_tensor(t, 2 - stage, index)
+            trainer.stage.executor.add_peer_tensor(t, 2 - stage, index)
     return [t.tolist() for t in mine]
 
 
@@ -92,17 +96,19 @@ def planning_ahead() -> dict:
     planning-ahead thread."""
     import threading
 
-    trainer = infinipipe.Trainer(model_config("float64"), frozen_optimizer, timeout_s=60)
+    trainer = infinipipe.Trainer(
+        model_config("float64"), frozen_optimizer, runtime=infinipipe.RuntimeConfig(timeout_s=60)
+    )
     batches = [make_batch(lengths, seed) for lengths, seed in BATCHES * 2]
     inline = [trainer.step(b) for b in batches]
     planned_on = []
-    plan_lengths = trainer._ahead._plan_lengths
+    plan_lengths = trainer.planner._ahead._plan_lengths
 
     def recorded(lengths):
         planned_on.append(threading.current_thread().name)
         return plan_lengths(lengths)
 
-    trainer._ahead._plan_lengths = recorded
+    trainer.planner._ahead._plan_lengths = recorded
     ahead = [trainer.step(b) for b in trainer.prefetching(batches)]
     return {
         "inline": [(r.loss, r.plan["hash"], r.planning_hidden_s) for r in inline],
@@ -121,7 +127,9 @@ def collector_paused() -> dict:
     out: dict = {}
     for pause in (True, False):
         trainer = infinipipe.Trainer(
-            model_config("float64"), frozen_optimizer, timeout_s=60, pause_gc=pause
+            model_config("float64"),
+            frozen_optimizer,
+            runtime=infinipipe.RuntimeConfig(timeout_s=60, pause_gc=pause),
         )
         seen: list[bool] = []
         layer = trainer.module.layer
@@ -152,12 +160,12 @@ def profiled_cost() -> dict:
         model_config("float32"),
         frozen_optimizer,
         plan=infinipipe.PlanConfig(cost_model="profile"),
-        timeout_s=120,
+        runtime=infinipipe.RuntimeConfig(timeout_s=120),
     )
     result = trainer.step(make_batch([40, 9], 0))
     return {
         "cost": trainer.cost.to_json(),
-        "name": trainer.cost_model_name,
+        "name": trainer.planner.cost_model_name,
         "reported": result.plan["cost_model"],
         "predicted_s": result.predicted_s,
     }
@@ -171,7 +179,7 @@ def stale_profile() -> dict:
         model_config("float32"),
         frozen_optimizer,
         plan=infinipipe.PlanConfig(cost_model="profile", profile_check_steps=2),
-        timeout_s=120,
+        runtime=infinipipe.RuntimeConfig(timeout_s=120),
     )
     batches = [make_batch([40 + i, 9], i) for i in range(6)]  # distinct lengths: plans too
     results = [trainer.step(b) for b in trainer.prefetching(batches)]

@@ -24,15 +24,14 @@ def train(dtype: str) -> dict:
     trainer = infinipipe.Trainer(
         config,
         lambda params: torch.optim.AdamW(params, lr=1e-3),
-        dtype=getattr(torch, dtype),
         plan=infinipipe.PlanConfig(method="chunkflow", chunk_tokens=32),
-        timeout_s=120,
+        runtime=infinipipe.RuntimeConfig(dtype=getattr(torch, dtype), timeout_s=120),
     )
     out: dict = {"stage": trainer.stage_index, "losses": []}
-    if trainer.master is not None:
-        out["master_dtypes"] = sorted({str(m.dtype) for m in trainer.master.params})
+    if trainer.stage.master is not None:
+        out["master_dtypes"] = sorted({str(m.dtype) for m in trainer.stage.master.params})
         out["optimizer_steps_masters"] = all(
-            any(p is m for m in trainer.master.params)
+            any(p is m for m in trainer.stage.master.params)
             for g in trainer.optimizer.param_groups
             for p in g["params"]
         )
@@ -44,20 +43,21 @@ def train(dtype: str) -> dict:
             out["grad_dtypes"] = sorted(
                 {str(p.grad.dtype) for p in trainer.parameters if p.grad is not None}
             )
-    if trainer.master is not None:
+    if trainer.stage.master is not None:
         # the model's weights are its masters rounded; the master gradients are released
         out["weights_are_rounded_masters"] = all(
-            torch.equal(p, m.to(p.dtype)) for p, m in zip(trainer.parameters, trainer.master.params)
+            torch.equal(p, m.to(p.dtype))
+            for p, m in zip(trainer.parameters, trainer.stage.master.params)
         )
-        out["master_grads_released"] = all(m.grad is None for m in trainer.master.params)
+        out["master_grads_released"] = all(m.grad is None for m in trainer.stage.master.params)
     out["weights"] = {
         name: p.detach().float().clone() for name, p in trainer.module.named_parameters()
     }
     # model state held between steps: weights, gradients, masters, the optimizer's moments
     # (not its scalar step counters), against what the cost model counts for this stage
     held = sum(p.nbytes + p.grad.nbytes for p in trainer.parameters)
-    if trainer.master is not None:
-        held += sum(m.nbytes for m in trainer.master.params)
+    if trainer.stage.master is not None:
+        held += sum(m.nbytes for m in trainer.stage.master.params)
     for state in trainer.optimizer.state.values():
         held += sum(t.nbytes for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
     out["model_state_measured"] = held
@@ -75,9 +75,8 @@ def resume(directory: str) -> dict:
         return infinipipe.Trainer(
             config,
             lambda params: torch.optim.AdamW(params, lr=1e-3),
-            dtype=torch.bfloat16,
             plan=infinipipe.PlanConfig(method="chunkflow", chunk_tokens=32),
-            timeout_s=120,
+            runtime=infinipipe.RuntimeConfig(dtype=torch.bfloat16, timeout_s=120),
         )
 
     first = new_trainer()

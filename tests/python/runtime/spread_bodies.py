@@ -13,7 +13,7 @@ import torch
 
 import infinipipe
 from infinipipe import _C
-from infinipipe.layout import share_indices
+from infinipipe.distributed.layout import share_indices
 from infinipipe.models import cpp, llama
 
 HEAD_NAMES = ("norm.weight", "lm_head.weight")
@@ -110,13 +110,11 @@ def new_trainer(
         return cpp.build_stage(config, split, stage, spread_head=True)
 
     return infinipipe.Trainer(
-        cpp_stage if cpp_stages else config,
+        infinipipe.StageFactory(cpp_stage, config) if cpp_stages else config,
         bodies.frozen_optimizer,
-        model_config=config,
-        spread_head=True,
-        timeout_s=timeout_s,
-        plan=infinipipe.PlanConfig(memory_budget_gib=1),
+        plan=infinipipe.PlanConfig(memory_budget_gib=1, spread_head=True),
         parallel=infinipipe.Parallel(**(parallel or {})),
+        runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
     )
 
 
@@ -143,7 +141,7 @@ def parity(cases: list[dict], timeout_s: float = 60.0, cpp_stages: bool = False)
             for n, p in trainer.module.named_parameters()
             if n in HEAD_NAMES
         }
-        evaluated = trainer.executor.evaluate(plan, batch, 0)
+        evaluated = trainer.stage.executor.evaluate(plan, batch, 0)
         records.append(
             dict(
                 name=case["name"],
@@ -201,9 +199,8 @@ def training(steps: list[dict], timeout_s: float = 60.0) -> dict:
     trainer = infinipipe.Trainer(
         bodies.model_config("float64"),
         adamw,
-        spread_head=True,
-        timeout_s=timeout_s,
-        plan=infinipipe.PlanConfig(memory_budget_gib=1),
+        plan=infinipipe.PlanConfig(memory_budget_gib=1, spread_head=True),
+        runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
     )
     losses, norms = [], []
     for step in steps:
@@ -256,7 +253,9 @@ def missing_head() -> dict:
     for it runs out its 5 s). Returns each outcome, (type, message) or None."""
     config = bodies.model_config("float64")
     results: dict[str, Any] = {}
-    plain = infinipipe.Trainer(config, bodies.frozen_optimizer, timeout_s=5)
+    plain = infinipipe.Trainer(
+        config, bodies.frozen_optimizer, runtime=infinipipe.RuntimeConfig(timeout_s=5)
+    )
     lengths = [30, 12, 7]
     batch = bodies.make_batch(lengths, seed=1)
     plan = spread(bodies.make_plan(plain, lengths, dict(method="epp")), "first")
@@ -268,7 +267,10 @@ def missing_head() -> dict:
 
     results["factory_without_head"] = bodies._outcome(
         lambda: infinipipe.Trainer(
-            factory, bodies.frozen_optimizer, model_config=config, spread_head=True, timeout_s=20
+            infinipipe.StageFactory(factory, config),
+            bodies.frozen_optimizer,
+            plan=infinipipe.PlanConfig(spread_head=True),
+            runtime=infinipipe.RuntimeConfig(timeout_s=20),
         )
     )
     results["executor_refuses"] = bodies._outcome(lambda: plain.executor.run(plan, batch, 0))
@@ -283,7 +285,12 @@ def checkpoint_round_trip(directory: str, timeout_s: float = 60.0) -> dict:
     batch = bodies.make_batch([700], seed=1)
 
     def trainer(spread_head: bool) -> infinipipe.Trainer:
-        return infinipipe.Trainer(config, adamw, spread_head=spread_head, timeout_s=timeout_s)
+        return infinipipe.Trainer(
+            config,
+            adamw,
+            plan=infinipipe.PlanConfig(spread_head=spread_head),
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+        )
 
     def state(t: infinipipe.Trainer) -> dict:
         names = {id(p): n for n, p in t.module.named_parameters()}

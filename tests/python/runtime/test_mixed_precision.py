@@ -1,4 +1,4 @@
-"""bfloat16 training with float32 master weights (python/infinipipe/mixed_precision.py) against
+"""bfloat16 training with float32 master weights (python/infinipipe/training/mixed_precision.py) against
 float32 training: real 2-rank Gloo runs of the tiny LLaMA, five AdamW steps on a batch with a
 split sequence (K/V buffers) and packed ones; losses and final weights agree within bfloat16's
 precision."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 from launcher import check_all_ok, run_ranks
 
-from infinipipe.mixed_precision import default_master_dtype
+from infinipipe.training.mixed_precision import default_master_dtype
 
 
 @pytest.fixture(scope="module")

@@ -353,7 +353,7 @@ def test_head_messages_keep_their_order_on_a_group_of_their_own():
     messages on a group of their own (Layout.head_group), where every (sender, receiver) carries
     one kind and the validated schedules are always in order."""
     from infinipipe import _C
-    from infinipipe.cost import model_shape_json
+    from infinipipe.planning.cost_model import model_shape_json
 
     config = bodies.model_config("float64")
     conflicts, plans = [], 0

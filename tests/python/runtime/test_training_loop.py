@@ -14,9 +14,10 @@ from bodies import make_batch, model_config
 from launcher import check_all_ok, run_ranks
 from loop_bodies import BATCHES
 
-from infinipipe import _C, profiled_cost
-from infinipipe.cost import model_shape_json
+from infinipipe import _C
 from infinipipe.models import llama
+from infinipipe.planning.cost_model import model_shape_json
+from infinipipe.profiling import profiled_cost
 
 TOL = 1e-9
 

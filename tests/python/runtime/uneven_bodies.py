@@ -16,8 +16,8 @@ def parity(cases: list[dict], layer_split: list[int], timeout_s: float = 60.0) -
         return infinipipe.Trainer(
             bodies.model_config(dtype),
             bodies.frozen_optimizer,
-            layer_split=layer_split,
-            timeout_s=timeout_s,
+            parallel=infinipipe.Parallel(layer_split=layer_split),
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
         )
 
     return [

@@ -4,9 +4,8 @@ MistralForCausalLM) trained through InfiniPipe's executor.
     from infinipipe.models import hf
 
     trainer = infinipipe.Trainer(
-        hf.stage_factory("path/to/save_pretrained_dir", dtype=torch.float32),
+        hf.stage_factory("path/to/save_pretrained_dir", dtype=torch.float32),  # its shape too
         optimizer_factory,
-        model_config=hf.model_shape("path/to/save_pretrained_dir", dtype=torch.float32),
     )
     ...
     hf.save_stage(trainer.module, "out")  # every rank; AutoModelForCausalLM loads "out"

@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ...errors import Error
 from ..llama import even_layer_split
+from ..stage_protocol import StageFactory
 from . import files
 from .stage import HFStage
-from .support import check_class, check_supported, config_of, default_dtype, load_config
+from .support import (
+    check_class,
+    check_supported,
+    config_of,
+    default_dtype,
+    load_config,
+    model_shape,
+)
 
 
 def stage_layers(num_layers: int, layers_per_stage: int | Sequence[int]) -> list[range]:
@@ -205,15 +213,16 @@ def stage_factory(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
     spread_head: bool = False,
-) -> Callable[[int, list[int]], HFStage]:
-    """The Trainer's model factory: `factory(stage_index, layers_per_stage) -> HFStage`.
+) -> StageFactory:
+    """The Trainer's model: a StageFactory whose build(stage_index, layers_per_stage) returns an
+    HFStage and whose config is the model's shape for the planner (support.model_shape).
     source: a save_pretrained directory (dtype default float32) or a transformers model
     (dtype default its own). Checks the model is supported now, before any stage is built.
-    spread_head: every stage with the head's replica (for Trainer(spread_head=True))."""
+    spread_head: every stage with the head's replica (for PlanConfig(spread_head=True))."""
     config, name = config_of(source)
     check_supported(config, name)
 
-    def factory(stage_index: int, layers_per_stage: list[int]) -> HFStage:
+    def build(stage_index: int, layers_per_stage: list[int]) -> HFStage:
         return build_stage(
             source,
             layers_per_stage,
@@ -223,4 +232,4 @@ def stage_factory(
             spread_head=spread_head,
         )
 
-    return factory
+    return StageFactory(build, model_shape(source, dtype=dtype))

@@ -1,5 +1,5 @@
 """What the trainer's calls return: a training step's result (Trainer.step, forward_backward) and
-an evaluation's (Trainer.evaluate). Both are importable from infinipipe and infinipipe.trainer."""
+an evaluation's (Trainer.evaluate). Both are importable from infinipipe."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from . import _C
-from .cost import cost_model_for
-from .models import llama
-from .plan_config import PlanConfig
+from .. import _C
+from ..models import llama
+from .config import PlanConfig
+from .cost_model import cost_model_for
 
 
 def _steps(steps: Sequence[Sequence[int]] | Sequence[int]) -> list[list[int]]:

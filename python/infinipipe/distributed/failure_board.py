@@ -24,7 +24,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .errors import Error, LostRankError, RankFailedError
+from ..errors import Error, LostRankError, RankFailedError
 
 # How long a failing rank waits for the others' words before concluding on its own. The ranks'
 # own waits time out within a few milliseconds of each other when a peer stops (they all wait on

@@ -90,3 +90,14 @@ class MemoryMeter:
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def stats(self, plan: Any, cost: Any, stage: int) -> dict[str, float]:
+        """The step's measured peaks beside the predicted one, for its stats."""
+        predicted = MemoryMeter.predicted(plan, cost, stage)
+        return dict(
+            measured_activation_bytes=self.peak_bytes,
+            measured_saved_bytes=self.peak_saved_bytes,
+            measured_held_bytes=self.peak_held_bytes,
+            predicted_activation_bytes=predicted,
+            activation_ratio=self.peak_bytes / predicted if predicted > 0 else float("inf"),
+        )

@@ -1,5 +1,5 @@
 """Profile one decoder layer on this machine and calibrate the cost model (the measurement; the
-command, `python -m infinipipe profile`, is profile_cli.py, whose docstring tells its options).
+command, `python -m infinipipe profile`, is cli.py, whose docstring tells its options).
 
 Times the forward and backward of one layer of the model with the runtime's profiler
 (_C.runtime.profile_layer: at every (tokens, context) of the grid, a chunk holding one slice,
@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from infinipipe import _C
-from infinipipe.cost import model_shape_json
-from infinipipe.models import cpp, llama
-from infinipipe.stage_adapter import LlamaStageAdapter
+from .. import _C
+from ..models import cpp, llama
+from ..models.stage_protocol import LlamaStageAdapter
+from ..planning.cost_model import model_shape_json
 
 STAGES = ("python", "cpp")
 # What a profile measures, in profiled_cost's cache key: a cost JSON profiled before the forward

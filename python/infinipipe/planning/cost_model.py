@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from . import _C
-from .errors import Error
-from .models import llama
-from .plan_config import GIB, PlanConfig
+from .. import _C
+from ..errors import Error
+from ..models import llama
+from .config import GIB, PlanConfig
 
 
 def model_shape_json(config: llama.LlamaConfig, dtype: torch.dtype, name: str = "model") -> str:

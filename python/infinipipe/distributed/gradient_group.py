@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C
+from .. import _C
 
 
 class CollectiveFailure(Exception):

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .errors import BatchError
+from ..errors import BatchError
 
 
 def check_batch(batch: Any, vocab: int) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ pipeline of N+1 ranks on one host): a layer runs slower beside them than alone. 
 point is timed beside the same point rather than beside wherever the neighbour's grid loop is.
 
 --sequence N (under torchrun, N or a multiple of N processes) also times the Ulysses all-to-all
-over each group of N consecutive ranks with Gloo (alltoall_profile.py) and writes its fitted
+over each group of N consecutive ranks with Gloo (alltoall.py) and writes its fitted
 bandwidth and latency into the cost JSON as the in-node all-to-all link; every process profiles
 the layer beside the others, and rank 0 writes the files:
 
@@ -45,9 +45,10 @@ from typing import Any
 
 import torch
 
-from infinipipe import _C, alltoall_profile
-from infinipipe.models import llama
-from infinipipe.profile import (
+from .. import _C
+from ..models import llama
+from . import alltoall
+from .layer_profile import (
     DTYPES,
     IN_FLIGHT,
     STAGES,
@@ -261,10 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         split = llama.even_layer_split(config.layers, 2 if config.layers > 1 else 1)
     if args.refit is not None:
         return refit(args, config, split)
-    rank, alltoall = 0, None
+    rank, link = 0, None
     if args.sequence > 1:  # first, while the processes are in step
         try:
-            rank, alltoall = alltoall_profile.measure_under_launcher(args.sequence, args.timeout)
+            rank, link = alltoall.measure_under_launcher(args.sequence, args.timeout)
         except _C.Error as e:
             p.error(str(e))
     result = profile(
@@ -285,8 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0  # rank 0 writes what it measured
     cal = result["calibration"]
     cost = json.dumps(cost_json(config, split, cal, result["activation_bytes"]))
-    if alltoall is not None:
-        cost = alltoall_profile.with_link(cost, alltoall)
+    if link is not None:
+        cost = alltoall.with_link(cost, link)
     args.output.write_text(json.dumps(json.loads(cost), indent=2))
     _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
 
@@ -310,22 +311,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         heldout_errors_by_statistic=result["statistics"],
         runs=result["runs"],
     )
-    if alltoall is not None:
+    if link is not None:
         meta["alltoall"] = dict(
-            ranks=alltoall["ranks"],
+            ranks=link["ranks"],
             processes=int(os.environ["WORLD_SIZE"]),
-            **json.loads(alltoall["fit"].to_json()),
-            runs=alltoall["runs"],
+            **json.loads(link["fit"].to_json()),
+            runs=link["runs"],
         )
     meta_path = args.output.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta, indent=2))
 
     print_fit(cal, result["activation_bytes"])
-    if alltoall is not None:
-        f = alltoall["fit"]
+    if link is not None:
+        f = link["fit"]
         print(
-            f"{alltoall_profile.describe(alltoall)} (fit error: median {pct(f.median_error)}, "
-            f"max {pct(f.max_error)} over {len(alltoall['runs'])} sizes)"
+            f"{alltoall.describe(link)} (fit error: median {pct(f.median_error)}, "
+            f"max {pct(f.max_error)} over {len(link['runs'])} sizes)"
         )
     print(f"wrote {args.output} and {meta_path}")
     return 0

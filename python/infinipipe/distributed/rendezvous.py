@@ -7,59 +7,47 @@ leaves the other ranks to time out inside the backend's own set-up, neither nami
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import os
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
-from .errors import LostRankError
+from ..errors import LostRankError
+from .exit_hooks import at_exit, before_default_group, destroy_default_group
 
 # A live store answers a key check in milliseconds; one whose host stopped never does.
 _CHECK_TIMEOUT_S = 2.0
 
-# Set once a run on the pipeline lost a peer (see at_exit).
-_peer_lost = False
+
+def default_group(use_cuda: bool, timeout_s: float, describe: Callable[[int], str]) -> Any:
+    """The default group, made here when the caller has not: from torchrun's environment (RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or a world of one without it; NCCL with CUDA, Gloo
+    otherwise. One made here is destroyed at exit if the caller does not."""
+    if not dist.is_initialized():
+        before_default_group()
+        backend = "nccl" if use_cuda else "gloo"
+        if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+            join_default_group(backend, timeout_s, describe)
+        else:
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://127.0.0.1:{_free_port()}",
+                rank=0,
+                world_size=1,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
+        at_exit(destroy_default_group)  # made here, so ended here if the caller does not
+    return dist.group.WORLD
 
 
-def peer_lost() -> None:
-    """Says a peer was lost: the groups are then left to the process's end (see at_exit)."""
-    global _peer_lost
-    _peer_lost = True
-
-
-def at_exit(shut_down: Callable[[], None]) -> None:
-    """Runs shut_down (destroying process groups InfiniPipe made) when the interpreter exits,
-    while it is still whole, as torch asks of every program that makes groups (on NCCL it shuts
-    the communicators down; docs/runtime.md, "Parallel layout", says what it cannot do on Gloo).
-    Skipped once a peer was lost, since destroying a group waits for its work stuck on that
-    peer: the rank would then exit only after the backend's timeout, and it is failing anyway."""
-
-    def run() -> None:
-        if not _peer_lost:
-            shut_down()
-
-    atexit.register(run)
-
-
-def before_default_group() -> None:
-    """Call before the default group is made. torch.distributed.nn.functional's functions take
-    `group.WORLD` as a default argument, evaluated when the module is first imported, and torch
-    imports it lazily (torch._dynamo does, when the first optimizer is built). Imported once the
-    default group exists, it holds that group for good (10 references, in tuples the garbage
-    collector does not see), so destroy_process_group cannot end the group's threads and the
-    Gloo exit race stays possible (docs/runtime.md, "Parallel layout"). Imported before, its
-    defaults are None."""
-    import torch.distributed.nn.functional  # noqa: F401
-
-
-def destroy_default_group() -> None:
-    """Destroys the default group (and every group left) if the user has not already."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:

@@ -15,7 +15,7 @@ again when its predictions are more than STALE_ERROR off (docs/runtime.md, "Prof
 trainer").
 
 With sequence parallelism (d_s > 1) every rank also times the Ulysses all-to-all over its
-sequence group (alltoall_profile.py: all_to_all_single at 4 KiB to 4 MiB per rank, bandwidth and
+sequence group (profiling/alltoall.py: all_to_all_single at 4 KiB to 4 MiB per rank, bandwidth and
 latency fitted), and the cost JSON carries the fitted link (alltoall_bandwidth,
 alltoall_latency_s), which the cost model charges for every all-to-all inside a host instead of
 the "cpu" hardware's send/recv figures. Its cache key then adds d_s and the measurement's
@@ -39,11 +39,11 @@ from typing import NamedTuple
 
 import torch
 
-from . import __version__
-from .agreement import digest
-from .cost import model_shape_json
-from .errors import Error
-from .models import llama
+from .. import __version__
+from ..distributed.agreement import digest
+from ..errors import Error
+from ..models import llama
+from ..planning.cost_model import model_shape_json
 
 _log = logging.getLogger("infinipipe")
 
@@ -70,8 +70,8 @@ def cache_path(
 ) -> Path:
     """Where the cost JSON of this model, split and machine set-up is cached; with `sequence`
     above 1 a profile holding the all-to-all over that many ranks (another key)."""
-    from .alltoall_profile import VERSION
-    from .profile import MEASURES, cpu_model
+    from .alltoall import VERSION
+    from .layer_profile import MEASURES, cpu_model
 
     parts: list = [
         model_shape_json(config, config.dtype),
@@ -94,9 +94,9 @@ def profile_cost_json(
     config: llama.LlamaConfig, layers_per_stage: Sequence[int], link: dict | None = None
 ) -> str:
     """Profiles one layer of the config's shape here and returns the cost JSON text, with the
-    all-to-all `link` measured (alltoall_profile.measure) when given."""
-    from .alltoall_profile import with_link
-    from .profile import cost_json, profile
+    all-to-all `link` measured (alltoall.measure) when given."""
+    from .alltoall import with_link
+    from .layer_profile import cost_json, profile
 
     measured = profile(config, grid=GRID, progress=False)
     cost = json.dumps(

@@ -13,13 +13,15 @@ layout").
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
 
-from .errors import Error
+from ..errors import Error
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,15 @@ class Parallel:
     """Degrees of the layout. pipeline: stages per replica (default: what the world leaves);
     sequence: Ulysses sequence-parallel ranks per stage; data: pipeline replicas. zero: 0 keeps
     the optimizer whole on every rank; 1 shards its state over the stage's gradient group
-    (torch's ZeroRedundancyOptimizer)."""
+    (torch's ZeroRedundancyOptimizer). layer_split: the model's layers per stage (a sequence,
+    one count per stage), or a stage count to split them over evenly; None splits them evenly
+    over the pipeline's stages (planning/stage_balance.py finds splits that balance the head)."""
 
     pipeline: int | None = None
     sequence: int = 1
     data: int = 1
     zero: int = 1
+    layer_split: int | Sequence[int] | None = None
 
     def resolve(self, world_size: int) -> Parallel:
         """The degrees with pipeline filled in; Error when the world does not factor."""
@@ -61,7 +66,35 @@ class Parallel:
                 f"pipeline {pipeline} x sequence {self.sequence} = {pipeline * inner}; launch "
                 f"that many (torchrun --nproc_per_node=...) or change the degrees"
             )
-        return Parallel(pipeline=pipeline, sequence=self.sequence, data=self.data, zero=self.zero)
+        return dataclasses.replace(self, pipeline=pipeline)
+
+    def stage_layers(self, layers: int, world_size: int) -> list[int]:
+        """The layers of each of the pipeline's stages in a world of `world_size` processes:
+        layer_split, checked, or an even split (the planner's: the remainder goes to the middle
+        stages). Error when the split's stages are not the layout's."""
+        from ..models.llama import even_layer_split
+
+        pipeline = self.resolve(world_size).pipeline
+        if self.layer_split is None:
+            split = even_layer_split(layers, pipeline)
+        elif isinstance(self.layer_split, int):
+            split = even_layer_split(layers, self.layer_split)
+        else:
+            split = [int(n) for n in self.layer_split]
+            if not split or any(n <= 0 for n in split) or sum(split) != layers:
+                raise ValueError(
+                    f"layer split {split} must be positive layer counts summing to the "
+                    f"model's {layers} layers"
+                )
+        if len(split) != pipeline:
+            processes = len(split) * self.sequence * self.data
+            raise Error(
+                f"the world has {world_size} processes but the pipeline has {len(split)} "
+                f"stages (layer split {split}); launch one process per stage and sequence rank "
+                f"of each replica (torchrun --nproc_per_node={processes}) or change the layer "
+                "split"
+            )
+        return split
 
 
 class Layout:
@@ -177,6 +210,6 @@ def share_indices(layout: Layout, lengths: list[int], cost: Any) -> list[int]:
     replicas by predicted cost (plan/data_split.h), the same on every rank."""
     if layout.parallel.data == 1:
         return list(range(len(lengths)))
-    from . import _C
+    from .. import _C
 
     return list(_C.plan.split_over_replicas(lengths, cost, layout.parallel.data)[layout.replica])

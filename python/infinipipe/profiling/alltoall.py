@@ -13,7 +13,7 @@ layer's fit). The time is the wall time of one rank's call, from its start to it
 It is a collective: every rank of the group calls `measure` with the same sizes and repeats.
 Every wait is bounded by `timeout_s`, and a backend failure or timeout becomes a
 CollectiveFailure, which the trainer turns into the error naming the lost rank, as it does for
-the gradient group's collectives (stage_group.py).
+the gradient group's collectives (distributed/gradient_group.py).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C
-from .errors import Error
-from .stage_group import CollectiveFailure, guarded
+from .. import _C
+from ..distributed.gradient_group import CollectiveFailure, guarded
+from ..errors import Error
 
 # Bytes each rank holds (X), 4 KiB to 4 MiB: the tiny LLaMA's q of a 128..2048-token chunk over
 # two ranks is 64 KiB..1 MiB (float32, hidden 256), and the fit needs sizes where the latency

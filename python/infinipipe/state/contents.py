@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 
-from .errors import Error
-from .stage_group import local_optimizer
+from ..distributed.gradient_group import local_optimizer
+from ..errors import Error
 
 _log = logging.getLogger("infinipipe")
 
@@ -50,7 +50,7 @@ def state_to_save(trainer: Any, extra: Any) -> dict[str, Any]:
 def model_fields(trainer: Any) -> dict[str, Any]:
     """The model shape and dtype as JSON values (dtypes as their names)."""
     fields = dataclasses.asdict(trainer.config)
-    fields["dtype"] = str(trainer.dtype)
+    fields["dtype"] = str(trainer.config.dtype)
     return {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in fields.items()}
 
 
@@ -109,7 +109,7 @@ def apply_loaded(
     module.load_state_dict(weights)  # in place already for modules whose state_dict aliases
     masters = _masters(trainer)
     if masters and not all(k in loaded for k in masters):
-        trainer.master.refresh_from_model()  # saved without masters: from the weights
+        trainer.stage.master.refresh_from_model()  # saved without masters: from the weights
     with torch.no_grad():
         for key, m in masters.items():
             if key in loaded and loaded[key] is not m:
@@ -153,7 +153,7 @@ def apply_loaded(
         for mine, local in zip(trainer.optimizer.param_groups, optimizer.param_groups):
             mine.update({k: v for k, v in local.items() if k != "params"})
 
-    trainer._steps = int(meta["step"])
+    trainer.load_state_dict({"step": int(meta["step"])})
     _restore_rng(trainer, loaded, meta)
     return _unpickled(loaded["extra"])
 
@@ -205,7 +205,7 @@ def _module_state(trainer: Any) -> dict[str, Any]:
 def _masters(trainer: Any) -> dict[str, torch.Tensor]:
     """The fp32 master weights of a mixed-precision trainer as `master/<name>` (read in place on
     load); none without them."""
-    master = getattr(trainer, "master", None)
+    master = trainer.stage.master
     if master is None:
         return {}
     found = {}
@@ -220,7 +220,7 @@ def _optimizer_names(trainer: Any) -> dict[int, str]:
     """The name of each optimizer parameter (a stage parameter or its master weight), by its
     index in optimizer.state_dict()."""
     by_id, by_storage = {}, {}
-    master = getattr(trainer, "master", None)
+    master = trainer.stage.master
     for name, p in trainer.module.named_parameters():
         by_id.setdefault(id(p), name)
         by_storage.setdefault(_storage_key(p), name)

@@ -45,9 +45,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from . import _C, checkpoint_files, checkpoint_state
-from .checkpoint_files import META
-from .errors import Error
+from .. import _C
+from ..errors import Error
+from . import contents, files
+from .files import META
 
 FORMAT = 1  # of infinipipe.json and the key layout
 DEFAULT_KEEP = 2  # step directories kept by save(): the newest and the one before
@@ -63,7 +64,7 @@ def save(
     same on every rank, e.g. a data loader's state_dict()) is kept from rank 0. `keep`: how many
     step directories to keep, the newest first (None keeps all). A collective."""
     root = Path(path)
-    step = int(trainer._steps)
+    step = int(trainer.state_dict()["step"])
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}"
     what = f"checkpoint save to {final}"
@@ -74,10 +75,10 @@ def save(
             raise Error(
                 f"{what}: keep must be a positive number of checkpoints or None, got {keep!r}"
             )
-        state = checkpoint_state.state_to_save(trainer, extra)
+        state = contents.state_to_save(trainer, extra)
         if trainer.rank == 0:
             root.mkdir(parents=True, exist_ok=True)
-            checkpoint_files.remove(tmp)  # an earlier save of this step that stopped midway
+            files.remove(tmp)  # an earlier save of this step that stopped midway
             tmp.mkdir()
     except Exception as e:  # noqa: BLE001 - raised on every rank by _agree
         error = e
@@ -92,21 +93,19 @@ def save(
         lambda: dcp.save(
             state, storage_writer=dcp.FileSystemWriter(tmp), process_group=trainer.group
         ),
-        lambda failure: f"{what} failed, {checkpoint_files.latest_says(root)}: {failure}",
+        lambda failure: f"{what} failed, {files.latest_says(root)}: {failure}",
     )
 
     error = None
     if trainer.rank == 0:
         try:
             _check_files(tmp, metadata, shared_hint=True)
-            checkpoint_files.write_atomically(
-                tmp / META, json.dumps(_meta(trainer, step), indent=1) + "\n"
-            )
-            checkpoint_files.publish(root, tmp, final)
+            files.write_atomically(tmp / META, json.dumps(_meta(trainer, step), indent=1) + "\n")
+            files.publish(root, tmp, final)
         except Exception as e:  # noqa: BLE001 - raised on every rank by _agree
-            error = Error(f"{what} failed, {checkpoint_files.latest_says(root)}: {e}")
+            error = Error(f"{what} failed, {files.latest_says(root)}: {e}")
         else:
-            checkpoint_files.prune(root, keep, final)
+            files.prune(root, keep, final)
     _agree(trainer, error, what)
     return final
 
@@ -115,10 +114,10 @@ def _meta(trainer: Any, step: int) -> dict[str, Any]:
     return dict(
         format=FORMAT,
         step=step,
-        model=checkpoint_state.model_fields(trainer),
+        model=contents.model_fields(trainer),
         layers_per_stage=[int(n) for n in trainer.layers_per_stage],
         world_size=int(trainer.world_size),
-        optimizer=type(checkpoint_state.saved_optimizer(trainer)).__qualname__,
+        optimizer=type(contents.saved_optimizer(trainer)).__qualname__,
         parallel=dataclasses.asdict(trainer.layout.parallel),
         torch=torch.__version__,
         saved_at=time.time(),
@@ -138,12 +137,12 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
     what = f"checkpoint load from {root}"
     error, directory, meta, template = None, None, None, None
     try:
-        directory = checkpoint_files.resolve(root)
+        directory = files.resolve(root)
         meta = _read_meta(directory)
         _check_fits(trainer, meta, directory)
         metadata = _read_metadata(directory)
         _check_files(directory, metadata)
-        template = checkpoint_state.load_template(trainer, metadata, meta, directory)
+        template = contents.load_template(trainer, metadata, meta, directory)
     except Exception as e:  # noqa: BLE001 - raised on every rank by _agree
         error = e
     names = _agree(trainer, error, what, None if directory is None else directory.name)
@@ -160,7 +159,7 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
 
     error, extra = None, None
     try:
-        extra = checkpoint_state.apply_loaded(trainer, template, meta, directory)
+        extra = contents.apply_loaded(trainer, template, meta, directory)
     except Exception as e:  # noqa: BLE001 - raised on every rank by _agree
         error = e
     _agree(trainer, error, what)
@@ -190,14 +189,14 @@ def _read_meta(directory: Path) -> dict[str, Any]:
 def _check_fits(trainer: Any, meta: dict[str, Any], directory: Path) -> None:
     """Every difference of model shape, dtype or optimizer class, named; other layer splits
     and world sizes are fine."""
-    mine, theirs = checkpoint_state.model_fields(trainer), meta["model"]
+    mine, theirs = contents.model_fields(trainer), meta["model"]
     different = [
         f"{k} {theirs.get(k, '(none)')} (the trainer's: {v})"
         for k, v in mine.items()
         if theirs.get(k) != v
     ]
     different += [f"{k} {v} (the trainer has none)" for k, v in theirs.items() if k not in mine]
-    optimizer = type(checkpoint_state.saved_optimizer(trainer)).__qualname__
+    optimizer = type(contents.saved_optimizer(trainer)).__qualname__
     if meta["optimizer"] != optimizer:
         different.append(f"optimizer {meta['optimizer']} (the trainer's: {optimizer})")
     if different:
@@ -248,7 +247,7 @@ def _agree(trainer: Any, error: Exception | None, what: str, mine: Any = None) -
     text = None if error is None else f"{type(error).__name__}: {error}"
     try:
         everyone = [
-            json.loads(b) for b in trainer.executor.all_gather_text(json.dumps([text, mine]))
+            json.loads(b) for b in trainer.stage.executor.all_gather_text(json.dumps([text, mine]))
         ]
     except _C.runtime.PeerError as e:
         lost = getattr(trainer, "_lost_peer", None)

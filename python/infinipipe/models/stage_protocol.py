@@ -1,17 +1,34 @@
-"""What the executor runs: a stage module (C++, or Python through its protocol)."""
+"""What the executor runs: a stage module (C++, or Python through its protocol), and how each rank
+builds its own (StageFactory)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from . import _C
-from .errors import Error
-from .models.llama import ChunkContext
+from .. import _C
+from ..errors import Error
+from .llama import ChunkContext, LlamaConfig
 
 # Parameter names of the final norm and the LM head in the built-in stages (Python and C++).
 HEAD_PREFIXES = ("norm.", "lm_head.")
+
+
+@dataclass(frozen=True)
+class StageFactory:
+    """A model the Trainer builds stage by stage: build(stage, layers_per_stage) returns this
+    rank's stage (a LlamaStage, a C++ stage module such as models.cpp.build_stage's, a
+    transformers stage from models.hf, or any object implementing the executor's stage
+    protocol); config is the model's shape, from which the planner's cost model is built."""
+
+    build: Callable[[int, list[int]], Any]
+    config: LlamaConfig
+
+    def __call__(self, stage: int, layers_per_stage: list[int]) -> Any:
+        return self.build(stage, list(layers_per_stage))
 
 
 class LlamaStageAdapter:

@@ -12,7 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .errors import Error
+from ..errors import Error
 
 _log = logging.getLogger("infinipipe")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .errors import Error, LostRankError, RankFailedError
+from ..errors import Error, LostRankError, RankFailedError
 from .rendezvous import bounded, leave_together, store_lost, store_prefix, wait_for_ranks
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import _C
+from .. import _C
 
 METHODS = tuple(_C.plan.methods())  # "epp", "batch", "seq1f1b", "chunkflow"
 GIB = 1 << 30

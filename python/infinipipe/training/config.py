@@ -1,0 +1,62 @@
+"""How a rank runs its stage (RuntimeConfig): the Trainer's settings that are neither the plan's
+(planning/config.py) nor the layout's (distributed/layout.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from .mixed_precision import default_master_dtype
+
+# master_dtype's default: float32 masters for a 16-bit model, none otherwise (mixed_precision.py).
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """dtype: the model's (None: the model config's). master_dtype: the dtype of the master
+        weights the optimizer steps (mixed_precision.py); "default" is float32 for a
+        bfloat16/float16 model and none (the optimizer steps the model's own parameters)
+        otherwise.
+    timeout_s: how long any rank waits for a peer before declaring it lost.
+    seed: the model's initialisation (every layer split holds the same weights).
+    attention_backend: the chunk attention's kernels ("auto", "flash", "varlen", "math";
+        kernels/chunk_attention.h).
+    flush_denormal: True sets torch.set_flush_denormal(True) for this process: on the CPU,
+        numbers below the normal range (1.2e-38 in float32) become zero. Recommended for
+        training on a CPU (the example and the benchmarks set it): without it, an Intel Xeon ran
+        the README example's steps up to 6x slower once training had made some values denormal
+        (from about step 23 of 40). Off by default because the setting is the whole process's,
+        Python's own float arithmetic included (docs/runtime.md, "Denormal numbers on the CPU").
+    pause_gc: True turns Python's garbage collector off while the pipeline runs (a step's
+        forwards and backwards, an evaluation) and back on when the run ends, so that what is
+        due is collected outside the pipeline: a collection in the middle of an action stalls
+        every rank waiting for this one (torchtitan's gc_freq and Megatron-LM's --manual-gc take
+        it out of the step for that reason). Off by default: on a 2-core CPU it changed the
+        step by 0.99-1.04x (docs/runtime.md, "Python's garbage collector"). A collector the
+        caller turned off stays off.
+    """
+
+    dtype: torch.dtype | None = None
+    master_dtype: torch.dtype | None | str = DEFAULT
+    timeout_s: float = 300.0
+    seed: int = 0
+    attention_backend: str = "auto"
+    flush_denormal: bool = False
+    pause_gc: bool = False
+
+    def __post_init__(self) -> None:
+        if not float(self.timeout_s) > 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
+
+    def resolved(self, model_dtype: torch.dtype) -> RuntimeConfig:
+        """This config with its defaults filled in for a model of `model_dtype`."""
+        dtype = self.dtype if self.dtype is not None else model_dtype
+        master = self.master_dtype
+        return dataclasses.replace(
+            self,
+            dtype=dtype,
+            master_dtype=default_master_dtype(dtype) if master == DEFAULT else master,
+        )
