@@ -6,12 +6,14 @@
 # fuzz/README.md says how to reproduce one.
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]
+#   fuzz/run.sh --build [TARGET...]     builds them only (tests/run_all.sh times the build apart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 SECONDS_EACH=${1:-20}
 shift || true
+BUILD_ONLY=false; [ "$SECONDS_EACH" = "--build" ] && BUILD_ONLY=true
 # Absolute: the plan tool's fuzzer changes its directory before libFuzzer reads the corpora.
 mkdir -p "${INFINIPIPE_FUZZ_BUILD:-build-fuzz}"
 OUT=$(realpath "${INFINIPIPE_FUZZ_BUILD:-build-fuzz}")
@@ -40,6 +42,7 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 # Two jobs at most: the development machine has two cores, shared.
 cmake --build "$OUT" -j 2 --target "${targets[@]}"
+$BUILD_ONLY && exit 0
 
 # A hang is an input that takes over 10 s; an allocation over 1 GiB is a finding too (a parser
 # must not size anything from a number in its input alone).

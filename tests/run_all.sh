@@ -1,15 +1,37 @@
 #!/usr/bin/env bash
-# Sets everything up (setup.sh) and runs every test: the C++ suites through ctest, the Python
-# suites through pytest (multi-process runs on CPU with Gloo included); the benchmarks' smoke
-# modes run in between.
+# Sets everything up (setup.sh) and runs the tests, in two tiers (pytest.ini says which is which):
+#
+#   tests/run_all.sh          the README's test command: the C++ suites through ctest, the
+#                             parsers' fuzzers briefly, the benchmarks' smoke modes, and every
+#                             Python test not marked slow, two at a time (about 8 minutes on 2
+#                             cores, the build apart)
+#   tests/run_all.sh --slow   the slow tier alone, one test at a time: the examples end to end,
+#                             long multi-process runs, soaks, the tests that time real runs or a
+#                             lost rank's deadline, and the fuzzers for longer
+#
+# CI (.ci/run) runs both. Each tier prints its build time and its test time apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SLOW=false; [ "${1:-}" = "--slow" ] && SLOW=true
+
+started=$SECONDS
 ./setup.sh --all
+fuzz/run.sh --build > /dev/null
+echo "run_all: set-up and build took $((SECONDS - started)) s"
+started=$SECONDS
+if $SLOW; then
+  fuzz/run.sh 30
+  PYTHONPATH=python .venv/bin/python -m pytest -q -m slow tests/kernels tests/python
+  echo "run_all: the slow tier took $((SECONDS - started)) s"
+  exit 0
+fi
 tests/check_format.sh
 # A hung test fails after 300 s instead of holding CI to its limit (the slowest takes 8 s).
 (cd build && ctest --output-on-failure -j2 --timeout 300)
-# The parsers' fuzzers, 10 s each over their seed corpora, in build-fuzz/ (fuzz/README.md).
-fuzz/run.sh 10
+# The parsers' fuzzers over their seed corpora, in build-fuzz/ (fuzz/README.md).
+fuzz/run.sh 5
 .venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 bash benchmarks/run_all.sh --smoke
-PYTHONPATH=python .venv/bin/python -m pytest -q tests/kernels tests/python
+PYTHONPATH=python .venv/bin/python -m pytest -q -m "not slow" -n 2 --dist loadfile \
+  tests/kernels tests/python
+echo "run_all: the tests took $((SECONDS - started)) s"

@@ -93,6 +93,7 @@ def test_a_python_stage_checkpoint_loads_into_cpp_stages(uninterrupted, saved):
 REPLICAS = dict(pipeline=2, data=2)  # ZeRO-1: each parameter's optimizer state on one replica
 
 
+@pytest.mark.slow  # 4 ranks, twice
 def test_a_run_with_replicas_resumes_bitwise(uninterrupted, tmp_path):
     """Pipeline 2 x data 2 with ZeRO-1: saved after step 3 and resumed in fresh processes, the
     run continues bitwise (each rank's optimizer shard is saved by its owner and read back by

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# The examples end to end, 2 and 4 ranks each, profiling their cost model: the slow tier.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python" / "runtime"))
 from launcher import free_port, launch_log  # noqa: E402

@@ -124,6 +124,7 @@ def test_saved_bytes_match_the_analytic_model():
             assert per_slice == pytest.approx(0, abs=1e-3)
 
 
+@pytest.mark.slow  # times real runs: needs a quiet machine
 @pytest.mark.parametrize("stage", profile.STAGES)
 def test_cli_quick_writes_loadable_cost_json(tmp_path, stage):
     out = tmp_path / "cost.json"
@@ -290,6 +291,7 @@ def test_in_step_fails_at_once_when_the_other_side_is_gone():
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.slow  # times real runs: needs a quiet machine
 def test_neighbours_in_step_time_every_run():
     # The neighbour makes the same runs (points, repeats, seed, in flight), waiting for this
     # process after each: the profile completes with every run of every point.

@@ -111,6 +111,7 @@ def trainer_body() -> dict:
 # The tests
 
 
+@pytest.mark.slow  # times real runs: needs a quiet machine
 def test_alltoall_over_two_gloo_processes_fits_and_predicts_another_size():
     values = check_all_ok(
         run_ranks("test_profile_alltoall:measure_body", 2, timeout_s=120, extra_env=_env())
@@ -172,6 +173,7 @@ def test_the_cache_key_distinguishes_a_profile_with_the_alltoall(tmp_path, monke
     assert profiled_cost.cache_path(config, split, 4, 2) not in paths
 
 
+@pytest.mark.slow  # times real runs: needs a quiet machine
 def test_a_trainer_with_sequence_parallelism_plans_with_the_measured_link(tmp_path, monkeypatch):
     config, split = _config(), [4]
     # A cache of a profile without the all-to-all (as a sequence-1 run writes it) is not used.
@@ -215,6 +217,7 @@ def _cli(argv: list[str], timeout: float):
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+@pytest.mark.slow  # times real runs: needs a quiet machine
 def test_cli_measures_the_alltoall_under_torchrun(tmp_path):
     out = tmp_path / "cost.json"
     quick = ["--grid", "quick", "--no-progress", "--output", str(out), "--sequence", "2"]

@@ -102,7 +102,9 @@ def test_old_keywords_warn_and_land_in_the_configs():
         assert trainer.layers_per_stage == [4]
         assert trainer.runtime.seed == 2 and trainer.runtime.timeout_s == 25
         assert trainer.config.dtype == torch.float64
-        with pytest.warns(DeprecationWarning, match=r"Trainer\.executor .* Trainer\.stage\.executor"):
+        with pytest.warns(
+            DeprecationWarning, match=r"Trainer\.executor .* Trainer\.stage\.executor"
+        ):
             assert trainer.executor is trainer.stage.executor
         with pytest.warns(DeprecationWarning, match=r"Trainer\.cost_model_name"):
             assert trainer.cost_model_name == trainer.planner.cost_model_name
@@ -143,7 +145,5 @@ def test_old_module_names_warn_and_hold_the_same_objects(old, name, new):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = importlib.import_module(f"infinipipe.{old}")
-    assert any(
-        issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught
-    )
+    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
     assert getattr(module, name) is getattr(importlib.import_module(new), name)

@@ -287,7 +287,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("stages", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_pipelined_steps_match_transformers(stages, tmp_path, float64_exact):
     check_pipelined_steps(stages, tmp_path, ARCHS)
 

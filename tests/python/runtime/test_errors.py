@@ -90,7 +90,9 @@ def _failure_seconds(stdout: str) -> float:
     return float(match.group(1))
 
 
-@pytest.mark.parametrize("world, victim", [(2, 1), (2, 0), (4, 2)])
+@pytest.mark.parametrize(
+    "world, victim", [(2, 1), (2, 0), pytest.param(4, 2, marks=pytest.mark.slow)]
+)
 def test_a_peer_that_dies_mid_step_is_named_by_the_others(world, victim):
     timeout = 10.0
     results = run_ranks(
@@ -126,6 +128,7 @@ def test_a_peer_lost_before_the_agreement_fails_the_step_not_a_hang():
     assert "all-gather of the step's agreement" in r.error[1], r.describe()
 
 
+@pytest.mark.slow  # waits out the timeout
 def test_a_peer_that_hangs_is_reported_after_the_timeout():
     timeout = 5.0
     results = run_ranks(

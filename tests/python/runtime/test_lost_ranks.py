@@ -23,6 +23,14 @@ REPEATS = int(os.environ.get("INFINIPIPE_STRESS", "1"))
 LENGTHS = [300, 200, 50, 40, 30]
 
 CASES = [(2, 0), (2, 1), (3, 0), (3, 1), (4, 0), (4, 2)]
+SIGNALS = ["SIGKILL", "SIGSTOP"]
+
+
+def tiered(*values, fast: bool) -> object:
+    """One case of the slow tier unless `fast`: each case here waits out a timeout on several
+    processes, and its deadline needs the machine to itself; the fast tier keeps one of each
+    kind."""
+    return pytest.param(*values, marks=() if fast else pytest.mark.slow)
 
 
 def _failure_seconds(stdout: str) -> float:
@@ -32,8 +40,10 @@ def _failure_seconds(stdout: str) -> float:
 
 
 @pytest.mark.parametrize("repeat", range(REPEATS))
-@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
-@pytest.mark.parametrize("world, victim", CASES)
+@pytest.mark.parametrize(
+    "world, victim, signal_name",
+    [tiered(w, v, s, fast=(w, v, s) == (2, 1, "SIGKILL")) for w, v in CASES for s in SIGNALS],
+)
 def test_every_other_rank_names_the_lost_rank_in_time(world, victim, signal_name, repeat):
     others = [rank for rank in range(world) if rank != victim]
     results = run_ranks(
@@ -66,8 +76,14 @@ LAYOUT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
-@pytest.mark.parametrize("degrees, victim, name", LAYOUT_CASES)
+@pytest.mark.parametrize(
+    "degrees, victim, name, signal_name",
+    [
+        tiered(d, v, n, s, fast=(v, s) == (2, "SIGKILL"))
+        for d, v, n in LAYOUT_CASES
+        for s in SIGNALS
+    ],
+)
 def test_a_lost_rank_of_a_layout_is_named_in_time(degrees, victim, name, signal_name):
     """With sequence ranks or data replicas, every other rank (those in other replicas and
     other sequence ranks included) names the lost one within the timeout + 2 s."""
@@ -105,7 +121,7 @@ def test_a_script_that_neither_closes_nor_destroys_exits_cleanly():
     assert results[0].value == results[1].value > 0
 
 
-@pytest.mark.parametrize("slow_reader", [None, 2])
+@pytest.mark.parametrize("slow_reader", [None, tiered(2, fast=False)])
 def test_a_model_factory_that_raises_is_named_on_every_rank(slow_reader):
     results = run_ranks(
         "bodies:factory_raises",
@@ -122,6 +138,7 @@ def test_a_model_factory_that_raises_is_named_on_every_rank(slow_reader):
         assert "rank 1 (stage 1)" in r.error[1] and "no such checkpoint" in r.error[1], r.error
 
 
+@pytest.mark.slow  # waits out the setup's timeout
 def test_a_rank_that_exits_before_setup_is_named_in_time():
     results = run_ranks(
         "bodies:exits_before_setup",
@@ -138,6 +155,7 @@ def test_a_rank_that_exits_before_setup_is_named_in_time():
         assert seconds < TIMEOUT_S + 2, r.describe()
 
 
+@pytest.mark.slow  # two torchrun attempts
 def test_a_torchrun_restart_after_a_failed_setup_starts_clean(tmp_path):
     script = tmp_path / "restart.py"
     script.write_text(

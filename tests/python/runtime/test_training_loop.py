@@ -127,6 +127,7 @@ def test_the_garbage_collector_waits_while_the_pipeline_runs_when_asked_to():
         assert r["caller's off"] is False
 
 
+@pytest.mark.slow  # profiles on 2 ranks: its fit needs a quiet machine
 def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
     env = {"INFINIPIPE_CACHE_DIR": str(tmp_path)}
     first = check_all_ok(run_ranks("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env))
