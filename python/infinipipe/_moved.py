@@ -27,7 +27,7 @@ MOVED = {
     "mixed_precision": ["training.mixed_precision"],
     "plan_config": ["planning.config"],
     "planning_ahead": ["planning.ahead"],
-    "profile": ["profiling.layer_profile"],
+    "profile": ["profiling.layer_profile", "profiling.neighbours"],
     "profile_cli": ["profiling.cli"],
     "profiled_cost": ["profiling.profiled_cost"],
     "rendezvous": ["distributed.rendezvous", "distributed.exit_hooks"],

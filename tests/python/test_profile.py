@@ -18,6 +18,7 @@ import torch
 from infinipipe import _C
 from infinipipe.models import llama
 from infinipipe.profiling import layer_profile as profile
+from infinipipe.profiling import neighbours
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = Path(os.environ.get("INFINIPIPE_BUILD", ROOT / "build")) / "infinipipe-profile"
@@ -248,7 +249,7 @@ def _cpu_ticks(pid: int) -> int:
 def test_neighbours_work_during_the_block_and_stop_after():
     config = llama.LlamaConfig.tiny()
     points = [(64, 0), (64, 64)]
-    with profile.neighbours(1, config, "python", points, 1):
+    with neighbours.neighbours(1, config, "python", points, 1):
         children = multiprocessing.active_children()
         assert len(children) == 1 and children[0].is_alive()
         # It is at work: its CPU time grows while this process sleeps.
@@ -265,7 +266,7 @@ def test_in_step_lets_no_side_start_a_run_before_the_other_finished_the_last():
     started: list[tuple[str, int]] = []
 
     def side(name: str, conn, runs: int) -> None:
-        barrier = profile.InStep([conn])
+        barrier = neighbours.InStep([conn])
         for i in range(runs):
             started.append((name, i))
             time.sleep(0.002 if name == "slow" else 0)
@@ -287,7 +288,7 @@ def test_in_step_fails_at_once_when_the_other_side_is_gone():
     theirs.close()
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="in-step profile stopped"):
-        profile.InStep([mine])()
+        neighbours.InStep([mine])()
     assert time.monotonic() - started < 10
 
 
@@ -297,8 +298,8 @@ def test_neighbours_in_step_time_every_run():
     # process after each: the profile completes with every run of every point.
     config = llama.LlamaConfig.tiny()
     points = [(16, 0), (32, 48)]
-    with profile.neighbours(1, config, "python", points, 1, in_step=(3, 5)) as barrier:
-        assert isinstance(barrier, profile.InStep)
+    with neighbours.neighbours(1, config, "python", points, 1, in_step=(3, 5)) as barrier:
+        assert isinstance(barrier, neighbours.InStep)
         runs = profile.time_runs(
             profile.profiled_module(config, "python"),
             config,
@@ -362,7 +363,7 @@ def test_cli_rejects_negative_neighbours(tmp_path):
 def test_a_neighbour_that_fails_to_start_is_an_error_not_a_wait():
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="neighbour process did not start"):
-        with profile.neighbours(1, llama.LlamaConfig.tiny(), "no-such-stage", [(64, 0)], 1):
+        with neighbours.neighbours(1, llama.LlamaConfig.tiny(), "no-such-stage", [(64, 0)], 1):
             pass
     assert time.monotonic() - started < 120
 

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from ..errors import LostRankError
@@ -23,13 +24,22 @@ from .exit_hooks import at_exit, before_default_group, destroy_default_group
 _CHECK_TIMEOUT_S = 2.0
 
 
-def default_group(use_cuda: bool, timeout_s: float, describe: Callable[[int], str]) -> Any:
+def local_device() -> torch.device:
+    """This rank's device: its GPU (torchrun's LOCAL_RANK), made the current one, or the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    return device
+
+
+def default_group(device: torch.device, timeout_s: float, describe: Callable[[int], str]) -> Any:
     """The default group, made here when the caller has not: from torchrun's environment (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or a world of one without it; NCCL with CUDA, Gloo
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or a world of one without it; NCCL for a GPU, Gloo
     otherwise. One made here is destroyed at exit if the caller does not."""
     if not dist.is_initialized():
         before_default_group()
-        backend = "nccl" if use_cuda else "gloo"
+        backend = "nccl" if device.type == "cuda" else "gloo"
         if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
             join_default_group(backend, timeout_s, describe)
         else:

@@ -25,16 +25,14 @@ class GradientSync:
         stage: StageRuntime,
         layout: Layout,
         group: Any,
-        device: torch.device,
-        timeout_s: float,
         failures: Failures,
         spread_head: bool,
     ) -> None:
         self._stage = stage
         self._layout = layout
         self._group = group
-        self._device = device
-        self._timeout_s = timeout_s
+        self._device = stage.device
+        self._timeout_s = stage.timeout_s
         self._failures = failures
         self._spread_head = spread_head
         self._tied_pending = False

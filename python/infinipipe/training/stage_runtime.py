@@ -35,6 +35,8 @@ class StageRuntime:
     master: mixed_precision.MasterWeights | None
     optimizer: torch.optim.Optimizer
     executor: Any  # _C.runtime.Executor
+    device: torch.device
+    timeout_s: float  # how long any wait on a peer lasts
 
     def __init__(
         self,
@@ -95,8 +97,8 @@ class StageRuntime:
             head_group=layout.head_group,
         )
         self._gradient_group = layout.gradient_group
-        self._device = device
-        self._timeout_s = timeout_s
+        self.device = device
+        self.timeout_s = timeout_s
 
     def _head_replica(self, stage: int) -> list[torch.Tensor]:
         """This stage's replica of the final norm and the LM head (spread head)."""
@@ -146,7 +148,7 @@ class StageRuntime:
             step()
             return
         guarded("the ZeRO optimizer's broadcast of the updated parameters", step)
-        settle(self._gradient_group, self._device, self._timeout_s)
+        settle(self._gradient_group, self.device, self.timeout_s)
 
     def gather_text(self, text: str) -> list[str]:
         """Every rank's `text`, in rank order (a PeerError when a peer is lost)."""

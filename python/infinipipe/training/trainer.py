@@ -1,26 +1,16 @@
-"""The pipeline trainer: one process per stage (and sequence rank, and replica), launched with
-torchrun.
+"""The pipeline trainer: one process per stage (and sequence rank, and replica), under torchrun.
 
     trainer = infinipipe.Trainer(LlamaConfig.tiny(), lambda params: torch.optim.AdamW(params),
                                  plan=infinipipe.PlanConfig(memory_budget_gib=2))
     for batch in batches:               # lists of variable-length token sequences
-        result = trainer.step(batch)    # result.loss, result.plan (summary dict), result.stats
+        result = trainer.step(batch)    # zero_grad, forward_backward, optimizer_step
 
-or, shaping the loop (every rank makes the same calls, in the same order):
-
-    trainer.zero_grad()
-    result = trainer.forward_backward(batch)   # adds to the gradients (accumulate: call again)
-    norm = trainer.clip_grad_norm_(1.0)        # global over all stages
-    if math.isfinite(norm):
-        trainer.optimizer_step()
-    held_out = trainer.evaluate(eval_batches)  # loss, perplexity; forward only
-
-A step validates the batch, plans it (StepPlanner, step_planner.py), checks through one
-all_gather that every rank holds the same configuration, batch and plan (and that none rejected
-the batch), runs this rank's stage of the plan with the C++ executor (StageRuntime,
-stage_runtime.py), and completes the gradients over the layout (GradientSync, gradient_sync.py).
-Errors are raised on every rank, naming the ranks at fault; a lost peer ends the step with an
-error naming it within the timeout (distributed/failures.py). See docs/runtime.md.
+A step checks the batch, plans it (StepPlanner), checks through one all_gather that every rank
+holds the same configuration, batch and plan, runs this rank's stage with the C++ executor
+(StageRuntime) and completes the gradients over the layout (GradientSync). Errors are raised on
+every rank, naming the ranks at fault; a lost peer ends the step with an error naming it within
+the timeout (distributed/failures.py). docs/runtime.md, "Using it", shows a loop that clips,
+accumulates and evaluates.
 """
 
 from __future__ import annotations
@@ -40,7 +30,7 @@ from ..distributed.exit_hooks import at_exit
 from ..distributed.failure_board import FailureBoard
 from ..distributed.failures import Failures
 from ..distributed.layout import Layout, Parallel, Share
-from ..distributed.rendezvous import default_group
+from ..distributed.rendezvous import default_group, local_device
 from ..errors import BatchError, Error
 from ..models import llama
 from ..models.stage_protocol import StageFactory
@@ -68,14 +58,10 @@ class Trainer:
         the spread head.
     parallel: the layout (Parallel): data replicas x pipeline stages x sequence ranks, ZeRO, and
         the layer split; default: every process a pipeline stage, layers split evenly. With
-        replicas, every rank passes the whole batch; it is split over the replicas by predicted
-        cost, each replica plans its share, and the gradients are summed over each stage's
-        replicas once per step.
+        replicas, every rank passes the whole batch and each replica trains its share.
     runtime: how this rank runs its stage (RuntimeConfig): dtypes, timeout, seed, kernels.
-    group: a torch.distributed ProcessGroup; default: the default group, initialised here from
-        torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK), Gloo
-        on CPU and NCCL when CUDA is available; a single process without that environment
-        gets a world of one.
+    group: a torch.distributed ProcessGroup; default: the default group, made from torchrun's
+        environment (Gloo on CPU, NCCL on GPUs; a world of one without torchrun).
     """
 
     # What it trains and how: the configs as given, with defaults and the model's dtype resolved.
@@ -121,18 +107,11 @@ class Trainer:
         self.plan_config = plan
         timeout_s = float(self.runtime.timeout_s)
 
-        use_cuda = torch.cuda.is_available()
-        self.device = (
-            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-            if use_cuda
-            else torch.device("cpu")
-        )
-        if use_cuda:
-            torch.cuda.set_device(self.device)
+        self.device = local_device()
         self._parallel = parallel  # until the layout exists (describe_rank)
-        self.group = (
-            group if group is not None else default_group(use_cuda, timeout_s, self.describe_rank)
-        )
+        if group is None:
+            group = default_group(self.device, timeout_s, self.describe_rank)
+        self.group = group
         self.rank = dist.get_rank(self.group)
         self.world_size = dist.get_world_size(self.group)
 
@@ -181,13 +160,7 @@ class Trainer:
         elif error is not None:
             raise error
         self.gradients = GradientSync(
-            self.stage,
-            self.layout,
-            self.group,
-            self.device,
-            timeout_s,
-            self.failures,
-            plan.spread_head,
+            self.stage, self.layout, self.group, self.failures, plan.spread_head
         )
         self._steps = 0
         self._closed = False
