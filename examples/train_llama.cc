@@ -39,8 +39,8 @@
 #include "infinipipe/cost/parallel_layout.h"
 #include "infinipipe/data/length_sampler.h"
 #include "infinipipe/models/llama.h"
-#include "infinipipe/plan/data_split.h"
-#include "infinipipe/plan/planner.h"
+#include "infinipipe/planner/data_split.h"
+#include "infinipipe/planner/planner.h"
 #include "infinipipe/runtime/executor.h"
 
 namespace ip = infinipipe;

@@ -19,7 +19,7 @@ namespace tools = infinipipe::tools;
 
 bool small_enough(const tools::PlanToolArgs& a) {
   return a.batch <= 8 && a.context <= 2048 && a.steps <= 2 && a.stages <= 4 && a.max_k <= 4 &&
-         a.checkpoint_seconds == 0 && a.layers_per_stage.size() <= 4;
+         a.recompute_seconds == 0 && a.layers_per_stage.size() <= 4;
 }
 
 }  // namespace

@@ -19,10 +19,10 @@
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/data/length_sampler.h"
-#include "infinipipe/plan/data_split.h"
 #include "infinipipe/plan/plan.h"
-#include "infinipipe/plan/planner.h"
-#include "infinipipe/plan/stage_balance.h"
+#include "infinipipe/planner/data_split.h"
+#include "infinipipe/planner/planner.h"
+#include "infinipipe/planner/stage_balance.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "infinipipe/schedule/validator.h"
 #include "infinipipe/sim/memory_timeline.h"
@@ -155,7 +155,7 @@ Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost
   PlannerOptions options = PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes);
   options.max_k = max_k;
   options.search_work_limit = search_work_limit;
-  options.checkpoint_time_limit_s = checkpoint_time_limit_s;
+  options.recompute_time_limit_s = checkpoint_time_limit_s;
   options.baseline_chunkings = baseline_chunkings;
   options.overlap_waves = overlap_waves;
   options.spread_head = spread_head;
@@ -295,10 +295,11 @@ void bind_plan(py::module_& root) {
         return py::dict(py::arg("sequence") = l.sequence, py::arg("data") = l.data,
                         py::arg("zero") = l.zero, py::arg("gpus_per_node") = l.gpus_per_node);
       });
-  m.def("split_over_replicas", &split_over_replicas, py::arg("lengths"), py::arg("cost"),
-        py::arg("replicas"),
-        "The batch split over data-parallel replicas by predicted cost (plan/data_split.h): each "
-        "replica's sequence indices, ascending; the same on every rank.");
+  m.def(
+      "split_over_replicas", &split_over_replicas, py::arg("lengths"), py::arg("cost"),
+      py::arg("replicas"),
+      "The batch split over data-parallel replicas by predicted cost (planner/data_split.h): each "
+      "replica's sequence indices, ascending; the same on every rank.");
 
   py::class_<Plan>(m, "Plan", "One training step's plan (plan/plan.h).")
       .def("hash", &Plan::hash, "16 hex digits over the executable part (not predictions).")
@@ -368,7 +369,7 @@ void bind_plan(py::module_& root) {
       [kTraining] {
         py::dict d;
         d["max_k"] = kTraining.max_k;
-        d["checkpoint_time_limit_s"] = kTraining.checkpoint_time_limit_s;
+        d["checkpoint_time_limit_s"] = kTraining.recompute_time_limit_s;
         d["baseline_chunkings"] = kTraining.baseline_chunkings;
         d["overlap_waves"] = kTraining.overlap_waves;
         d["spread_head"] = kTraining.spread_head;
@@ -380,7 +381,7 @@ void bind_plan(py::module_& root) {
         py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1,
         py::arg("token_cap") = 0, py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1,
         py::arg("max_k") = kTraining.max_k,
-        py::arg("checkpoint_time_limit_s") = kTraining.checkpoint_time_limit_s,
+        py::arg("checkpoint_time_limit_s") = kTraining.recompute_time_limit_s,
         py::arg("baseline_chunkings") = kTraining.baseline_chunkings,
         py::arg("overlap_waves") = kTraining.overlap_waves,
         py::arg("spread_head") = kTraining.spread_head,
@@ -401,7 +402,7 @@ void bind_plan(py::module_& root) {
       py::arg("steps"), py::arg("cost"),
       "Layers per stage with the least busiest stage's compute over the steps (each a list of "
       "sequence lengths) on the cost model's stages, the first embedding and the last running "
-      "the head (plan/stage_balance.h); the cost model's own split is not used.");
+      "the head (planner/stage_balance.h); the cost model's own split is not used.");
   m.def(
       "choose_layer_split",
       [](const std::vector<std::vector<int64_t>>& steps, const CostModel& cost,
@@ -428,7 +429,7 @@ void bind_plan(py::module_& root) {
       },
       py::arg("steps"), py::arg("cost"), py::arg("memory_budget_bytes"),
       "The layer split EPP (the trainer's options) plans the steps fastest on, among the even "
-      "split, the balanced one and its neighbours (plan/stage_balance.h): a dict with "
+      "split, the balanced one and its neighbours (planner/stage_balance.h): a dict with "
       "layers_per_stage, name and every candidate weighed.");
   m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
         py::arg("cost"), py::arg("recompute") = Recompute{}, py::arg("overlap_waves") = false,

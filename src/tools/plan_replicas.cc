@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/plan/data_split.h"
+#include "infinipipe/planner/data_split.h"
 #include "plan_tool.h"
 
 namespace infinipipe::tools {

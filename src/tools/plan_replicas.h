@@ -9,7 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "infinipipe/cost/cost_model.h"
-#include "infinipipe/plan/planner.h"
+#include "infinipipe/planner/planner.h"
 
 namespace infinipipe::tools {
 

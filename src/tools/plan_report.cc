@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "infinipipe/checkpoint/checkpoint_planner.h"
+#include "infinipipe/recompute/recompute_planner.h"
 #include "infinipipe/sim/simulator.h"
 
 namespace infinipipe::tools {
@@ -34,19 +34,19 @@ std::vector<int> heads_per_stage(const std::vector<int>& head_stages, int num_st
 nlohmann::json checkpoint_comparison(const ip::Plan& plan, const ip::CostModel& cost, double budget,
                                      double time_limit_s) {
   nlohmann::json out = nlohmann::json::array();
-  const std::pair<ip::CheckpointMethod, const char*> methods[] = {
-      {ip::CheckpointMethod::kStageAware, "tied cbc"},
-      {ip::CheckpointMethod::kStageAwareGreedy, "tied greedy"},
-      {ip::CheckpointMethod::kUntiedGreedy, "untied greedy"},
-      {ip::CheckpointMethod::kUniform, "uniform"}};
+  const std::pair<ip::RecomputeMethod, const char*> methods[] = {
+      {ip::RecomputeMethod::kStageAware, "tied cbc"},
+      {ip::RecomputeMethod::kStageAwareGreedy, "tied greedy"},
+      {ip::RecomputeMethod::kUntiedGreedy, "untied greedy"},
+      {ip::RecomputeMethod::kUniform, "uniform"}};
   for (const auto& [method, name] : methods) {
     // No CBC when its time limit is 0: CBC's root LP ignores the limit and can take seconds.
-    if (method == ip::CheckpointMethod::kStageAware && time_limit_s <= 0) continue;
-    ip::CheckpointOptions o;
+    if (method == ip::RecomputeMethod::kStageAware && time_limit_s <= 0) continue;
+    ip::RecomputeOptions o;
     o.method = method;
     o.memory_budget_bytes = budget;
     o.time_limit_s = time_limit_s;
-    const ip::CheckpointResult ck = ip::plan_checkpointing(plan.schedule, plan.chunks, cost, o);
+    const ip::RecomputeResult ck = ip::plan_recompute(plan.schedule, plan.chunks, cost, o);
     nlohmann::json entry = {{"method", name}, {"feasible", ck.feasible}};
     if (ck.feasible) {
       ip::SimOptions sim_options;

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/cost/cost_model.h"
-#include "infinipipe/plan/planner.h"
-#include "infinipipe/plan/stage_balance.h"
+#include "infinipipe/planner/planner.h"
+#include "infinipipe/planner/stage_balance.h"
 #include "plan_tool.h"
 
 namespace infinipipe::tools {

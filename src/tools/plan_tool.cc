@@ -21,9 +21,9 @@
 #include "infinipipe/cost/model_shape.h"
 #include "infinipipe/data/length_file.h"
 #include "infinipipe/data/length_sampler.h"
-#include "infinipipe/plan/planner.h"
-#include "infinipipe/plan/stage_balance.h"
-#include "infinipipe/plan/static_baseline.h"
+#include "infinipipe/planner/planner.h"
+#include "infinipipe/planner/stage_balance.h"
+#include "infinipipe/planner/static_baseline.h"
 #include "plan_inputs.h"
 #include "plan_replicas.h"
 #include "plan_report.h"
@@ -51,7 +51,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   Args args;
   args.max_k = ip::PlannerOptions{}.max_k;
   args.search_work = ip::PlannerOptions{}.search_work_limit;
-  args.checkpoint_seconds = ip::PlannerOptions{}.checkpoint_time_limit_s;
+  args.recompute_seconds = ip::PlannerOptions{}.recompute_time_limit_s;
   CLI::App app{
       "Plans training steps with elastic pipeline parallelism (EPP) and the baselines, "
       "and prints the predicted step time, bubbles, recompute and memory of each."};
@@ -128,9 +128,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
          "EPP: the search's work limit in chunk-stages (PlannerOptions::search_work_limit); "
          "0 searches without limit")
       ->capture_default_str();
-  auto* checkpoint_opt =
-      app.add_option("--checkpoint-seconds", args.checkpoint_seconds,
-                     "EPP: CBC time limit for the winner's checkpointing; 0 skips CBC (the greedy "
+  auto* recompute_opt =
+      app.add_option("--recompute-seconds,--checkpoint-seconds", args.recompute_seconds,
+                     "EPP: CBC time limit for the winner's recompute plan; 0 skips CBC (the greedy "
                      "solvers alone: deterministic, as the trainer plans)")
           ->capture_default_str();
   app.add_flag("--waves-back-to-back", args.waves_back_to_back,
@@ -183,7 +183,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   args.memory_given = memory_opt->count() > 0;
   args.layout_given = sp_opt->count() + dp_opt->count() + zero_opt->count() + gpus_opt->count() > 0;
   if (args.memory_given) check_finite(memory_opt, args.memory_gib, false, "GiB");
-  check_finite(checkpoint_opt, args.checkpoint_seconds, true, "seconds");
+  check_finite(recompute_opt, args.recompute_seconds, true, "seconds");
   // CLI11 reads "-1" into an unsigned seed as 2^64 - 1.
   for (const std::string& typed : seed_opt->results())
     ip::check(typed.find('-') == std::string::npos,
@@ -236,14 +236,15 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   options.search_work_limit = args.search_work;
   options.overlap_waves = !args.waves_back_to_back;
   options.spread_head = args.spread_head;
-  options.checkpoint_time_limit_s = args.checkpoint_seconds;
+  options.recompute_time_limit_s = args.recompute_seconds;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());
   // With --dp each replica's share is planned as a step of its own; a static baseline setting
   // is chosen over all of them (one setting for every replica and step).
   const int replicas = cost.layout().data;
-  // --layers-per-stage balanced: the split EPP plans the steps fastest on (plan/stage_balance.h),
-  // chosen on each replica's share of the even split's data split; every method then runs on it.
+  // --layers-per-stage balanced: the split EPP plans the steps fastest on
+  // (planner/stage_balance.h), chosen on each replica's share of the even split's data split; every
+  // method then runs on it.
   std::string split_name = args.layers_per_stage.empty() ? "even" : "given";
   std::optional<ip::LayerSplitChoice> choice;
   if (args.balanced) {
@@ -306,7 +307,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       if (row.method == ip::Method::kEpp && row.result->feasible &&
           row.result->plan.recompute_s > 0)
         j["checkpoint_compare"] = checkpoint_comparison(
-            row.result->plan, cost, options.memory_budget_bytes, options.checkpoint_time_limit_s);
+            row.result->plan, cost, options.memory_budget_bytes, options.recompute_time_limit_s);
       out << j.dump() << "\n";
     }
   } else {

@@ -36,14 +36,14 @@ struct PlanToolArgs {
   bool memory_given = false;  // without --memory-gib, the hardware's device memory
   double memory_gib = 0;
   std::vector<int> layers_per_stage;  // empty: even, unless balanced
-  bool balanced = false;              // --layers-per-stage balanced (plan/stage_balance.h)
+  bool balanced = false;              // --layers-per-stage balanced (planner/stage_balance.h)
   std::string method = "all";
   int max_k = 0;            // set from PlannerOptions
   int64_t search_work = 0;  // set from PlannerOptions
   bool waves_back_to_back = false;
-  bool spread_head = false;       // --spread-head (PlannerOptions::spread_head)
-  bool ideal_even_head = false;   // --ideal-even-head (CostModel::with_ideal_even_head)
-  double checkpoint_seconds = 0;  // set from PlannerOptions
+  bool spread_head = false;      // --spread-head (PlannerOptions::spread_head)
+  bool ideal_even_head = false;  // --ideal-even-head (CostModel::with_ideal_even_head)
+  double recompute_seconds = 0;  // set from PlannerOptions
   bool json = false;
   std::string plan_out;
   std::string trace_out;

@@ -62,7 +62,8 @@ TEST(ParallelLayout, RanksPlaceSequenceInnermostThenStagesThenReplicas) {
     EXPECT_EQ(p.sequence_rank, rank % 2);
     EXPECT_EQ(l.rank_of(p, stages), rank);
   }
-  // Rank 5: replica 1, stage 0, sequence rank 1 (as python/infinipipe/distributed/layout.py numbers it).
+  // Rank 5: replica 1, stage 0, sequence rank 1 (as python/infinipipe/distributed/layout.py
+  // numbers it).
   EXPECT_EQ(l.pipeline_ranks(5, stages), (std::vector<int>{5, 7}));
   EXPECT_EQ(l.sequence_ranks(5, stages), (std::vector<int>{4, 5}));
   EXPECT_EQ(l.gradient_ranks(0, stages), (std::vector<int>{0, 1, 4, 5}));

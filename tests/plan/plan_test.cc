@@ -13,7 +13,7 @@
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
-#include "infinipipe/plan/planner.h"
+#include "infinipipe/planner/planner.h"
 #include "support/a800_cost.h"
 
 namespace infinipipe {

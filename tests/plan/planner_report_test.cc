@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "infinipipe/plan/planner.h"
-#include "infinipipe/plan/static_baseline.h"
-#include "plan/instances.h"
+#include "infinipipe/planner/planner.h"
+#include "infinipipe/planner/static_baseline.h"
+#include "planner/instances.h"
 #include "sim/sim_fixtures.h"
 
 namespace infinipipe {

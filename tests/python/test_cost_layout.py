@@ -1,5 +1,5 @@
 """The planning core's parallel layout through the bindings: CostModel.analytic with a layout,
-and the batch split over data-parallel replicas (plan/data_split.h)."""
+and the batch split over data-parallel replicas (planner/data_split.h)."""
 
 import json
 

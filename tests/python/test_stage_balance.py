@@ -1,4 +1,4 @@
-"""infinipipe.balanced_layer_split and choose_layer_split (plan/stage_balance.h) from Python: a
+"""infinipipe.balanced_layer_split and choose_layer_split (planner/stage_balance.h) from Python: a
 large vocabulary moves layers off the last stage, a small one keeps the even split, and the
 choice through the planner is deterministic and names what it weighed."""
 

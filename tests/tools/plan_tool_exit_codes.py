@@ -37,13 +37,18 @@ class OptionValues(unittest.TestCase):
                 self.assertIn("more than 0", r.stderr)
                 self.assertEqual(r.stdout, "", "nothing is planned after a bad option")
 
-    def test_checkpoint_seconds_must_be_finite_and_not_negative(self):
-        for value in ["-1", "nan", "inf"]:
-            with self.subTest(value=value):
-                r = run(*STEP, "--checkpoint-seconds", value, "--method", "epp")
-                self.assertEqual(r.returncode, 2, r.stderr)
-                self.assertIn(f"--checkpoint-seconds {value}: expected a finite number", r.stderr)
-                self.assertIn("0 or more", r.stderr)
+    def test_recompute_seconds_must_be_finite_and_not_negative(self):
+        # --checkpoint-seconds, its name before the recompute planner was named for what it
+        # plans, is the same option.
+        for flag in ["--recompute-seconds", "--checkpoint-seconds"]:
+            for value in ["-1", "nan", "inf"]:
+                with self.subTest(flag=flag, value=value):
+                    r = run(*STEP, flag, value, "--method", "epp")
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertIn(
+                        f"--recompute-seconds {value}: expected a finite number", r.stderr
+                    )
+                    self.assertIn("0 or more", r.stderr)
 
     def test_a_negative_seed_is_not_wrapped(self):
         r = run(*SMALL, "--seed", "-1", "--method", "epp")

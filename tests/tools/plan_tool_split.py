@@ -1,4 +1,4 @@
-"""The plan tool's layer split: `--layers-per-stage balanced` (plan/stage_balance.h) moves layers
+"""The plan tool's layer split: `--layers-per-stage balanced` (planner/stage_balance.h) moves layers
 off the last stage when the LM head is heavy, every method runs on the chosen split, and every
 JSON row names the split; a given list is reported as given; bad values exit 2.
 

@@ -34,7 +34,7 @@ struct SimOptions {
   // Keep every action's start time (SimResult::start_s).
   bool record_starts = false;
   // The stages' peaks, already measured for this schedule and recompute with the same sums
-  // (CheckpointResult::peaks): taken as they are instead of walking the memory moments again.
+  // (RecomputeResult::peaks): taken as they are instead of walking the memory moments again.
   // Only a caller that measured them for exactly these inputs may pass them; null measures.
   const MemoryPeaks* known_peaks = nullptr;
 };

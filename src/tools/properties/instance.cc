@@ -166,7 +166,7 @@ Instance draw_instance(uint64_t seed, int64_t index) {
   // its wall-clock limit makes a plan depend on the machine's load.
   in.options.max_k = pick(rng, std::vector<int>{1, 2, 4, 8, 16, 32});
   in.options.overlap_waves = rng.chance(0.8);
-  in.options.checkpoint_time_limit_s = rng.chance(0.1) ? 0.01 : 0;
+  in.options.recompute_time_limit_s = rng.chance(0.1) ? 0.01 : 0;
   return in;
 }
 
@@ -193,7 +193,7 @@ std::string plan_tool_command(const Instance& in, const std::string& lengths_pat
   std::string layers;
   for (int l : in.layers_per_stage) layers += (layers.empty() ? "" : ",") + std::to_string(l);
   char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%g", in.options.checkpoint_time_limit_s);
+  std::snprintf(seconds, sizeof seconds, "%g", in.options.recompute_time_limit_s);
   return "build/infinipipe-plan --step-lengths " + lengths_path + " --model " + in.model +
          " --hardware " + in.hardware + " --stages " + std::to_string(in.stages()) +
          " --layers-per-stage " + layers + " --memory-gib " + gib_text(in.memory_gib) +

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "infinipipe/cost/cost_model.h"
-#include "infinipipe/plan/planner.h"
+#include "infinipipe/planner/planner.h"
 
 namespace infinipipe::properties {
 

@@ -10,7 +10,7 @@
 
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
-#include "infinipipe/plan/planner.h"
+#include "infinipipe/planner/planner.h"
 #include "plan_checks.h"
 
 namespace infinipipe::properties {

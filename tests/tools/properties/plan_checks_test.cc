@@ -11,7 +11,7 @@
 
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
-#include "infinipipe/plan/planner.h"
+#include "infinipipe/planner/planner.h"
 
 namespace infinipipe::properties {
 namespace {
@@ -33,7 +33,7 @@ Planned planned() {
   PlannerOptions options;
   options.num_stages = 3;
   options.memory_budget_bytes = p.budget;
-  options.checkpoint_time_limit_s = 0;
+  options.recompute_time_limit_s = 0;
   Setting setting;
   setting.k = 3;
   const PlanResult result = plan_epp_at(p.lengths, setting, p.cost, options);
