@@ -8,6 +8,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -143,31 +144,80 @@ auto interruptible(Fn fn, std::atomic<bool>& cancelled) {
   return result.get();
 }
 
-// The trainer's planning call: PlannerOptions::for_training with the knobs PlanConfig exposes.
-Plan plan_for_trainer(const std::vector<int64_t>& lengths, const CostModel& cost,
-                      double memory_budget_bytes, const std::string& method, int k,
-                      int64_t token_cap, int64_t chunk_tokens, int uniform_recompute, int max_k,
-                      double checkpoint_time_limit_s, bool baseline_chunkings, bool overlap_waves,
-                      bool spread_head, int64_t search_work_limit) {
-  check(search_work_limit >= 0,
-        "plan_step: search_work_limit is a count of chunk-stages, 0 for no limit; got " +
-            std::to_string(search_work_limit));
+// The names of a field table (Options::visit_fields).
+template <class Options>
+std::set<std::string> field_names() {
+  std::set<std::string> names;
+  Options::visit_fields([&](const char* name, auto, const char*) { names.insert(name); });
+  return names;
+}
+
+// Each keyword set by name on the planner's options or on the step's setting: the keywords are
+// those two field tables' names, so nothing is listed twice.
+void set_by_name(const py::kwargs& knobs, PlannerOptions& options, Setting& setting) {
+  static const std::set<std::string> kPlanner = field_names<PlannerOptions>();
+  static const std::set<std::string> kSetting = field_names<Setting>();
+  py::object planner = py::cast(&options, py::return_value_policy::reference);
+  py::object step = py::cast(&setting, py::return_value_policy::reference);
+  for (const auto& [key, value] : knobs) {
+    const std::string name = py::str(key);
+    if (kPlanner.count(name)) {
+      py::setattr(planner, key, value);
+    } else if (kSetting.count(name)) {
+      py::setattr(step, key, value);
+    } else {
+      std::string known;
+      for (const auto& n : kSetting) known += " " + n;
+      for (const auto& n : kPlanner) known += " " + n;
+      throw Error("plan_step: no setting named '" + name + "'; the settings are:" + known);
+    }
+  }
+}
+
+// plan_step from Python: PlannerOptions::for_training with the keywords set, the GIL released
+// while it plans.
+Plan plan_step_with(const std::vector<int64_t>& lengths, const CostModel& cost,
+                    double memory_budget_bytes, const std::string& method,
+                    const py::kwargs& knobs) {
   PlannerOptions options = PlannerOptions::for_training(cost.num_stages(), memory_budget_bytes);
-  options.max_k = max_k;
-  options.search_work_limit = search_work_limit;
-  options.recompute_time_limit_s = checkpoint_time_limit_s;
-  options.baseline_chunkings = baseline_chunkings;
-  options.overlap_waves = overlap_waves;
-  options.spread_head = spread_head;
   Setting setting;
-  setting.k = k;
-  setting.token_cap = token_cap;
-  setting.chunk_tokens = chunk_tokens;
-  setting.uniform_recompute = uniform_recompute;
+  set_by_name(knobs, options, setting);
+  check(options.search_work_limit >= 0,
+        "plan_step: search_work_limit is a count of chunk-stages, 0 for no limit; got " +
+            std::to_string(options.search_work_limit));
+  const Method parsed = parse_method(method);
   std::atomic<bool> cancelled{false};
   options.cancelled = &cancelled;
-  return interruptible(
-      [&] { return plan_step(parse_method(method), lengths, cost, options, setting); }, cancelled);
+  py::gil_scoped_release release;
+  return interruptible([&] { return plan_step(parsed, lengths, cost, options, setting); },
+                       cancelled);
+}
+
+// A field table as Python properties of `cls`, and as `fields()`: (name, default, doc) with the
+// defaults of `defaults`.
+template <class Options>
+void bind_fields(py::class_<Options>& cls, const Options& defaults) {
+  Options::visit_fields([&](const char* name, auto member, const char* doc) {
+    cls.def_readwrite(name, member, doc);
+  });
+  cls.def_static(
+      "fields",
+      [defaults] {
+        py::list out;
+        Options::visit_fields([&](const char* name, auto member, const char* doc) {
+          out.append(py::make_tuple(name, py::cast(defaults.*member), doc));
+        });
+        return out;
+      },
+      "(name, default, doc) of every field a user sets, in the C++ table's order.");
+  cls.def("__repr__", [](const Options& o) {
+    std::string text = "(";
+    Options::visit_fields([&](const char* name, auto member, const char*) {
+      if (text.size() > 1) text += ", ";
+      text += std::string(name) + "=" + std::string(py::repr(py::cast(o.*member)));
+    });
+    return text + ")";
+  });
 }
 
 // A plan from given chunks and waves (for tests and experiments): scheduled by the 1F1B chunk
@@ -362,38 +412,25 @@ void bind_plan(py::module_& root) {
                std::to_string(p.waves.size()) + " waves, hash " + p.hash() + ">";
       });
 
-  // Defaults: the training options (PlannerOptions::for_training), which PlanConfig also reads.
-  const PlannerOptions kTraining = PlannerOptions::for_training(1, 1);
-  m.def(
-      "training_defaults",
-      [kTraining] {
-        py::dict d;
-        d["max_k"] = kTraining.max_k;
-        d["checkpoint_time_limit_s"] = kTraining.recompute_time_limit_s;
-        d["baseline_chunkings"] = kTraining.baseline_chunkings;
-        d["overlap_waves"] = kTraining.overlap_waves;
-        d["spread_head"] = kTraining.spread_head;
-        d["search_work_limit"] = kTraining.search_work_limit;
-        return d;
-      },
-      "The planner options a trainer plans with (PlannerOptions::for_training), as a dict.");
-  m.def("plan_step", &plan_for_trainer, py::arg("lengths"), py::arg("cost"),
-        py::arg("memory_budget_bytes"), py::arg("method") = "epp", py::arg("k") = 1,
-        py::arg("token_cap") = 0, py::arg("chunk_tokens") = 0, py::arg("uniform_recompute") = -1,
-        py::arg("max_k") = kTraining.max_k,
-        py::arg("checkpoint_time_limit_s") = kTraining.recompute_time_limit_s,
-        py::arg("baseline_chunkings") = kTraining.baseline_chunkings,
-        py::arg("overlap_waves") = kTraining.overlap_waves,
-        py::arg("spread_head") = kTraining.spread_head,
-        py::arg("search_work_limit") = kTraining.search_work_limit,
-        "Plans one step of sequences with these lengths: 'epp' sweeps K (up to max_k), and the "
-        "baselines' chunkings too unless baseline_chunkings is False; the "
-        "baselines 'batch' (token_cap), 'seq1f1b' (token_cap, k) and 'chunkflow' "
-        "(chunk_tokens) use the setting given. spread_head: chunks' LM heads may run on any "
-        "stage (H actions; the stages need the head's replica). search_work_limit: EPP's "
-        "search stops with the best plan so far after this much work (chunk-stages, the same "
-        "on every rank; 0: no limit). Error when nothing fits the budget.",
-        py::call_guard<py::gil_scoped_release>());
+  // The planner's options and a method's knobs, each defined once in C++ (visit_fields):
+  // PlanConfig's fields and plan_step's keywords come from these tables.
+  py::class_<PlannerOptions> planner_options(
+      m, "PlannerOptions", "The planner's options (planner/planner.h); defaults: the plan tool's.");
+  planner_options.def(py::init<>())
+      .def_static("for_training", &PlannerOptions::for_training, py::arg("num_stages"),
+                  py::arg("memory_budget_bytes"),
+                  "The options a trainer plans with: every rank alike (no CBC), K up to 32.");
+  bind_fields(planner_options, PlannerOptions::for_training(1, 1));
+  py::class_<Setting> setting(m, "Setting", "A method's knobs (plan/plan.h).");
+  setting.def(py::init<>());
+  bind_fields(setting, Setting{});
+  m.def("plan_step", &plan_step_with, py::arg("lengths"), py::arg("cost"),
+        py::arg("memory_budget_bytes"), py::arg("method") = "epp",
+        "Plans one step of sequences with these lengths: 'epp' searches (K up to max_k, the "
+        "baselines' chunkings too unless baseline_chunkings is False), a baseline ('batch', "
+        "'seq1f1b', 'chunkflow') plans at the setting given. Keywords: any field of "
+        "PlannerOptions or Setting (their fields() say what each does), over "
+        "PlannerOptions.for_training. Error when nothing fits the budget.");
   m.def(
       "balanced_layer_split",
       [](const std::vector<std::vector<int64_t>>& steps, const CostModel& cost) {

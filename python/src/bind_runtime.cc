@@ -349,25 +349,46 @@ void bind_runtime(py::module_& root) {
            "hidden [T, hidden] -> logits [T, vocab] (last stage only).")
       .def("parameters", &StageModule::parameters);
 
+  // The executor's settings, one field each (runtime/executor.h); its process groups and its
+  // stage module are the constructor's arguments.
+  py::class_<ExecutorOptions>(m, "ExecutorOptions", "The executor's settings (runtime/executor.h).")
+      .def(py::init([](py::kwargs fields) {
+             ExecutorOptions o;
+             py::object self = py::cast(o);
+             for (const auto& [name, value] : fields) py::setattr(self, name, value);
+             return self.cast<ExecutorOptions>();
+           }),
+           "ExecutorOptions(stage=..., num_stages=..., dtype=..., ...): any field by name.")
+      .def_readwrite("stage", &ExecutorOptions::stage)
+      .def_readwrite("num_stages", &ExecutorOptions::num_stages)
+      .def_readwrite("dtype", &ExecutorOptions::dtype, "activations, gradients, K/V buffers")
+      .def_readwrite("device", &ExecutorOptions::device)
+      .def_readwrite("hidden", &ExecutorOptions::hidden)
+      .def_readwrite("kv_heads", &ExecutorOptions::kv_heads)
+      .def_readwrite("head_dim", &ExecutorOptions::head_dim)
+      .def_readwrite("attention_scale", &ExecutorOptions::attention_scale,
+                     "<= 0: 1 / sqrt(head_dim)")
+      .def_property(
+          "attention_backend",
+          [](const ExecutorOptions& o) { return kernels::to_string(o.attention_backend); },
+          [](ExecutorOptions& o, const std::string& name) {
+            o.attention_backend = kernels::parse_backend(name);
+          },
+          "the chunk attention's kernels: auto, flash, varlen, math")
+      .def_property(
+          "timeout_s", [](const ExecutorOptions& o) { return o.timeout.count() / 1000.0; },
+          [](ExecutorOptions& o, double seconds) {
+            check(seconds > 0, "executor: timeout_s must be positive");
+            o.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+          },
+          "how long any wait on a peer lasts")
+      .def_readwrite("stage_ranks", &ExecutorOptions::stage_ranks,
+                     "the rank of every stage of this rank's pipeline; empty: stage s is rank s");
+
   py::class_<Executor>(m, "Executor",
                        "Runs one stage's actions of a plan over a torch.distributed group.")
-      .def(py::init([](py::object module, py::object group, int stage, int num_stages,
-                       at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
-                       int64_t head_dim, double timeout_s, std::vector<int> stage_ranks,
-                       const std::string& attention_backend, py::object sequence_group,
-                       py::object head_group) {
-             ExecutorOptions o;
-             o.stage = stage;
-             o.num_stages = num_stages;
-             o.dtype = dtype;
-             o.device = device;
-             o.hidden = hidden;
-             o.kv_heads = kv_heads;
-             o.head_dim = head_dim;
-             check(timeout_s > 0, "executor: timeout_s must be positive");
-             o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-             o.stage_ranks = std::move(stage_ranks);
-             o.attention_backend = kernels::parse_backend(attention_backend);
+      .def(py::init([](py::object module, py::object group, ExecutorOptions o,
+                       py::object sequence_group, py::object head_group) {
              if (!sequence_group.is_none()) {
                o.sequence_group = process_group_from(sequence_group);
                o.sequence_ranks = global_ranks_of(sequence_group);
@@ -382,17 +403,14 @@ void bind_runtime(py::module_& root) {
              return std::make_unique<Executor>(std::move(stage_module), process_group_from(group),
                                                std::move(o));
            }),
-           py::arg("module"), py::arg("group"), py::arg("stage"), py::arg("num_stages"),
-           py::arg("dtype"), py::arg("device"), py::arg("hidden"), py::arg("kv_heads"),
-           py::arg("head_dim"), py::arg("timeout_s") = 300.0,
-           py::arg("stage_ranks") = std::vector<int>{}, py::arg("attention_backend") = "auto",
+           py::arg("module"), py::arg("group"), py::arg("options"),
            py::arg("sequence_group") = py::none(), py::arg("head_group") = py::none(),
-           "group: the world (every rank); stage_ranks: this rank's pipeline, the rank of each "
-           "stage. sequence_group: the torch.distributed group of this stage's sequence-parallel "
-           "ranks (Ulysses; None or one rank: none), this rank among them; every action then "
-           "runs on this rank's share of each chunk's rows and parameter gradients are that "
-           "share's (sum them over the group). head_group: the group (the same ranks, in the same "
-           "order) carrying the spread head's hidden states and gradients; None: group.")
+           "group: the world (every rank); options: ExecutorOptions. sequence_group: the "
+           "torch.distributed group of this stage's sequence-parallel ranks (Ulysses; None or "
+           "one rank: none), this rank among them; every action then runs on this rank's share "
+           "of each chunk's rows and parameter gradients are that share's (sum them over the "
+           "group). head_group: the group (the same ranks, in the same order) carrying the "
+           "spread head's hidden states and gradients; None: group.")
       .def("run", run_without_gil<&Executor::run>, py::arg("plan"), py::arg("sequences"),
            py::arg("loss_tokens") = 0,
            "Runs this stage's actions of the plan; sequences[i] holds sequence i's tokens (1-D "

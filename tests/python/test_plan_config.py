@@ -24,7 +24,8 @@ def test_a_finite_positive_budget_is_used():
 def test_spread_head_defaults_to_the_planner_training_default():
     from infinipipe import _C
 
-    assert PlanConfig().spread_head is _C.plan.training_defaults()["spread_head"] is False
+    assert PlanConfig().spread_head is _C.plan.PlannerOptions.for_training(1, 1).spread_head
+    assert PlanConfig().spread_head is False
     assert PlanConfig(spread_head=True).spread_head
 
 
@@ -41,7 +42,8 @@ def test_the_search_work_limit_reaches_the_planner():
     from infinipipe.models.llama import LlamaConfig
     from infinipipe.planning.cost_model import model_shape_json
 
-    assert PlanConfig().search_work_limit == _C.plan.training_defaults()["search_work_limit"] > 0
+    training = _C.plan.PlannerOptions.for_training(1, 1)
+    assert PlanConfig().search_work_limit == training.search_work_limit > 0
     with pytest.raises(ValueError, match="search_work_limit must be 0 .no limit."):
         PlanConfig(search_work_limit=-1)
     shape = model_shape_json(LlamaConfig.tiny(), torch.float32)
@@ -59,3 +61,46 @@ def test_the_search_work_limit_reaches_the_planner():
     assert capped["budget_exhausted"] and capped["tried"] < free["tried"], capped
     with pytest.raises(_C.Error, match="search_work_limit is a count of chunk-stages"):
         report(-1)
+
+
+def test_the_planner_fields_are_the_cpp_tables():
+    """Every field of the planner's options and of a method's setting is a PlanConfig field,
+    with the training default and the C++ doc; knobs() gives them back by the same names."""
+    import dataclasses
+
+    from infinipipe import _C
+
+    training = _C.plan.PlannerOptions.for_training(1, 1)
+    tables = [*_C.plan.Setting.fields(), *_C.plan.PlannerOptions.fields()]
+    names = {f.name for f in dataclasses.fields(PlanConfig)}
+    for name, default, doc in tables:
+        assert name in names and doc in PlanConfig.__doc__, name
+        value = getattr(PlanConfig(), name)
+        assert list(value) == default if isinstance(default, list) else value == default, name
+    assert PlanConfig().max_k == training.max_k == 32
+    assert PlanConfig().recompute_time_limit_s == training.recompute_time_limit_s == 0
+    knobs = PlanConfig(max_k=8, token_cap=512).knobs()
+    assert set(knobs) == {name for name, _, _ in tables}
+    assert knobs["max_k"] == 8 and knobs["token_cap"] == 512
+
+
+def test_plan_step_takes_the_tables_names_and_refuses_others():
+    import torch
+
+    from infinipipe import _C
+    from infinipipe.models.llama import LlamaConfig
+    from infinipipe.planning.cost_model import model_shape_json
+
+    cost = _C.plan.CostModel.analytic(
+        model_shape_json(LlamaConfig.tiny(), torch.float32), "cpu", [4, 4]
+    )
+    plan = _C.plan.plan_step([300, 200, 50], cost, 2**30, "seq1f1b", k=2, token_cap=400)
+    assert plan.method == "seq1f1b" and plan.k == 2
+    with pytest.raises(_C.Error, match="no setting named 'slices'; the settings are:.* k .*max_k"):
+        _C.plan.plan_step([300, 200, 50], cost, 2**30, "seq1f1b", slices=2)
+
+
+def test_the_old_name_of_the_recompute_time_limit_warns_and_is_used():
+    with pytest.warns(DeprecationWarning, match="give recompute_time_limit_s"):
+        config = PlanConfig(checkpoint_time_limit_s=0.25)
+    assert config.recompute_time_limit_s == 0.25 and config.checkpoint_time_limit_s is None

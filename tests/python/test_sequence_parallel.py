@@ -85,18 +85,21 @@ def _executor(config, stage, pipeline, stage_ranks, group, timeout_s=60.0, cpp=F
         module = cpp_models.build_stage(config, pipeline, stage, seed=0)
     else:
         module = llama.build_stage(config, pipeline, stage, seed=0)
+    options = _C.runtime.ExecutorOptions(
+        stage=stage,
+        num_stages=pipeline,
+        dtype=torch.float64,
+        device=torch.device("cpu"),
+        hidden=config.hidden,
+        kv_heads=config.kv_heads,
+        head_dim=config.head_dim,
+        timeout_s=timeout_s,
+        stage_ranks=stage_ranks,
+    )
     executor = _C.runtime.Executor(
         module if cpp else LlamaStageAdapter(module),
         dist.group.WORLD,
-        stage,
-        pipeline,
-        torch.float64,
-        torch.device("cpu"),
-        config.hidden,
-        config.kv_heads,
-        config.head_dim,
-        timeout_s=timeout_s,
-        stage_ranks=stage_ranks,
+        options,
         sequence_group=group,
     )
     return module, executor

@@ -42,7 +42,9 @@ def names_to_find() -> dict[str, str]:
 
 def main() -> int:
     text = (ROOT / "docs" / "design.md").read_text()
-    missing = sorted(f"{path} (as {name})" for name, path in names_to_find().items() if name not in text)
+    missing = sorted(
+        f"{path} (as {name})" for name, path in names_to_find().items() if name not in text
+    )
     if missing:
         print("docs/design.md does not name:\n  " + "\n  ".join(missing))
         print("Add each where its part, subpackage or experiment is described.")

@@ -28,21 +28,39 @@ const char* to_string(Method method);          // "epp", "batch", "seq1f1b", "ch
 Method parse_method(const std::string& name);  // Error listing the valid names
 std::vector<Method> all_methods();             // in the order above
 
-// The knobs of a method. EPP sets k, token_cap (its chunk token cap, 0 for none),
-// strict_packing and the drain taper; each baseline reads its own. An EPP plan may also take a
-// baseline's chunks (chunker, with that baseline's knobs) and give them EPP's waves and
-// recompute: its search weighs those too, so no baseline's chunking beats it on a step.
+// The knobs of a method. A baseline reads the ones its method names below; EPP's search sets
+// its own (k, token_cap, strict_packing, the drain taper) on the plan it keeps. An EPP plan may
+// also take a baseline's chunks (chunker, with that baseline's knobs) and give them EPP's waves
+// and recompute: its search weighs those too, so no baseline's chunking beats it on a step.
+// k and token_cap are one knob each for every method that has it, what is cut and capped
+// differing as the methods' units do; visit_fields says it per method.
 struct Setting {
-  int k = 1;              // EPP: slices of the longest sequence; Seq1F1B: slices per micro-batch
-  int64_t token_cap = 0;  // batch, Seq1F1B: tokens per micro-batch; EPP: max chunk tokens (0: T_m)
-  int64_t chunk_tokens = 0;    // ChunkFlow: tokens per chunk
-  int uniform_recompute = -1;  // baselines: layers recomputed everywhere; -1 = smallest that fits
-  bool strict_packing =
-      false;  // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
-  int drain_chunks = 0;  // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
+  int k = 1;
+  int64_t token_cap = 0;
+  int64_t chunk_tokens = 0;
+  int uniform_recompute = -1;
+  // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
+  bool strict_packing = false;
+  // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
+  int drain_chunks = 0;
   int drain_split = 1;
-  Method chunker =
-      Method::kEpp;  // EPP: whose chunking made the chunks (kEpp: the sequence processor)
+  // EPP: whose chunking made the chunks (kEpp: the sequence processor)
+  Method chunker = Method::kEpp;
+
+  // The knobs a user sets, each once, with what it means per method: the Python PlanConfig's
+  // and plan_step's keywords are made from this list. visit(name, member pointer, doc).
+  template <class Visit>
+  static void visit_fields(Visit&& visit) {
+    visit("k", &Setting::k,
+          "slices per cut: EPP's K (the longest sequence cut into K cost-balanced slices; the "
+          "search sweeps it), Seq1F1B's slices per micro-batch");
+    visit("token_cap", &Setting::token_cap,
+          "tokens a unit holds at most: batch-level's and Seq1F1B's micro-batch (0: the step's "
+          "longest sequence), EPP's chunk (0: the mesh's own cap; the search sweeps it)");
+    visit("chunk_tokens", &Setting::chunk_tokens, "ChunkFlow: tokens per chunk");
+    visit("uniform_recompute", &Setting::uniform_recompute,
+          "baselines: layers recomputed on every stage and chunk; -1: the fewest that fit");
+  }
 
   bool operator==(const Setting& o) const {
     return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&

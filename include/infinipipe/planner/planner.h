@@ -69,13 +69,44 @@ struct PlannerOptions {
   // bindings set it on Ctrl-C); null: never stopped.
   const std::atomic<bool>* cancelled = nullptr;
 
+  // The options a user sets, each once, with what it does: the bindings make the Python
+  // PlannerOptions' properties and PlanConfig's fields from this list (their defaults from
+  // for_training), so no setting is copied by hand. visit(name, member pointer, doc).
+  template <class Visit>
+  static void visit_fields(Visit&& visit) {
+    visit("max_k", &PlannerOptions::max_k, "EPP: the largest slice count K tried");
+    visit("recompute_time_limit_s", &PlannerOptions::recompute_time_limit_s,
+          "EPP: CBC's time limit for the winner's recompute plan; 0 or less skips CBC (the "
+          "greedy solvers alone: deterministic, as ranks planning on their own need)");
+    visit("chunk_token_caps", &PlannerOptions::chunk_token_caps,
+          "EPP: chunk token caps swept with K (0: only the mesh's own cap)");
+    visit("baseline_chunkings", &PlannerOptions::baseline_chunkings,
+          "EPP: also weigh the baselines' chunkings with EPP's waves and recompute");
+    visit("overlap_waves", &PlannerOptions::overlap_waves,
+          "EPP: a wave may start in the previous one's cool-down, where faster");
+    visit("max_recompute_candidates", &PlannerOptions::max_recompute_candidates,
+          "EPP: settings given recompute when none fits one wave without it");
+    visit("max_wave_groupings", &PlannerOptions::max_wave_groupings,
+          "EPP: settings grouped into several waves");
+    visit("spread_head", &PlannerOptions::spread_head,
+          "chunks' LM heads and losses may run on any stage (docs/design.md, \"Spread head\"); "
+          "the trainer then holds the head's replica on every stage");
+    visit("search_work_limit", &PlannerOptions::search_work_limit,
+          "EPP: the search keeps its best plan so far after this much work, in chunk-stages "
+          "(the same on every rank); 0: no limit");
+    visit("drain_taper_chunks", &PlannerOptions::drain_taper_chunks,
+          "EPP: drain tapers tried on the winner: how many last chunks are cut finer");
+    visit("drain_taper_splits", &PlannerOptions::drain_taper_splits,
+          "EPP: drain tapers tried on the winner: into how many pieces");
+  }
+
   // The options a trainer plans with, where every rank plans the step on its own, before the
   // step and on its critical path, and all must reach the same plan (the plan tool plans offline
   // with the defaults above). No CBC: what it finds within a wall-clock limit depends on the
   // machine's load, so ranks could disagree. Slice counts up to 32: on the plan tool's default
   // case (wikipedia, LLaMA-13B, 8 stages, 96K, batch 512, seeds 0-4, no CBC) K up to 64 planned
   // 10-45% longer for plans 0-0.8% faster (`infinipipe-plan --distribution wikipedia --steps 5
-  // --method epp --json --checkpoint-seconds 0 --max-k 32`, then 64).
+  // --method epp --json --recompute-seconds 0 --max-k 32`, then 64).
   static PlannerOptions for_training(int num_stages, double memory_budget_bytes);
 };
 

@@ -207,7 +207,7 @@ class Share:
 
 def share_indices(layout: Layout, lengths: list[int], cost: Any) -> list[int]:
     """The sequences of `lengths` this rank's replica trains on: the batch split over the
-    replicas by predicted cost (plan/data_split.h), the same on every rank."""
+    replicas by predicted cost (planner/data_split.h), the same on every rank."""
     if layout.parallel.data == 1:
         return list(range(len(lengths)))
     from .. import _C

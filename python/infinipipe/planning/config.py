@@ -1,18 +1,41 @@
-"""How the trainer plans its steps (PlanConfig)."""
+"""How the trainer plans its steps (PlanConfig).
+
+The planner's options and a method's knobs are defined once, in C++ (PlannerOptions::visit_fields
+in planner/planner.h, Setting::visit_fields in plan/plan.h): PlanConfig's fields for them, their
+defaults (PlannerOptions::for_training: what every rank can plan alike) and their docs are read
+from those tables, and PlanConfig.knobs() hands them back to the planner by the same names.
+"""
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from .. import _C
 
 METHODS = tuple(_C.plan.methods())  # "epp", "batch", "seq1f1b", "chunkflow"
 GIB = 1 << 30
-_TRAINING = _C.plan.training_defaults()
+# (name, default, doc) of each field the planner reads: a method's knobs, then its options.
+_PLANNER_FIELDS = [*_C.plan.Setting.fields(), *_C.plan.PlannerOptions.fields()]
+
+
+def _with_planner_fields(cls: type) -> type:
+    """Adds the C++ tables' fields to `cls` (before @dataclass makes them fields), lists as
+    tuples so that the config stays frozen and hashable, and their docs to its docstring."""
+    docs = []
+    for name, default, doc in _PLANNER_FIELDS:
+        default = tuple(default) if isinstance(default, list) else default
+        cls.__annotations__[name] = type(default).__name__
+        setattr(cls, name, default)
+        docs.append(f"    {name} (default {default!r}): {doc}.")
+    cls.__doc__ += "\n    The planner's fields, from C++:\n" + "\n".join(docs) + "\n"
+    return cls
 
 
 @dataclass(frozen=True)
+@_with_planner_fields
 class PlanConfig:
     """How steps are planned.
 
@@ -20,50 +43,38 @@ class PlanConfig:
         the baselines' chunkings too, planned with EPP's waves and recompute; with
         overlap_waves a wave may start during the previous one's cool-down), or a baseline at
         a fixed setting: "batch" (token_cap), "seq1f1b" (token_cap, k), "chunkflow" (chunk_tokens).
-        token_cap 0 means the step's longest sequence.
     memory budget per stage, model state included: memory_budget_gib or memory_budget_bytes
         (at most one); neither means the hardware's memory divided by the stages on this host.
-    uniform_recompute: baselines only, layers recomputed on every stage and chunk (-1: the
-        fewest that fit).
-    spread_head: chunks' LM heads and losses may run on any stage the planner assigns, not only
-        the last (docs/design.md, "Spread head"); every stage then holds a replica of the
-        final norm and the LM head (the Trainer builds them and keeps them equal).
     hardware: built-in hardware of the analytic cost model ("cpu", "a800"), or cost_model: a
         cost JSON file (for example from the profiler) whose layer split must be the trainer's,
         or "profile": the trainer profiles its model's layer on this machine at start-up and
-        caches the result (profiled_cost.py).
+        caches the result (profiling/profiled_cost.py).
     profile_check_steps: with cost_model="profile", a profile loaded from the cache is checked
         against the medians of this many steps (after the first): predictions more than 10% off
         the measured steps have it profiled again, once, on every rank, and the cache replaced
         (0: never checked).
+    checkpoint_time_limit_s: 0.1.0's name of recompute_time_limit_s (a DeprecationWarning; it
+        goes in 0.2).
     """
 
     method: str = "epp"
     memory_budget_gib: float | None = None
     memory_budget_bytes: int | None = None
-    k: int = 1
-    token_cap: int = 0
-    chunk_tokens: int = 0
-    uniform_recompute: int = -1
-    # The planner's training options (PlannerOptions::for_training in plan/planner.h says why
-    # they differ from the plan tool's): slice counts up to 32, and no CBC, so every rank's
-    # independent plan is the same whatever its load.
-    max_k: int = _TRAINING["max_k"]
-    checkpoint_time_limit_s: float = _TRAINING["checkpoint_time_limit_s"]
-    baseline_chunkings: bool = _TRAINING["baseline_chunkings"]
-    overlap_waves: bool = _TRAINING[
-        "overlap_waves"
-    ]  # EPP: a wave may start in the previous one's cool-down
-    spread_head: bool = _TRAINING["spread_head"]
-    # EPP: the search keeps its best plan so far once it has done this much work, counted in
-    # chunk-stages so that every rank stops at the same candidate (PlannerOptions::
-    # search_work_limit); 0 searches without limit.
-    search_work_limit: int = _TRAINING["search_work_limit"]
     hardware: str = "cpu"
     cost_model: str | None = None
     profile_check_steps: int = 5
+    checkpoint_time_limit_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.checkpoint_time_limit_s is not None:
+            warnings.warn(
+                "PlanConfig(checkpoint_time_limit_s=...) is deprecated and goes in 0.2: give "
+                "recompute_time_limit_s",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            object.__setattr__(self, "recompute_time_limit_s", self.checkpoint_time_limit_s)
+            object.__setattr__(self, "checkpoint_time_limit_s", None)
         if self.method not in METHODS:
             raise ValueError(
                 f"PlanConfig.method must be one of {', '.join(METHODS)}, got {self.method!r}"
@@ -91,6 +102,10 @@ class PlanConfig:
             )
         if self.method == "chunkflow" and self.chunk_tokens <= 0:
             raise ValueError("PlanConfig: method 'chunkflow' needs chunk_tokens > 0")
+
+    def knobs(self) -> dict[str, Any]:
+        """The planner's fields by their C++ names: plan_step's keywords."""
+        return {name: getattr(self, name) for name, _, _ in _PLANNER_FIELDS}
 
     def budget_bytes(self, hardware_memory_bytes: float, stages_on_host: int) -> float:
         if self.memory_budget_bytes is not None:

@@ -1,4 +1,4 @@
-"""Layer splits from per-stage costs (plan/stage_balance.h): give the trainer's `layer_split` a
+"""Layer splits from per-stage costs (planner/stage_balance.h): give the trainer's `layer_split` a
 split whose last stage, which also runs the LM head and the loss, is not the busiest.
 
     steps = [[len(s) for s in batch] for batch in sample_batches]
@@ -69,6 +69,6 @@ def choose_layer_split(
 ) -> dict:
     """The split EPP plans `steps` fastest on within the memory budget (per stage), among the
     even split, the balanced one and its neighbours: a dict with layers_per_stage, name and the
-    candidates weighed (plan/stage_balance.h)."""
+    candidates weighed (planner/stage_balance.h)."""
     cost = _cost(config, stages, plan, dtype)
     return _C.plan.choose_layer_split(_steps(steps), cost, float(memory_budget_bytes))

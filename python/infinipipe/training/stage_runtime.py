@@ -80,19 +80,22 @@ class StageRuntime:
             self.optimizer = sharded_optimizer(factory, stepped, layout.gradient_group)
         else:
             self.optimizer = factory(stepped)
-        self.executor = _C.runtime.Executor(
-            self.protocol,
-            group,
-            stage,
-            len(layers_per_stage),
-            config.dtype,
-            device,
-            config.hidden,
-            config.kv_heads,
-            config.head_dim,
+        options = _C.runtime.ExecutorOptions(
+            stage=stage,
+            num_stages=len(layers_per_stage),
+            dtype=config.dtype,
+            device=device,
+            hidden=config.hidden,
+            kv_heads=config.kv_heads,
+            head_dim=config.head_dim,
             timeout_s=timeout_s,
             stage_ranks=layout.pipeline_ranks,
             attention_backend=attention_backend,
+        )
+        self.executor = _C.runtime.Executor(
+            self.protocol,
+            group,
+            options,
             sequence_group=layout.sequence_group,
             head_group=layout.head_group,
         )

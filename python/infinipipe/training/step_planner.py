@@ -81,16 +81,7 @@ class StepPlanner:
             self.cost,
             float(self.memory_budget_bytes),
             p.method,
-            k=p.k,
-            token_cap=p.token_cap,
-            chunk_tokens=p.chunk_tokens,
-            uniform_recompute=p.uniform_recompute,
-            max_k=p.max_k,
-            checkpoint_time_limit_s=p.checkpoint_time_limit_s,
-            baseline_chunkings=p.baseline_chunkings,
-            overlap_waves=p.overlap_waves,
-            spread_head=p.spread_head,
-            search_work_limit=p.search_work_limit,
+            **p.knobs(),
         )
 
     def planned(self, lengths: list[int]) -> tuple[Any, Planning]:
