@@ -21,7 +21,7 @@ echo "run_all: set-up and build took $((SECONDS - started)) s"
 started=$SECONDS
 if $SLOW; then
   fuzz/run.sh 30
-  PYTHONPATH=python .venv/bin/python -m pytest -q -m slow tests/kernels tests/python
+  PYTHONPATH=python .venv/bin/python -m pytest -q -m slow tests/kernels tests/python tests/benchmarks
   echo "run_all: the slow tier took $((SECONDS - started)) s"
   exit 0
 fi
@@ -30,8 +30,8 @@ tests/check_format.sh
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 # The parsers' fuzzers over their seed corpora, in build-fuzz/ (fuzz/README.md).
 fuzz/run.sh 5
-.venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
+.venv/bin/python benchmarks/experiments/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 bash benchmarks/run_all.sh --smoke
 PYTHONPATH=python .venv/bin/python -m pytest -q -m "not slow" -n 2 --dist loadfile \
-  tests/kernels tests/python
+  tests/kernels tests/python tests/benchmarks
 echo "run_all: the tests took $((SECONDS - started)) s"

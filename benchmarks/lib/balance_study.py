@@ -1,3 +1,5 @@
+# Over 400 lines for a reason: one study, the layer split balanced against the head, its cases
+# and its section of docs/cluster_study.md, read together.
 """The cluster study's balanced-stages section (issue 13): EPP and the baselines on the even layer
 split and on the split `infinipipe-plan --layers-per-stage balanced` chooses (the same split for
 every method), against the physical limit: each step's compute without recompute spread evenly
@@ -154,7 +156,7 @@ def section(cases, meta):
         """The last stage also runs the final norm, the LM head and the loss (cost model: the head's
 GEMM, 2 x hidden x vocabulary FLOPs per token forward, twice that backward), so with an even
 layer split every other stage waits on it. `infinipipe-plan --layers-per-stage balanced`
-(plan/stage_balance.h) chooses the split from per-stage costs: each stage's compute over the
+(planner/stage_balance.h) chooses the split from per-stage costs: each stage's compute over the
 sampled steps is l_p x (one layer's forward and backward) + the embedding (first stage) or the
 head (last); water filling gives the split with the least busiest stage (exact, tested against
 brute force); then EPP plans the steps on that split, on the even one, and on the balanced one
@@ -339,7 +341,7 @@ def spread_text(cases):
             )
     return """**The spread head ("+ spread head" rows).** `infinipipe-plan --spread-head` runs each
 chunk's LM head, loss and the head's backward as one action on a stage the planner assigns
-(docs/design.md, "Spread head"; plan/head_spread.h), for every method: EPP's plan (its winner and
+(docs/design.md, "Spread head"; planner/head_spread.h), for every method: EPP's plan (its winner and
 its runners-up) and each baseline's plan at its setting are spread where the simulator finds it
 faster, else kept as they were. Each stage gets the share of the heads' work that fills it to
 the others' level, dealt through the step so that no stage takes its heads in a lump; the schedule

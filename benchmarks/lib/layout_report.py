@@ -62,7 +62,7 @@ def command(res: dict, path: Path) -> str:
             flags.append(f"--{key.replace('_', '-')} {case[key]:g}")
     return (
         f".venv/bin/torchrun --nproc_per_node={layout['processes']} "
-        f"benchmarks/measured_comparison.py {' '.join(flags)} --cost-model {case['cost_model']} "
+        f"benchmarks/experiments/measured_comparison.py {' '.join(flags)} --cost-model {case['cost_model']} "
         f"--output benchmarks/results/{path.name}"
     )
 

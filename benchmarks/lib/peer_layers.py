@@ -73,7 +73,7 @@ class _NothingHeld:
 
 def memory_meter(parameters: Sequence[torch.Tensor]) -> Any:
     try:
-        from infinipipe.memory_meter import MemoryMeter
+        from infinipipe.training.memory_meter import MemoryMeter
     except ImportError as e:
         raise RuntimeError(
             "measure_memory reuses infinipipe.MemoryMeter, which needs the "

@@ -129,7 +129,7 @@ def timeline(tool, case, path):
         for m in TIMELINE_METHODS
     ]
     commands.append(
-        "python benchmarks/plot_timeline.py %s --labels %s --output docs/img/%s"
+        "python benchmarks/tools/plot_timeline.py %s --labels %s --output docs/img/%s"
         % (
             " ".join(m + ".json" for m in TIMELINE_METHODS),
             " ".join("'%s'" % t["label"] for t in shown),

@@ -1,4 +1,4 @@
-"""The soak's verdict (benchmarks/soak.py's JSON): resident memory's growth after warm-up and
+"""The soak's verdict (benchmarks/experiments/soak.py's JSON): resident memory's growth after warm-up and
 step-time drift per rank, and the losses of a run resumed from the soak's checkpoint against the
 soak's own, as numbers and as the "Soak" section of docs/benchmarks.md (written by
 benchmarks/report.py and by plot_soak.py --docs)."""
@@ -252,7 +252,7 @@ def section(data: dict, image: str, results_path: str) -> list[str]:
         f"tokens a step on average). After every step each rank records its wall step time"
         + (", the CPU time it spent in it, the machine's load" if cpu else "")
         + ", its resident memory (VmRSS) and malloc's bytes in use "
-        f"(`benchmarks/soak.py`; `{results_path}`, commit `{s['commit'][:12]}`"
+        f"(`benchmarks/experiments/soak.py`; `{results_path}`, commit `{s['commit'][:12]}`"
         + (" with uncommitted changes in the work tree" if s["commit"].endswith("-dirty") else "")
         + ", "
         f"{s['started']}, {data['wall_seconds'] / 60:.0f} min; machine: {s['cpus']} CPUs, "
@@ -311,7 +311,7 @@ def _commands(data: dict, image: str, results_path: str) -> list[str]:
     report's."""
     s, saved = data["settings"], data.get("checkpoint") or {}
     run = (
-        ".venv/bin/torchrun --nproc_per_node=2 benchmarks/soak.py --steps "
+        ".venv/bin/torchrun --nproc_per_node=2 benchmarks/experiments/soak.py --steps "
         f"{s['steps']} --batch {s['batch']} --context {s['context']}"
     )
     resumed = data.get("resumed")
@@ -330,7 +330,7 @@ def _commands(data: dict, image: str, results_path: str) -> list[str]:
             f"{resumed['path']}"
         )
     lines.append(
-        f".venv/bin/python benchmarks/plot_soak.py {results_path} --output docs/{image} "
+        f".venv/bin/python benchmarks/tools/plot_soak.py {results_path} --output docs/{image} "
         + (f"--resumed {resumed['path']} " if resumed else "")
         + "--docs docs/benchmarks.md"
     )

@@ -21,17 +21,12 @@ def trainer(config, plan, parallel=None, stage="python", pause_gc=False):
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r}: expected one of {', '.join(STAGES)}")
 
-    def cpp_stage(index, layers_per_stage):
-        return cpp.build_stage(config, layers_per_stage, index)
-
     return infinipipe.Trainer(
-        cpp_stage if stage == "cpp" else config,
+        cpp.stage_factory(config) if stage == "cpp" else config,
         lambda p: torch.optim.AdamW(p, lr=1e-3),
-        model_config=config if stage == "cpp" else None,
         plan=plan,
         parallel=parallel,
-        flush_denormal=True,
-        pause_gc=pause_gc,
+        runtime=infinipipe.RuntimeConfig(flush_denormal=True, pause_gc=pause_gc),
     )
 
 
@@ -48,7 +43,7 @@ def add_trainer_arguments(parser):
     parser.add_argument(
         "--pause-gc",
         action="store_true",
-        help="Python's garbage collector off while the pipeline runs (Trainer(pause_gc=True))",
+        help="Python's garbage collector off while the pipeline runs (RuntimeConfig(pause_gc=True))",
     )
 
 

@@ -142,69 +142,17 @@ def paired(rows, reference="epp"):
     return out
 
 
-def _action(text):
-    """An action's text form (schedule/action.h: F3, SEND_B3, ...) as (kind, chunk)."""
-    name = text.split("@")[0]  # head transfers name their peer stage after an @
-    kind = name.rstrip("0123456789")
-    return kind, int(name[len(kind) :])
-
-
-def replay(schedule, seconds):
-    """The step time of `schedule` (per stage, its actions' text forms, as Plan.schedule gives
-    them) when each action takes seconds(stage, text): every stage runs its actions in order, an
-    F on stage s > 0 starts once stage s - 1 has sent the chunk (its SEND_F), a B on a stage
-    before the last once the next stage has sent its gradient (SEND_B); transfers take no time.
-    The simulator's own dependencies, without its cost model: with a run's measured action times
-    it shows what the simulator's structure misses (docs/benchmarks.md, "Simulator validation").
-    Only the point-to-point actions of 1F1B schedules: head transfers are refused."""
-    stages = len(schedule)
-    done, clock, at = {}, [0.0] * stages, [0] * stages
-    left = sum(len(actions) for actions in schedule)
-    while left:
-        moved = False
-        for s in range(stages):
-            while at[s] < len(schedule[s]):
-                text = schedule[s][at[s]]
-                kind, chunk = _action(text)
-                if kind not in ("F", "B", "SEND_F", "SEND_B", "RECV_F", "RECV_B"):
-                    raise ValueError(f"replay: action {text} of stage {s} is not a 1F1B one")
-                after = None
-                if kind == "F" and s > 0:
-                    after = (s - 1, "SEND_F", chunk)
-                elif kind == "B" and s < stages - 1:
-                    after = (s + 1, "SEND_B", chunk)
-                if after is not None and after not in done:
-                    break
-                start = max(clock[s], done[after] if after else 0.0)
-                clock[s] = start + seconds(s, text)
-                done[(s, kind, chunk)] = clock[s]
-                at[s] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            raise ValueError("replay: the schedule deadlocks (a stage waits for a send never made)")
-    return max(clock)
-
-
-def predicted_action_seconds(plan, cost):
-    """(stage, action text) -> the simulator's seconds of each F and B action of `plan` on `cost`,
-    a B's recompute included (Plan.predicted_actions lists it apart)."""
-    out = {}
-    for stage, text, _, seconds in plan.predicted_actions(cost):
-        key = (stage, text.removeprefix("recompute "))
-        out[key] = out.get(key, 0.0) + seconds
-    return out
-
-
 def step_with_action_times(trainer, batch, plan):
     """One step of `plan`: (its stats as a dict, and in order each action's thread CPU seconds on
     this rank as (action text, seconds)). The actions' ends are marked by the executor's
     after_action probe, the first action counting from the step's start; thread CPU time is
     what other work on the machine inflates far less than the wall clock."""
     marks = [("start", time.thread_time())]
-    trainer.executor.set_after_action(lambda action: marks.append((action, time.thread_time())))
+    trainer.stage.executor.set_after_action(
+        lambda action: marks.append((action, time.thread_time()))
+    )
     try:
         stats = dict(trainer.step(batch, plan=plan).stats)
     finally:
-        trainer.executor.set_after_action(None)
+        trainer.stage.executor.set_after_action(None)
     return stats, [(a, t - marks[i - 1][1]) for i, (a, t) in enumerate(marks) if i]

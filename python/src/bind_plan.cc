@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: one face of _C, the planning core: cost models, plans, the
+// planner's options and entry point, sharing the JSON conversions; calibration is its own file.
 // infinipipe._C.plan: the planning core as the Python trainer needs it. No LibTorch here.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: one face of _C, the runtime: the executor and its options, the
+// Python stage protocol, the layer profiler's entry, sharing the GIL and tensor conversions.
 // infinipipe._C.runtime: the executor and its Python face.
 //
 // The process group comes from torch.distributed in Python: torch registers c10d::ProcessGroup

@@ -1,3 +1,6 @@
+// Over 400 lines for a reason: one fit (the layer's forward and backward coefficients by
+// non-negative least squares, per query regime, r, the held-out errors), whose steps share the
+// grid's samples; the grid is profile_grid.cc.
 #include "infinipipe/cost/calibration.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Over 400 lines for a reason: the cost model's time and memory terms of a chunk on a stage, which
+// the planner and the simulator read together; what the parallel layout adds is
+// cost_model_parallel.cc, the JSON fields json_fields.h.
 #include "infinipipe/cost/cost_model.h"
 
 #include <algorithm>

@@ -80,7 +80,7 @@ Hardware a800() {
 Hardware cpu() {
   Hardware hw;
   hw.name = "cpu";
-  // Measured by benchmarks/measure_cpu.py on 2026-11-22 on this project's CI machine (2-core
+  // Measured by benchmarks/tools/measure_cpu.py on 2026-11-22 on this project's CI machine (2-core
   // Intel Xeon, 24 GiB, no GPU) at load average ~0.6, torch 2.13 CPU, fp32, one thread per
   // process (one pipeline stage per core), tiny-model shapes, fastest of 15 timings. Under the
   // other helpers' parallel builds the same script gives about half these rates.

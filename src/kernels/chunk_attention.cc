@@ -1,3 +1,7 @@
+// Over 400 lines for a reason: one operation, chunk attention, forward and backward in each of its
+// backends (CPU flash blocks merged by log-sum-exp, ATen's varlen flash and memory-efficient
+// kernels, math), which share the per-slice K/V bookkeeping; the kernel choice and the varlen
+// layout, free of LibTorch, are attention_layout.cc.
 #include "infinipipe/kernels/chunk_attention.h"
 
 #include <ATen/SDPBackend.h>

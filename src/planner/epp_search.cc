@@ -1,3 +1,6 @@
+// Over 400 lines for a reason: one search, whose stages (candidates, best first, recompute,
+// waves, the winner's tapers) share its frontier; candidate*.cc and recompute_choice.cc hold
+// what each candidate gets.
 // EPP's per-step search (planner.h describes it; docs/design.md, "The EPP search"): every knob
 // setting becomes a candidate with cheap bounds, candidates are looked at best first until none
 // can beat the best plan found, and the winner gets drain tapers and the exact tied program.

@@ -73,8 +73,8 @@ class Bench {
   // (the first layer's are held too), and on a 2-core Xeon (tiny LLaMA, one thread) that made a
   // stage's recorded forward 7-18% dearer per layer than one layer recorded right after the same
   // layer ran without autograd (whose freed memory it reused), while a forward without autograd
-  // costs the same either way (benchmarks/recorded_forward.py; docs/benchmarks.md, "Simulator
-  // validation").
+  // costs the same either way (docs/notes/2026-11-27-validation-python-stage.md;
+  // docs/benchmarks.md, "Simulator validation").
   int chain() const { return std::min(2, module_.num_layers()); }
 
   struct ForwardTimes {
@@ -124,8 +124,8 @@ class Bench {
   // forward again from the kept input, at once followed by its backward. That forward's saved
   // tensors are used and freed right away, as a lone layer's, not held as a stage's: on a 2-core
   // Xeon (tiny LLaMA, one thread, 1024 tokens) a lone recorded forward took 8.15 ms against
-  // 9.19 ms per layer of a stage's four (benchmarks/recorded_forward.py), so charging the
-  // recompute as the stage's recorded forward over-charged every checkpointed layer.
+  // 9.19 ms per layer of a stage's four (docs/notes/2026-11-27-validation-python-stage.md), so
+  // charging the recompute as the stage's recorded forward over-charged every checkpointed layer.
   BackwardTime backward_oldest() {
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();

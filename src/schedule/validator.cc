@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: one check of a schedule (coverage, slice order, matching sends and
+// receives, the spread head's channels), whose rules share one walk of every stage's actions.
 #include "infinipipe/schedule/validator.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Over 400 lines for a reason: one discrete-event loop (actions, their dependencies, transfers,
+// memory at binding moments) whose parts share its event state; the memory timeline and the
+// Chrome trace have files of their own.
 #include "infinipipe/sim/simulator.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 """Plan.predicted_actions: the simulator's time of every compute action, which the simulator
-validation compares with each action's measured CPU time (benchmarks/validate_simulator.py). Its
+validation compares with each action's measured CPU time (benchmarks/experiments/validate_simulator.py). Its
 parts add up to the plan's own predictions."""
 
 from __future__ import annotations

@@ -79,9 +79,10 @@ struct CostCoefficients {
   // 64 below 768, 256 from 768: ATen's cpu/FlashAttentionKernel.cpp), and larger blocks do the
   // same work faster: on a 2-core Xeon, at contexts of 4096 and 7680, one a1 fitted over every
   // length came out 3.3% under the measured time of 300-700-token slices and 2.2% over that of
-  // 800-1200-token ones (benchmarks/query_lengths.py; docs/design.md, "Cost model"). Empty (the
-  // analytic model, files without them): a1 and a1' for every slice. a1 (a1') is then kept as
-  // the last regime's, the longest queries', which the split mesh's prefix cost uses.
+  // 800-1200-token ones (docs/notes/2026-11-27-validation-python-stage.md; docs/design.md, "Cost
+  // model"). Empty (the analytic model, files without them): a1 and a1' for every slice. a1 (a1')
+  // is then kept as the last regime's, the longest queries', which the split mesh's prefix cost
+  // uses.
   std::vector<int64_t> attention_query_cuts;
   std::vector<double> a1_by_query, backward_a1_by_query;
   // r: what checkpointing a layer adds net, over the recorded forward the model charges

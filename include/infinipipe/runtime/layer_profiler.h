@@ -89,9 +89,9 @@ struct LayerProfile {
   // predicts real steps, where every layer runs once at its typical speed: on the 2-core dev
   // machine (one thread, thread CPU clock) a point's median run is 4-30% (about 8% typically)
   // above its fastest, and a calibration on the minimum predicted 2-rank pipelined steps about
-  // that much too fast (benchmarks/validate_simulator.py). The minimum fits the grid a little
-  // more tightly (held-out forward medians over 20 splits of the same runs: 3-5% against 3-7%
-  // with the median; on the wall clock of a loaded machine 3-14% against 11-24%), so it is the
+  // that much too fast (benchmarks/experiments/validate_simulator.py). The minimum fits the grid a
+  // little more tightly (held-out forward medians over 20 splits of the same runs: 3-5% against
+  // 3-7% with the median; on the wall clock of a loaded machine 3-14% against 11-24%), so it is the
   // better choice for comparing kernels. The .meta.json of python -m infinipipe profile records
   // the held-out errors of all three statistics.
   CalibrationSamples samples(Statistic statistic = Statistic::Median) const;

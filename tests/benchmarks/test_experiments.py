@@ -1,0 +1,199 @@
+"""The benchmark scripts' smoke paths: cluster_study --smoke, cluster_sp_study --smoke, flexsp_study
+--smoke, plot_timeline on a small trace, and measured_comparison --smoke under a parallel layout (4
+processes: pipeline 2 x SP 2 and pipeline 2 x data 2) with its docs subsection."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "build" / "infinipipe-plan"
+BENCHMARKS = ROOT / "benchmarks"
+EXPERIMENTS = BENCHMARKS / "experiments"
+STAGES = 4
+
+pytestmark = pytest.mark.skipif(
+    not TOOL.exists(), reason="%s is not built (ninja -C build infinipipe-plan)" % TOOL
+)
+
+
+def test_cluster_study_smoke():
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "cluster_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cluster_study smoke:"), done.stdout
+    assert len(done.stdout.strip().splitlines()) == 1
+
+
+def test_cluster_sp_study_smoke():
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "cluster_sp_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCHMARKS,
+    )
+    assert done.returncode == 0, done.stderr
+    written = Path(done.stdout.strip().splitlines()[-1].split()[1])
+    page = written.read_text()
+    assert "<!-- sp-study: start -->" in page and "<!-- sp-study: end -->" in page
+    assert "| LLaMA-7B, 48K, d_s=8 x d_p=4 |" in page
+
+
+def test_flexsp_study_smoke():
+    pytest.importorskip("pulp")
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "flexsp_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCHMARKS,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+    )
+    assert done.returncode == 0, done.stderr
+    written = Path(done.stdout.strip().splitlines()[-1].split()[1])
+    page = written.read_text()
+    assert "<!-- flexsp-study: start -->" in page and "<!-- flexsp-study: end -->" in page
+    assert "| LLaMA-7B, 48K |" in page
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "trace.json"
+    subprocess.run(
+        [
+            str(TOOL),
+            "--distribution",
+            "wikipedia",
+            "--batch",
+            "32",
+            "--context",
+            "8192",
+            "--seed",
+            "0",
+            "--model",
+            "llama-7b",
+            "--hardware",
+            "a800",
+            "--stages",
+            str(STAGES),
+            "--memory-gib",
+            "80",
+            "--method",
+            "epp",
+            "--trace",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return path
+
+
+def test_parsed_events_cover_every_stage(small_trace):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from lib import timeline_plot
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    trace = json.loads(small_trace.read_text())
+    events = timeline_plot.parse_events(trace)
+    assert {e["stage"] for e in events} == set(range(STAGES))
+    assert {"forward", "backward"} <= {e["cat"] for e in events}
+    # A measured trace has no memory counters and no thread names: tid is the stage.
+    bare = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["tid"] < STAGES]
+    assert {e["stage"] for e in timeline_plot.parse_events({"traceEvents": bare})} == set(
+        range(STAGES)
+    )
+
+
+def test_plot_timeline_cli_writes_png(small_trace, tmp_path):
+    out = tmp_path / "timeline.png"
+    subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "tools" / "plot_timeline.py"),
+            str(small_trace),
+            str(small_trace),
+            "--labels",
+            "A",
+            "B",
+            "--output",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.exists() and out.stat().st_size > 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow  # 4 processes, every method and peer
+@pytest.mark.parametrize("flag", ["--sequence", "--replicas"])
+def test_measured_comparison_smoke_under_a_layout(flag, tmp_path):
+    """One tiny step of every same-executor method under the layout (the script stops unless
+    their first-step losses agree with the unpipelined model's); the JSON names the layout and
+    why torch.distributed.pipelining is not run, and lib/layout_report renders its subsection."""
+    out = tmp_path / ("measured_sp2.json" if flag == "--sequence" else "measured_dp2.json")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    command += [str(EXPERIMENTS / "measured_comparison.py"), "--smoke", flag, "2"]
+    command += ["--cost-model", str(BENCHMARKS / "results" / "cost_cpu.json")]
+    command += ["--output", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "python"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    res = json.loads(out.read_text())
+    layout = res["case"]["layout"]
+    assert layout["pipeline"] == 2 and layout["gpus_per_node"] == 4
+    assert (layout["sequence"], layout["data"]) == ((2, 1) if flag == "--sequence" else (1, 2))
+    assert "omitted" in res["torch_config"] and "torch_1f1b" not in res["rows"]
+    assert set(res["rows"]) == {"epp", "seq1f1b", "batch", "chunkflow", "unpipelined"}
+    for name in ("epp", "seq1f1b", "batch", "chunkflow"):
+        assert len(res["rows"][name][0]["memory_bytes"]) == 4
+        assert ("all_to_all_share" in res["summary"][name]) == (flag == "--sequence")
+    flags = res["static"]["command"].split()
+    assert flags[flags.index("--gpus-per-node") + 1] == "4"
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from lib import layout_report
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    page = "\n".join(layout_report.layout_sections(tmp_path))
+    title = "SP 2" if flag == "--sequence" else "data 2"
+    assert (
+        f"### With {'sequence parallelism' if flag == '--sequence' else 'data-parallel replicas'} (pipeline 2 x {title})"
+        in page
+    )
+    assert "| EPP | planned per step |" in page and "n/a" in page
+
+
+def test_step_breakdown_parts_add_up_to_the_step_and_the_busy_time():
+    """lib/step_breakdown: per stage, compute + recompute is the plan's busy time, and with fill,
+    drain and stalls the parts make the step (every step planned alone with --trace)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from lib import step_breakdown
+        from lib.plan_tool import run_tool, tool_args
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    case = dict(distribution="wikipedia", batch=32, context=8192, seed=0, model="llama-7b")
+    case.update(hardware="a800", stages=STAGES, memory_gib=30, steps=2)
+    got = step_breakdown.run(str(TOOL), case, ["--checkpoint-seconds", "0"])
+    rows = run_tool([str(TOOL)] + tool_args(case, "epp") + ["--checkpoint-seconds", "0"])
+    busy = sum(sum(r["busy_s"]) / len(r["busy_s"]) for r in rows) / len(rows)
+    step = sum(r["step_time_s"] for r in rows) / len(rows)
+    assert got["step_s"] == pytest.approx(step, rel=1e-12)
+    assert got["compute_s"] + got["recompute_s"] == pytest.approx(busy, rel=1e-9)
+    assert sum(got[k] for k in step_breakdown.PARTS) == pytest.approx(step, rel=1e-9)
+    assert all(got[k] >= -1e-9 for k in step_breakdown.PARTS), got
+    assert got["recompute_s"] > 0 and got["stalls_s"] > 0, got  # 30 GiB makes it recompute
