@@ -23,6 +23,7 @@ if [ "${1:-}" = "--smoke" ]; then
     --steps 1 --budget-mib 48 --horizon-steps 2 --horizon-budgets-mib 48 --output "$OUT/timeline.png" \
     --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
   $PY $E/cluster_study.py build/infinipipe-plan --smoke
+  $PY $E/planning_comparison.py build/infinipipe-plan --smoke --output "$OUT/planning_comparison.json"
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
   exit 0

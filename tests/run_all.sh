@@ -30,7 +30,6 @@ tests/check_format.sh
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 # The parsers' fuzzers over their seed corpora, in build-fuzz/ (fuzz/README.md).
 fuzz/run.sh 5
-.venv/bin/python benchmarks/experiments/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 bash benchmarks/run_all.sh --smoke
 PYTHONPATH=python .venv/bin/python -m pytest -q -m "not slow" -n 2 --dist loadfile \
   tests/kernels tests/python tests/benchmarks

@@ -368,7 +368,13 @@ void bind_plan(py::module_& root) {
       .def(
           "__deepcopy__", [](const Plan& p, py::dict) { return Plan(p); }, py::arg("memo"))
       .def_property_readonly("method", [](const Plan& p) { return to_string(p.method); })
-      .def_property_readonly("k", [](const Plan& p) { return p.setting.k; })
+      .def_property_readonly(
+          "k",
+          [](const Plan& p) {
+            const bool own = p.method == Method::kEpp && p.setting.chunker == Method::kEpp;
+            return own ? p.setting.epp_k : p.setting.k;
+          },
+          "EPP's K on its own chunks, else the setting's k (Seq1F1B's slices per micro-batch).")
       .def_property_readonly("lengths", [](const Plan& p) { return p.lengths; })
       .def_property_readonly("layers_per_stage", [](const Plan& p) { return p.layers_per_stage; })
       .def_property_readonly("num_chunks", [](const Plan& p) { return p.chunks.size(); })
@@ -492,7 +498,8 @@ void bind_plan(py::module_& root) {
   m.def(
       "describe_setting",
       [](const std::string& method, const std::string& setting_json) {
-        return describe(parse_method(method), nlohmann::json::parse(setting_json).get<Setting>());
+        const Method m = parse_method(method);
+        return describe(m, setting_from_json(m, nlohmann::json::parse(setting_json)));
       },
       py::arg("method"), py::arg("setting_json"),
       "The text of a method's setting given as plan JSON ('K=24 cap=1024 strict', 'cap=98304 "

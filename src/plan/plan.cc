@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -113,8 +114,8 @@ namespace {
 void describe_chunking(std::ostream& out, Method method, const Setting& s) {
   switch (method) {
     case Method::kEpp:
-      out << "K=" << s.k;
-      if (s.token_cap > 0) out << " cap=" << s.token_cap;
+      out << "K=" << s.epp_k;
+      if (s.epp_token_cap > 0) out << " cap=" << s.epp_token_cap;
       if (s.strict_packing) out << " strict";
       if (s.drain_chunks > 0) out << " drain=" << s.drain_chunks << "/" << s.drain_split;
       break;
@@ -189,9 +190,37 @@ void from_json(const nlohmann::json& j, Setting& s) {
   s.chunker = parse_method(chunker);
 }
 
+// An EPP plan on the sequence processor's chunks: its setting's knobs are EPP's own.
+static bool own_epp_chunks(Method method, const Setting& setting) {
+  return method == Method::kEpp && setting.chunker == Method::kEpp;
+}
+
+nlohmann::json setting_json(const Plan& plan) {
+  nlohmann::json j = plan.setting;
+  if (own_epp_chunks(plan.method, plan.setting)) {
+    j["k"] = plan.setting.epp_k;
+    j["token_cap"] = plan.setting.epp_token_cap;
+  }
+  return j;
+}
+
+// A `method` plan's setting as its JSON "setting" held it: setting_json's "k" and "token_cap"
+// are EPP's own on its own chunks.
+static Setting with_epp_knobs(Method method, Setting s) {
+  if (own_epp_chunks(method, s)) {
+    s.epp_k = std::exchange(s.k, Setting{}.k);
+    s.epp_token_cap = std::exchange(s.token_cap, Setting{}.token_cap);
+  }
+  return s;
+}
+
+Setting setting_from_json(Method method, const nlohmann::json& j) {
+  return with_epp_knobs(method, j.get<Setting>());
+}
+
 void to_json(nlohmann::json& j, const Plan& plan) {
   j = executable_json(plan);
-  j["setting"] = plan.setting;
+  j["setting"] = setting_json(plan);
   j["hash"] = plan.hash();
   j["predicted"] = {{"step_time_s", plan.step_time_s},
                     {"recompute_s", plan.recompute_s},
@@ -264,6 +293,7 @@ void from_json(const nlohmann::json& j, Plan& plan) {
                 std::to_string(plan.layers_per_stage[p]));
   }
   read_optional(j, "setting", plan.setting);
+  plan.setting = with_epp_knobs(plan.method, plan.setting);
   if (j.contains("predicted")) {
     const nlohmann::json& p = j["predicted"];
     read_optional(p, "step_time_s", plan.step_time_s);

@@ -227,8 +227,8 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
         bool relaxed_as_strict = false;  // the relaxing packing, chunked, never relaxed T_t
         for (bool relax : {true, false}) {
           Setting setting;
-          setting.k = k;
-          setting.token_cap = cap;
+          setting.epp_k = k;
+          setting.epp_token_cap = cap;
           setting.strict_packing = !relax;
           // Then strict packing gives the same chunks, which are dropped below: not chunked (on a
           // uniform step most strict settings were, tens of thousands of chunks each).
@@ -237,8 +237,8 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
           if (!chunked(setting, cand)) continue;
           relaxed_as_strict = relax && !packing.time_target_relaxed;
           // Strict packing only differs when relaxing T_t would have helped some sequence.
-          if (!relax && !candidates.empty() && candidates.back().setting.k == k &&
-              candidates.back().setting.token_cap == cap &&
+          if (!relax && !candidates.empty() && candidates.back().setting.epp_k == k &&
+              candidates.back().setting.epp_token_cap == cap &&
               same_chunks(candidates.back().chunks, cand.chunks))
             continue;
           add(std::move(cand));

@@ -6,8 +6,8 @@ namespace infinipipe {
 
 EppChunkingOptions epp_chunking(const Setting& setting) {
   EppChunkingOptions chunking;
-  chunking.k = setting.k;
-  chunking.max_chunk_tokens = setting.token_cap;
+  chunking.k = setting.epp_k;
+  chunking.max_chunk_tokens = setting.epp_token_cap;
   chunking.relax_time_target = !setting.strict_packing;
   chunking.packed_light_first = true;
   chunking.drain_chunks = setting.drain_chunks;

@@ -77,7 +77,7 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
     return j;
   }
   const ip::Plan& plan = row.result->plan;
-  j["setting"] = plan.setting;
+  j["setting"] = ip::setting_json(plan);
   j["setting_text"] = ip::describe(plan.method, plan.setting);
   j["step_time_s"] = plan.step_time_s;
   j["bubble_fraction"] = plan.bubble_fraction;

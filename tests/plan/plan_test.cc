@@ -80,6 +80,9 @@ TEST(Plan, JsonRoundTripKeepsEverything) {
   EXPECT_EQ(back.stage_p2p_s, plan.stage_p2p_s);
   EXPECT_EQ(back.stage_alltoall_s, plan.stage_alltoall_s);
   EXPECT_EQ(back.hash(), plan.hash());
+  // EPP's own knobs are written where plans have always held them, "k" and "token_cap".
+  EXPECT_EQ(j["setting"]["k"].get<int>(), plan.setting.epp_k);
+  EXPECT_EQ(j["setting"]["token_cap"].get<int64_t>(), plan.setting.epp_token_cap);
 }
 
 TEST(Plan, PredictionsCarryCommunicationPerStage) {
@@ -106,13 +109,19 @@ TEST(Setting, JsonRoundTripKeepsEveryKnob) {
   s.drain_split = 4;
   const nlohmann::json j = s;
   EXPECT_EQ(nlohmann::json::parse(j.dump()).get<Setting>(), s);
-  EXPECT_EQ(describe(Method::kEpp, s), "K=24 cap=1024 strict drain=32/4");
+  EXPECT_EQ(describe(Method::kSeq1F1B, s), "cap=1024 k=24 recompute=3");
+  Setting epp;
+  epp.epp_k = 24;
+  epp.epp_token_cap = 1024;
+  epp.strict_packing = true;
+  epp.drain_chunks = 32;
+  epp.drain_split = 4;
+  EXPECT_EQ(describe(Method::kEpp, epp), "K=24 cap=1024 strict drain=32/4");
   // Plans written before these knobs existed still load, with their defaults.
   const Setting old = nlohmann::json{{"k", 3}}.get<Setting>();
   EXPECT_EQ(old.k, 3);
   EXPECT_FALSE(old.strict_packing);
   EXPECT_EQ(old.drain_chunks, 0);
-  EXPECT_EQ(describe(Method::kEpp, old), "K=3");
   EXPECT_EQ(old.chunker, Method::kEpp);
   // EPP on a baseline's chunks: that baseline's knobs, and no uniform recompute.
   Setting borrowed;

@@ -23,14 +23,14 @@ inline Setting some_setting(const Instance& inst, int pick) {
     case 0:
       break;  // K = 1: whole sequences packed
     case 1:
-      s.k = static_cast<int>(std::min<int64_t>(4, longest));
+      s.epp_k = static_cast<int>(std::min<int64_t>(4, longest));
       break;
     case 2:
-      s.k = static_cast<int>(std::min<int64_t>(2, longest));
-      s.token_cap = 2048;
+      s.epp_k = static_cast<int>(std::min<int64_t>(2, longest));
+      s.epp_token_cap = 2048;
       break;
     case 3:
-      s.k = static_cast<int>(std::min<int64_t>(8, longest));
+      s.epp_k = static_cast<int>(std::min<int64_t>(8, longest));
       s.strict_packing = true;
       break;
     case 4:

@@ -49,8 +49,8 @@ TEST(EppSearch, NeverSlowerThanASettingThatFitsAsItIs) {
       for (int64_t cap : inst.options.chunk_token_caps) {
         for (bool strict : {false, true}) {
           Setting s;
-          s.k = k;
-          s.token_cap = cap;
+          s.epp_k = k;
+          s.epp_token_cap = cap;
           s.strict_packing = strict;
           settings.push_back(s);
         }
@@ -131,8 +131,9 @@ TEST(EppSearch, EveryFeasiblePlanIsExecutableAndFits) {
     if (epp.feasible) {
       ++feasible_epp;
       expect_executable(epp.plan, inst);
-      EXPECT_GE(epp.plan.setting.k, 1);
-      EXPECT_LE(epp.plan.setting.k, inst.options.max_k);
+      EXPECT_GE(epp.plan.setting.epp_k, 1);
+      EXPECT_LE(epp.plan.setting.epp_k, inst.options.max_k);
+      EXPECT_LE(epp.plan.setting.k, inst.options.max_k);  // Seq1F1B's, when its chunks won
       if (epp.plan.recompute_s > 0) ++with_recompute;
       if (epp.plan.waves.size() > 1) {
         ++multi_wave;
@@ -183,7 +184,7 @@ TEST(EppSearch, EppKeepsUpWithBatchLevelAtTheLongestSequenceCap) {
     ASSERT_TRUE(epp.feasible) << "EPP infeasible where batch-level fits: " << epp.reason;
     EXPECT_LE(epp.plan.step_time_s, base.plan.step_time_s * 1.05)
         << "batch-level " << describe(Method::kBatch, base.plan.setting) << " takes "
-        << base.plan.step_time_s << " s, EPP K=" << epp.plan.setting.k << " "
+        << base.plan.step_time_s << " s, EPP K=" << epp.plan.setting.epp_k << " "
         << epp.plan.step_time_s << " s";
   }
   EXPECT_GE(compared, 20);
@@ -375,9 +376,9 @@ TEST(EppSearch, PlanAtOneSettingIsThatSettingsPlan) {
     const Instance inst = random_instance(rng);
     SCOPED_TRACE(inst.description);
     Setting s;
-    s.k = 1 + trial % 4;
-    s.token_cap = trial % 3 == 0 ? 1024 : 0;
-    if (s.k > longest_of(inst.lengths)) continue;
+    s.epp_k = 1 + trial % 4;
+    s.epp_token_cap = trial % 3 == 0 ? 1024 : 0;
+    if (s.epp_k > longest_of(inst.lengths)) continue;
     const PlanResult at = plan_epp_at(inst.lengths, s, inst.cost, inst.options);
     if (!at.feasible) {
       EXPECT_FALSE(at.reason.empty());

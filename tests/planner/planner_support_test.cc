@@ -106,8 +106,8 @@ TEST(MakePlan, RecordsTheScheduleAndTheSimulatorsPrediction) {
   const Recompute recompute = {{0, 1, 0}, {2, 0, 0}};
   const SimResult sim = predict(schedule, chunks, cost, recompute, 1e18);
   Setting setting;
-  setting.k = 3;
-  setting.token_cap = 512;
+  setting.epp_k = 3;
+  setting.epp_token_cap = 512;
   const Plan plan = make_plan(Method::kEpp, setting, {40, 40, 40}, chunks, waves, schedule,
                               recompute, cost, sim, "tied greedy");
   EXPECT_EQ(plan.method, Method::kEpp);
@@ -139,8 +139,8 @@ TEST(ShortestSlice, OfTheMesh) {
 
 TEST(Label, IsTheEppDescription) {
   Setting s;
-  s.k = 24;
-  s.token_cap = 1024;
+  s.epp_k = 24;
+  s.epp_token_cap = 1024;
   s.strict_packing = true;
   EXPECT_EQ(label(s), describe(Method::kEpp, s));
   EXPECT_NE(label(s).find("K=24"), std::string::npos) << label(s);

@@ -154,7 +154,7 @@ TEST(Planner, TrainingOptionsPlanWithoutCbcAndUpToThirtyTwoSlices) {
     with_recompute += first.plan.recompute_s > 0;
     EXPECT_EQ(first.plan.checkpoint_solver.find("cbc"), std::string::npos)
         << first.plan.checkpoint_solver;
-    EXPECT_LE(first.plan.setting.k, 32);
+    EXPECT_LE(first.plan.setting.epp_k, 32);
     const Plan again = plan_step(Method::kEpp, inst.lengths, inst.cost, inst.options);
     EXPECT_EQ(again.hash(), first.plan.hash());
   }

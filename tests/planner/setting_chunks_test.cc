@@ -41,15 +41,15 @@ TEST(SettingChunks, PlanSettingGivesItsChunksAgainAndCapsHold) {
     const PlanResult epp = plan_epp(inst.lengths, inst.cost, inst.options);
     if (!epp.feasible) continue;
     const Setting& s = epp.plan.setting;
-    capped += s.token_cap > 0;
+    capped += s.epp_token_cap > 0;
     drained += s.drain_chunks > 0;
     const std::vector<Chunk> again = setting_chunks(Method::kEpp, inst.lengths, s, inst.cost);
     ASSERT_EQ(again.size(), epp.plan.chunks.size());
     EXPECT_EQ(slice_counts(again), slice_counts(epp.plan.chunks));
     for (size_t c = 0; c < again.size(); ++c)
       EXPECT_EQ(slice_counts({again[c]}), slice_counts({epp.plan.chunks[c]}));
-    if (s.token_cap > 0) {
-      for (const Chunk& c : epp.plan.chunks) EXPECT_LE(c.tokens(), s.token_cap);
+    if (s.epp_token_cap > 0) {
+      for (const Chunk& c : epp.plan.chunks) EXPECT_LE(c.tokens(), s.epp_token_cap);
     }
     if (epp.plan.waves.size() == 1 && epp.plan.recompute_s == 0) {
       const PlanResult same = plan_epp_at(inst.lengths, s, inst.cost, inst.options);
@@ -82,8 +82,8 @@ TEST(SettingChunks, PlanEppChunksComeBackExactlyWhicheverChunkerWon) {
 
 TEST(SettingChunks, EppChunkingStandsForEveryKnobOfTheSetting) {
   Setting s;
-  s.k = 12;
-  s.token_cap = 2048;
+  s.epp_k = 12;
+  s.epp_token_cap = 2048;
   s.strict_packing = true;
   s.drain_chunks = 24;
   s.drain_split = 4;
@@ -118,7 +118,8 @@ TEST(SettingChunks, EachMethodGivesItsOwnChunkingAndEppItsChunkers) {
                        fixed_size_chunks(lengths, s.chunk_tokens));
     // EPP with a token cap as its own knob: the cap binds the sequence processor's chunks.
     Setting own = s;
-    own.token_cap = 2048;
+    own.epp_k = s.k;
+    own.epp_token_cap = 2048;
     expect_same_chunks(setting_chunks(Method::kEpp, lengths, own, cost),
                        epp_chunks(lengths, epp_chunking(own), cost));
     // EPP on a baseline's chunks reads that baseline's knobs.
@@ -163,7 +164,7 @@ TEST(SettingChunks, ASettingThatCannotHoldASequenceIsAnError) {
   testing_support::expect_error([&] { setting_chunks(Method::kChunkFlow, {100}, flow, cost); },
                                 {"chunk size 0"});
   Setting bad_k;
-  bad_k.k = 0;
+  bad_k.epp_k = 0;
   EXPECT_THROW(setting_chunks(Method::kEpp, {100}, bad_k, cost), Error);
 }
 

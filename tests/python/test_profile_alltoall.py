@@ -22,7 +22,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "runtime"))
 
-from launcher import check_all_ok, run_ranks  # noqa: E402
+from launcher import check_all_ok, run_ranks, run_ranks_profiled  # noqa: E402
 
 from infinipipe import _C  # noqa: E402
 from infinipipe.models import llama  # noqa: E402
@@ -190,7 +190,7 @@ def test_a_trainer_with_sequence_parallelism_plans_with_the_measured_link(tmp_pa
     analytic = _C.plan.CostModel.analytic(model_shape_json(config, torch.float32), "cpu", split)
     stale.write_text(analytic.to_json())
 
-    results = run_ranks(
+    results = run_ranks_profiled(
         "test_profile_alltoall:trainer_body",
         2,
         timeout_s=300,

@@ -28,17 +28,25 @@ const char* to_string(Method method);          // "epp", "batch", "seq1f1b", "ch
 Method parse_method(const std::string& name);  // Error listing the valid names
 std::vector<Method> all_methods();             // in the order above
 
-// The knobs of a method. A baseline reads the ones its method names below; EPP's search sets
-// its own (k, token_cap, strict_packing, the drain taper) on the plan it keeps. An EPP plan may
-// also take a baseline's chunks (chunker, with that baseline's knobs) and give them EPP's waves
-// and recompute: its search weighs those too, so no baseline's chunking beats it on a step.
-// k and token_cap are one knob each for every method that has it, what is cut and capped
-// differing as the methods' units do; visit_fields says it per method.
+// The knobs a plan was made with, each method's under its own names: the baselines' (k,
+// token_cap, chunk_tokens, uniform_recompute), which an EPP plan on a baseline's chunks
+// (chunker) also reads, and EPP's own chunking, which its search chooses per step (epp_k,
+// epp_token_cap, strict_packing, the drain taper). An EPP plan may take a baseline's chunks and
+// give them EPP's waves and recompute: its search weighs those too, so no baseline's chunking
+// beats it on a step.
 struct Setting {
+  // Seq1F1B: slices per micro-batch.
   int k = 1;
+  // Batch-level 1F1B, Seq1F1B: tokens per micro-batch (0: the step's longest sequence).
   int64_t token_cap = 0;
+  // ChunkFlow: tokens per chunk.
   int64_t chunk_tokens = 0;
+  // Baselines: layers recomputed on every stage and chunk; -1 = the smallest count that fits.
   int uniform_recompute = -1;
+  // EPP: the longest sequence cut into epp_k cost-balanced slices (the paper's K).
+  int epp_k = 1;
+  // EPP: the most tokens in a chunk (0: the mesh's own cap, T_m).
+  int64_t epp_token_cap = 0;
   // EPP: packing never raises T_t (EppChunkingOptions::relax_time_target false)
   bool strict_packing = false;
   // EPP: drain taper (EppChunkingOptions::drain_chunks, drain_split)
@@ -47,16 +55,13 @@ struct Setting {
   // EPP: whose chunking made the chunks (kEpp: the sequence processor)
   Method chunker = Method::kEpp;
 
-  // The knobs a user sets, each once, with what it means per method: the Python PlanConfig's
-  // and plan_step's keywords are made from this list. visit(name, member pointer, doc).
+  // The knobs a user sets, each once (EPP's own are its search's to choose): the Python
+  // PlanConfig's and plan_step's keywords are made from this list. visit(name, member, doc).
   template <class Visit>
   static void visit_fields(Visit&& visit) {
-    visit("k", &Setting::k,
-          "slices per cut: EPP's K (the longest sequence cut into K cost-balanced slices; the "
-          "search sweeps it), Seq1F1B's slices per micro-batch");
+    visit("k", &Setting::k, "Seq1F1B: slices per micro-batch");
     visit("token_cap", &Setting::token_cap,
-          "tokens a unit holds at most: batch-level's and Seq1F1B's micro-batch (0: the step's "
-          "longest sequence), EPP's chunk (0: the mesh's own cap; the search sweeps it)");
+          "batch-level and Seq1F1B: tokens per micro-batch (0: the step's longest sequence)");
     visit("chunk_tokens", &Setting::chunk_tokens, "ChunkFlow: tokens per chunk");
     visit("uniform_recompute", &Setting::uniform_recompute,
           "baselines: layers recomputed on every stage and chunk; -1: the fewest that fit");
@@ -64,7 +69,8 @@ struct Setting {
 
   bool operator==(const Setting& o) const {
     return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&
-           uniform_recompute == o.uniform_recompute && strict_packing == o.strict_packing &&
+           uniform_recompute == o.uniform_recompute && epp_k == o.epp_k &&
+           epp_token_cap == o.epp_token_cap && strict_packing == o.strict_packing &&
            drain_chunks == o.drain_chunks && drain_split == o.drain_split && chunker == o.chunker;
   }
 };
@@ -111,6 +117,12 @@ struct Plan {
 
 void to_json(nlohmann::json& j, const Setting& s);
 void from_json(const nlohmann::json& j, Setting& s);
+// A plan's setting as its JSON holds it: one "k" and one "token_cap", an EPP plan on its own
+// chunks writing its epp_k and epp_token_cap there (so files written before they had names of
+// their own read alike), every other plan its baseline knobs.
+nlohmann::json setting_json(const Plan& plan);
+// The setting of a `method` plan from that JSON.
+Setting setting_from_json(Method method, const nlohmann::json& j);
 // Chunks are written as lists of [seq, start, end]; sequence lengths come from "lengths".
 // from_json throws Error naming the field that is missing, mistyped or inconsistent.
 void to_json(nlohmann::json& j, const Plan& plan);

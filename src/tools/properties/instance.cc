@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <utility>
 
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
@@ -79,13 +80,15 @@ Setting draw_setting(Rng& rng, Method method, int64_t longest) {
       s.chunk_tokens = static_cast<int64_t>(rng.log_uniform(64, 65536));
       break;
     case Method::kEpp:
-      s.token_cap = pick(rng, std::vector<int64_t>{0, 0, 512, 1024, 2048, 4096, 16384});
+      s.epp_k = std::exchange(s.k, Setting{}.k);  // EPP's own K; Seq1F1B chunks draw theirs below
+      s.epp_token_cap = pick(rng, std::vector<int64_t>{0, 0, 512, 1024, 2048, 4096, 16384});
       s.strict_packing = rng.chance(0.3);
       s.drain_chunks = pick(rng, std::vector<int>{0, 0, 2, 4, 8});
       s.drain_split = pick(rng, std::vector<int>{1, 2, 4});
       s.chunker = pick(rng, all_methods());
       if (s.chunker == Method::kBatch || s.chunker == Method::kSeq1F1B)
         s.token_cap = std::max<int64_t>(1, cap);
+      if (s.chunker == Method::kSeq1F1B) s.k = s.epp_k;
       if (s.chunker == Method::kChunkFlow)
         s.chunk_tokens = static_cast<int64_t>(rng.log_uniform(64, 65536));
       s.uniform_recompute = -1;

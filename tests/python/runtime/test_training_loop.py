@@ -11,7 +11,7 @@ import statistics
 import pytest
 import torch
 from bodies import make_batch, model_config
-from launcher import check_all_ok, run_ranks
+from launcher import check_all_ok, run_ranks, run_ranks_profiled
 from loop_bodies import BATCHES
 
 from infinipipe import _C
@@ -130,7 +130,9 @@ def test_the_garbage_collector_waits_while_the_pipeline_runs_when_asked_to():
 @pytest.mark.slow  # profiles on 2 ranks: its fit needs a quiet machine
 def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
     env = {"INFINIPIPE_CACHE_DIR": str(tmp_path)}
-    first = check_all_ok(run_ranks("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env))
+    first = check_all_ok(
+        run_ranks_profiled("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env)
+    )
     assert first[0]["cost"] == first[1]["cost"]
     assert all(r["name"].startswith("profiled now") for r in first)
     assert all(r["reported"] == r["name"] for r in first)
@@ -147,7 +149,9 @@ def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
     )
     assert json.loads(first[0]["cost"])["coefficients"] != analytic["coefficients"]
 
-    again = check_all_ok(run_ranks("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env))
+    again = check_all_ok(
+        run_ranks_profiled("loop_bodies:profiled_cost", 2, timeout_s=300, extra_env=env)
+    )
     assert all(r["name"].startswith("profiled on this machine") for r in again)
     assert again[0]["cost"] == again[1]["cost"]
     assert json.loads(again[0]["cost"]) == json.loads(first[0]["cost"])
@@ -160,7 +164,7 @@ def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
         stale["coefficients"][name] *= 1000
     cached.write_text(json.dumps(stale))
     rechecked = check_all_ok(
-        run_ranks("loop_bodies:stale_profile", 2, timeout_s=300, extra_env=env)
+        run_ranks_profiled("loop_bodies:stale_profile", 2, timeout_s=300, extra_env=env)
     )
     for r in rechecked:
         assert all(name.startswith("profiled on this machine") for name in r["names"][:3])
@@ -177,7 +181,9 @@ def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
     assert note.is_file() == (abs(error) > profiled_cost.STALE_ERROR), error
     # With the note, a later run neither checks nor profiles again; without, it checks.
     note.write_text("-0.8")
-    noted = check_all_ok(run_ranks("loop_bodies:stale_profile", 2, timeout_s=300, extra_env=env))
+    noted = check_all_ok(
+        run_ranks_profiled("loop_bodies:stale_profile", 2, timeout_s=300, extra_env=env)
+    )
     for r in noted:
         assert all("still predicted -80% off: not checked again" in n for n in r["names"])
     assert json.loads(cached.read_text()) == fresh

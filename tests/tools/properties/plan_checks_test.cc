@@ -35,7 +35,7 @@ Planned planned() {
   options.memory_budget_bytes = p.budget;
   options.recompute_time_limit_s = 0;
   Setting setting;
-  setting.k = 3;
+  setting.epp_k = 3;
   const PlanResult result = plan_epp_at(p.lengths, setting, p.cost, options);
   EXPECT_TRUE(result.feasible) << result.reason;
   p.plan = result.plan;

@@ -1,0 +1,5 @@
+#pragma once
+// 0.1.0's path of this header, kept until 0.2: the planner is its own part now (planner/), the
+// plan as data stays in plan/.
+#warning "infinipipe/plan/planner.h is deprecated: include infinipipe/planner/planner.h"
+#include "infinipipe/planner/planner.h"

@@ -1,0 +1,6 @@
+#pragma once
+// 0.1.0's path of this header, kept until 0.2: the planner is its own part now (planner/), the
+// plan as data stays in plan/.
+#warning \
+    "infinipipe/plan/static_baseline.h is deprecated: include infinipipe/planner/static_baseline.h"
+#include "infinipipe/planner/static_baseline.h"
