@@ -112,6 +112,7 @@ def test_a_peer_that_dies_mid_step_is_named_by_the_others(world, victim):
         assert f"step 1: lost rank {victim} (stage {victim})" in r.error[1], r.describe()
 
 
+@pytest.mark.slow  # waits out the timeout
 def test_a_peer_lost_before_the_agreement_fails_the_step_not_a_hang():
     timeout = 10.0
     results = run_ranks(

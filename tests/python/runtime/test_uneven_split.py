@@ -75,7 +75,12 @@ def runs():
 references = test_pipeline.references
 
 
-@pytest.mark.parametrize("world,split", RUNS, ids=[f"{w}-{s}" for w, s in RUNS])
+# The 4-stage split is the slow tier's: the 2-stage ones check the same code on fewer processes.
+@pytest.mark.parametrize(
+    "world,split",
+    [pytest.param(w, s, marks=pytest.mark.slow) if w > 2 else (w, s) for w, s in RUNS],
+    ids=[f"{w}-{s}" for w, s in RUNS],
+)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c["name"] for c in CASES])
 def test_uneven_split_matches_unpipelined_model(runs, references, world, split, index):
     c = CASES[index]
