@@ -1,4 +1,4 @@
-"""`python -m infinipipe profile`: profile one decoder layer on this machine (profile.py) and
+"""`python -m infinipipe profile`: profile one decoder layer on this machine (layer_profile.py) and
 write a calibrated cost model.
 
     PYTHONPATH=python python -m infinipipe profile --grid full --output cost.json

@@ -130,7 +130,7 @@ class StepPlanner:
         return self._profile_check is not None
 
     def profile(self, gather: Gather) -> None:
-        """Rank 0's cached or freshly profiled cost model on every rank (profiled_cost.py). One
+        """Rank 0's cached or freshly profiled cost model on every rank (profiling/profiled_cost.py). One
         loaded from the cache is checked against the measured steps (check_profile)."""
         self._use_profile(
             profiled_cost.agreed_cost_json(
