@@ -34,7 +34,7 @@ if [ "${1:-}" = "--smoke" ]; then
   $PY benchmarks/cpu_simulated.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
     --steps 1 --budget-mib 48 --horizon-steps 2 --horizon-budgets-mib 48 --output "$OUT/timeline.png" \
     --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
-  $PY benchmarks/cluster_study.py build/infinipipe-plan --smoke
+  $PY benchmarks/experiments/cluster_study.py build/infinipipe-plan --smoke
   $PY benchmarks/recorded_forward.py --repeats 1 > /dev/null
   $PY benchmarks/stage_alone.py --smoke > /dev/null
   $PY benchmarks/query_lengths.py --smoke > /dev/null
@@ -97,7 +97,7 @@ $TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 \
 $TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --replicas 2 \
   --cost-model "$R/cost_cpu.json" --output "$R/measured_dp2.json"
 $PY benchmarks/cpu_simulated.py --cost-model "$R/cost_cpu.json"
-$PY benchmarks/cluster_study.py build/infinipipe-plan
-$PY benchmarks/cluster_sp_study.py build/infinipipe-plan
-$PY benchmarks/flexsp_study.py build/infinipipe-plan
+$PY benchmarks/experiments/cluster_study.py build/infinipipe-plan
+$PY benchmarks/experiments/cluster_sp_study.py build/infinipipe-plan
+$PY benchmarks/experiments/flexsp_study.py build/infinipipe-plan
 $PY benchmarks/report.py

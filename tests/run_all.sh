@@ -10,6 +10,6 @@ tests/check_format.sh
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 # The parsers' fuzzers, 10 s each over their seed corpora, in build-fuzz/ (fuzz/README.md).
 fuzz/run.sh 10
-.venv/bin/python benchmarks/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
+.venv/bin/python benchmarks/experiments/planning_comparison.py build/infinipipe-plan --smoke > /dev/null
 bash benchmarks/run_all.sh --smoke
 PYTHONPATH=python .venv/bin/python -m pytest -q tests/kernels tests/python

@@ -1,6 +1,6 @@
 """FlexSP (Wang et al., ASPLOS 2025, arXiv 2412.01523), simulated on the planning core's cost
 model, and homogeneous Ulysses SP on the same machinery: peers for the FlexSP study
-(benchmarks/flexsp_study.py, docs/cluster_study.md "Against FlexSP (simulated)").
+(benchmarks/experiments/flexsp_study.py, docs/cluster_study.md "Against FlexSP (simulated)").
 
 No pipeline: N GPUs, model state ZeRO-3 over all N. A step's batch is cut into micro-batches
 (FlexSP's "sequence blaster", as read here: the fewest micro-batches whose tokens fit the

@@ -22,7 +22,12 @@ pytestmark = pytest.mark.skipif(
 
 def test_cluster_study_smoke():
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "cluster_study.py"), str(TOOL), "--smoke"],
+        [
+            sys.executable,
+            str(BENCHMARKS / "experiments" / "cluster_study.py"),
+            str(TOOL),
+            "--smoke",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -34,7 +39,12 @@ def test_cluster_study_smoke():
 
 def test_cluster_sp_study_smoke():
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "cluster_sp_study.py"), str(TOOL), "--smoke"],
+        [
+            sys.executable,
+            str(BENCHMARKS / "experiments" / "cluster_sp_study.py"),
+            str(TOOL),
+            "--smoke",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -50,7 +60,7 @@ def test_cluster_sp_study_smoke():
 def test_flexsp_study_smoke():
     pytest.importorskip("pulp")
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "flexsp_study.py"), str(TOOL), "--smoke"],
+        [sys.executable, str(BENCHMARKS / "experiments" / "flexsp_study.py"), str(TOOL), "--smoke"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,16 +9,19 @@ and benchmarks/results/cluster_sp_study.json. Lengths: the Wikipedia corpus's ow
 (../shared/data/wikipedia_lengths.txt beside the checkout) when present, else the built-in
 wikipedia sampler. `--smoke` runs one small case and writes into a temporary directory only.
 
-Usage: python benchmarks/cluster_sp_study.py [build/infinipipe-plan] [--smoke]
+Usage: python benchmarks/experiments/cluster_sp_study.py [build/infinipipe-plan] [--smoke]
 """
 
 import datetime
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+# The benchmarks' shared code (benchmarks/lib) is one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import plan_tool, results
 from lib.markdown import machine
 from lib.plan_tool import LABELS, run_tool
@@ -195,7 +198,7 @@ model state included, the largest over stages and steps.
     lines += [
         "\n",
         meta["analysis"],
-        "\nReproduce: `nice -n 19 .venv/bin/python benchmarks/cluster_sp_study.py "
+        "\nReproduce: `nice -n 19 .venv/bin/python benchmarks/experiments/cluster_sp_study.py "
         "build/infinipipe-plan`, which runs per case\n\n```\n%s\n```\n\n" % meta["command"],
         "Machine: %s. Date: %s. The study took %.0f s.\n"
         % (meta["machine"], meta["date"], meta["seconds"]),

@@ -1,6 +1,6 @@
 """How long EPP's search takes, and what it finds, on the cases issue 12 names.
 
-    python3 benchmarks/planning_speed.py build/infinipipe-plan \
+    python3 benchmarks/experiments/planning_speed.py build/infinipipe-plan \
         --baseline /path/to/older/infinipipe-plan --out benchmarks/results/planning_speed.json
 
 Each case runs the plan tool once, pinned to one core (`taskset -c 0` when available), with
@@ -31,7 +31,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import results  # noqa: E402
 from lib.plan_tool import parser  # noqa: E402
 

@@ -7,14 +7,17 @@ step times and the speed-ups of EPP, measures EPP's planning time on one core (`
 and writes docs/planning.md. `--smoke` runs a small case for CI and writes nothing unless
 --output is given.
 
-Usage: python3 benchmarks/planning_comparison.py [build/infinipipe-plan] [--smoke] [--output F]
+Usage: python3 benchmarks/experiments/planning_comparison.py [build/infinipipe-plan] [--smoke] [--output F]
 """
 
 import datetime
 import json
 import shutil
 import sys
+from pathlib import Path
 
+# The benchmarks' shared code (benchmarks/lib) is one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import plan_tool
 from lib.checkpoint_compare import checkpoint_section
 from lib.markdown import machine, table_head
@@ -344,7 +347,7 @@ simulation parts, so the comparison is about the plans only.
     )
     text.append(
         "\n## How to reproduce\n\n```\n%s\n```\n\nThe table comes from\n\n```\n%s\n```\n"
-        % ("python3 benchmarks/planning_comparison.py build/infinipipe-plan", command)
+        % ("python3 benchmarks/experiments/planning_comparison.py build/infinipipe-plan", command)
     )
     text.append(
         "\nMachine: %s, %s cores. Date: %s.\n" % (model, cores, datetime.date.today().isoformat())

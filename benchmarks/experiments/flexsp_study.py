@@ -3,14 +3,14 @@
 
 FlexSP (Wang et al., ASPLOS 2025, arXiv 2412.01523) and homogeneous Ulysses SP run on the
 planning core's cost model through benchmarks/lib/flexsp.py (no pipeline, ZeRO-3 over the 32
-GPUs); EPP with SP runs through the plan tool as benchmarks/cluster_sp_study.py runs it
+GPUs); EPP with SP runs through the plan tool as benchmarks/experiments/cluster_sp_study.py runs it
 (d_s = 8 x d_p = 4, or d_s = 4 x d_p = 8 where 8 does not divide the heads). The same sampled
 batches for all three (the plan tool's corpus sampler, reproduced in Python and checked against
 the tool's token counts). Writes benchmarks/results/flexsp_study.json and the section "Against
 FlexSP (simulated)" of docs/cluster_study.md (between its markers). `--smoke` runs one tiny case
 and writes into a temporary directory only.
 
-Usage: python benchmarks/flexsp_study.py [build/infinipipe-plan] [--smoke]
+Usage: python benchmarks/experiments/flexsp_study.py [build/infinipipe-plan] [--smoke]
 """
 
 import datetime
@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# The benchmarks' shared code (benchmarks/lib) is one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import flexsp, plan_tool, results
 from lib.markdown import machine
 from lib.plan_tool import run_tool
@@ -260,7 +262,7 @@ def section(cases, meta):
             )
     lines.append("\n" + meta["analysis"] + "\n")
     lines.append(
-        "\nReproduce: `nice -n 19 .venv/bin/python benchmarks/flexsp_study.py "
+        "\nReproduce: `nice -n 19 .venv/bin/python benchmarks/experiments/flexsp_study.py "
         "build/infinipipe-plan` (FlexSP's MILP needs PuLP, benchmarks/requirements.txt). "
         "EPP's runs:\n\n```\n%s\n```\n\nMachine: %s. Date: %s. The study took %.0f s.\n"
         % (meta["epp_command"], meta["machine"], meta["date"], meta["seconds"])

@@ -11,7 +11,7 @@ balance_study.py: LLaMA-7B, LLaMA-13B and LLaMA-3-8B at 96K on 8 stages, the eve
 the balanced one, and LLaMA-13B and LLaMA-3-8B on both with the spread head) and replaces that
 section of the page and the results JSON's "balance".
 
-Usage: python benchmarks/cluster_study.py [build/infinipipe-plan] [--smoke | --balance]
+Usage: python benchmarks/experiments/cluster_study.py [build/infinipipe-plan] [--smoke | --balance]
 """
 
 import datetime
@@ -19,7 +19,10 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+# The benchmarks' shared code (benchmarks/lib) is one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import balance_study, plan_tool, results
 from lib.cluster_tables import (
     case_name,
@@ -254,7 +257,7 @@ def run_balance(tool):
         machine=model,
         cores=cores,
         date=datetime.date.today().isoformat(),
-        command="nice -n 10 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan "
+        command="nice -n 10 .venv/bin/python benchmarks/experiments/cluster_study.py build/infinipipe-plan "
         "--balance",
         tool_command=" ".join(["infinipipe-plan"] + tool_args(case, "all"))
         + " [--layers-per-stage balanced] [--spread-head]",
@@ -316,7 +319,7 @@ def main():
         "cores": cores,
         "date": datetime.date.today().isoformat(),
         "timeline_case": SMOKE if args.smoke else HEADLINE,
-        "command": "nice -n 19 .venv/bin/python benchmarks/cluster_study.py build/infinipipe-plan",
+        "command": "nice -n 19 .venv/bin/python benchmarks/experiments/cluster_study.py build/infinipipe-plan",
         "tool_command": " ".join(
             ["infinipipe-plan"]
             + tool_args(dict(grid[0], model="MODEL", stages="STAGES", context="CONTEXT"), "all")
