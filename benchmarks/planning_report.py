@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Renders the planning pages from the committed results, measuring nothing: docs/planning.md
-(planning_comparison.json, planning_speed.json) through the templates in benchmarks/templates/.
-Every number on a page comes from a results file; the prose is the template's.
+"""Renders the planning pages from the committed results, measuring nothing, through the templates
+in benchmarks/templates/: docs/planning.md (planning_comparison.json, planning_speed.json) and
+docs/cluster_study.md with docs/img/cluster_speedup.png (cluster_study.json, balance_study.json,
+cluster_sp_study.json, flexsp_study.json). Every number on a page comes from a results file; the
+prose is the template's.
 
 Usage: python3 benchmarks/planning_report.py [--results DIR] [--docs DIR] [--check]
 
-`--check` renders into memory and exits 1 when a page differs from the one in --docs (a page
-edited by hand, or results committed without rendering).
+`--check` renders the pages into memory and exits 1 when one differs from the one in --docs (a
+page edited by hand, or results committed without rendering); it leaves the plot alone.
 """
 
 import argparse
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lib import planning_page, results  # noqa: E402
+from lib import cluster_page, planning_page, results  # noqa: E402
 
 
 def pages(res):
@@ -24,6 +26,7 @@ def pages(res):
         "planning.md": planning_page.render_page(
             load("planning_comparison.json"), load("planning_speed.json")
         ),
+        "cluster_study.md": cluster_page.render_page(cluster_page.load(res)),
     }
 
 
@@ -43,6 +46,12 @@ def main():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print("planning_report: wrote %s (%d lines)" % (path, text.count("\n")))
+    if not args.check:
+        picture = args.docs / "img" / "cluster_speedup.png"
+        cluster_page.plot_speedups(
+            results.load(args.results / "cluster_study.json")["cases"], picture
+        )
+        print("planning_report: wrote %s" % picture)
     if stale:
         sys.exit("planning_report: not rendered from the results: %s" % ", ".join(stale))
 

@@ -10,8 +10,10 @@
 #   4. simulated timelines of one step (EPP and Seq1F1B) of the measured case, and the measured
 #      setup simulated over more steps and other budgets
 #      and the same comparison under the paper's layout (pipeline 2 x sequence 2, x data 2)
-#   5. the cluster-scale studies (simulated, analytic A800 coefficients): without and with
-#      sequence parallelism, and against FlexSP
+#   5. the planning experiments (simulated, analytic A800 coefficients): EPP against the
+#      baselines on the headline case, and the cluster-scale studies without and with sequence
+#      parallelism, with balanced stages, and against FlexSP; docs/planning.md and
+#      docs/cluster_study.md rendered from their results (benchmarks/planning_report.py)
 #   6. docs/benchmarks.md and its plots from the JSON results
 # Run it on a quiet machine: the timings are wall clock. `--smoke` runs every stage in a tiny
 # configuration into a temporary directory (CI runs it through tests/run_all.sh).
@@ -35,6 +37,7 @@ if [ "${1:-}" = "--smoke" ]; then
     --steps 1 --budget-mib 48 --horizon-steps 2 --horizon-budgets-mib 48 --output "$OUT/timeline.png" \
     --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
   $PY benchmarks/experiments/cluster_study.py build/infinipipe-plan --smoke
+  $PY benchmarks/planning_report.py --check  # the planning pages are their results' rendering
   $PY benchmarks/recorded_forward.py --repeats 1 > /dev/null
   $PY benchmarks/stage_alone.py --smoke > /dev/null
   $PY benchmarks/query_lengths.py --smoke > /dev/null
@@ -97,7 +100,10 @@ $TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --sequence 2 \
 $TORCHRUN --nproc_per_node=4 benchmarks/measured_comparison.py --replicas 2 \
   --cost-model "$R/cost_cpu.json" --output "$R/measured_dp2.json"
 $PY benchmarks/cpu_simulated.py --cost-model "$R/cost_cpu.json"
+$PY benchmarks/experiments/planning_comparison.py build/infinipipe-plan
 $PY benchmarks/experiments/cluster_study.py build/infinipipe-plan
+$PY benchmarks/experiments/balance_study.py build/infinipipe-plan
 $PY benchmarks/experiments/cluster_sp_study.py build/infinipipe-plan
 $PY benchmarks/experiments/flexsp_study.py build/infinipipe-plan
+$PY benchmarks/planning_report.py
 $PY benchmarks/report.py

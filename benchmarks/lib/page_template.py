@@ -27,3 +27,15 @@ def pct(fraction, digits=1):
 def steps_text(steps):
     """Step indices as the pages list them: "steps [2, 4]", or "no step"."""
     return "steps %s" % list(steps) if steps else "no step"
+
+
+def case_values(case, prefix=""):
+    """A run's settings as placeholders (`prefix` + name): the keys of `case` it has among
+    distribution, batch, hardware, model, stages, steps, and its memory and seeds."""
+    out = {
+        k: case[k] for k in ("distribution", "batch", "hardware", "model", "stages") if k in case
+    }
+    out["memory_gib"] = "%g" % case["memory_gib"]
+    out["steps"] = case["steps"]
+    out["first_seed"], out["last_seed"] = case["seed"], case["seed"] + case["steps"] - 1
+    return {prefix + k: v for k, v in out.items()}

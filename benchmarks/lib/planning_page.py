@@ -3,7 +3,7 @@ and planning_speed (the search's speed), through benchmarks/templates/planning.m
 
 from lib import checkpoint_compare
 from lib.markdown import table_head
-from lib.page_template import lines, pct, render, steps_text
+from lib.page_template import case_values, lines, pct, render, steps_text
 from lib.plan_tool import BASELINES, LABELS, mean
 
 # The targets for the headline comparison: EPP's speed-up over a static baseline.
@@ -152,16 +152,8 @@ def comparison_values(c):
     case, ms = c["case"], c["planning_ms"]
     worse = {m: s for m, s in c["per_step_worse"].items() if s}
     values = dict(
-        distribution=case["distribution"],
-        model=case["model"],
-        hardware=case["hardware"],
-        stages=case["stages"],
-        memory_gib="%g" % case["memory_gib"],
-        batch=case["batch"],
+        case_values(case),
         context=case["context"],
-        steps=case["steps"],
-        first_seed=case["seed"],
-        last_seed=case["seed"] + case["steps"] - 1,
         method_table=lines(method_table(c["methods"])),
         step_table=lines(step_table(c["steps"])),
         slower_steps=", ".join(
