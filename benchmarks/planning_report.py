@@ -2,7 +2,8 @@
 """Renders the planning pages from the committed results, measuring nothing, through the templates
 in benchmarks/templates/: docs/planning.md (planning_comparison.json, planning_speed.json) and
 docs/cluster_study.md with docs/img/cluster_speedup.png (cluster_study.json, balance_study.json,
-cluster_sp_study.json, flexsp_study.json). Every number on a page comes from a results file; the
+cluster_sp_study.json, flexsp_study.json) and docs/properties.md (properties.json,
+properties_sweep.json). Every number on a page comes from a results file; the
 prose is the template's.
 
 Usage: python3 benchmarks/planning_report.py [--results DIR] [--docs DIR] [--check]
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lib import cluster_page, planning_page, results  # noqa: E402
+from lib import cluster_page, planning_page, properties_page, results  # noqa: E402
 
 
 def pages(res):
@@ -27,6 +28,9 @@ def pages(res):
             load("planning_comparison.json"), load("planning_speed.json")
         ),
         "cluster_study.md": cluster_page.render_page(cluster_page.load(res)),
+        "properties.md": properties_page.render_page(
+            load("properties.json"), load("properties_sweep.json")
+        ),
     }
 
 

@@ -1,5 +1,6 @@
-"""The planning pages (docs/planning.md, ...) are what benchmarks/planning_report.py renders from the
-committed results through benchmarks/templates/: no page edited by hand, no figure typed in."""
+"""The planning pages (docs/planning.md, cluster_study.md, properties.md) are what
+benchmarks/planning_report.py renders from the committed results through benchmarks/templates/:
+no page edited by hand, no figure typed in."""
 
 import subprocess
 import sys
@@ -26,3 +27,21 @@ def test_a_missing_value_fails_loudly():
         sys.path.remove(str(ROOT / "benchmarks"))
     with pytest.raises(KeyError):
         page_template.render("planning.md", {})
+
+
+@pytest.mark.skipif(
+    not (ROOT / "build" / "infinipipe-properties").exists(),
+    reason="build/infinipipe-properties is not built",
+)
+def test_properties_smoke_renders_the_page():
+    """The property benchmark's smoke run, summarised with its commit and rendered."""
+    script = ROOT / "benchmarks" / "experiments" / "properties.py"
+    tool = ROOT / "build" / "infinipipe-properties"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tool), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("properties smoke:"), done.stdout
