@@ -22,10 +22,9 @@ from pathlib import Path
 
 # The benchmarks' shared code (benchmarks/lib) is one folder up.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lib import cluster_page, plan_tool
+from lib import cluster_page, corpus, plan_tool
 from lib.markdown import machine
 from lib.plan_tool import run_tool
-from lib.results import ROOT
 from lib.sp_study_tables import sp_name
 
 MODELS = ["llama-7b", "llama-13b", "llama-30b"]
@@ -34,15 +33,16 @@ LAYOUTS = [(8, 4), (4, 8)]  # (d_s, d_p): 32 GPUs on 8-GPU nodes
 METHODS = ["seq1f1b", "batch", "chunkflow"]
 # 8 steps: all 18 cases take about two minutes on the 2-core dev machine.
 STEPS = 8
-CORPUS = ROOT.parent / "shared" / "data" / "wikipedia_lengths.txt"
 BASE = dict(batch=512, hardware="a800", memory_gib=80, seed=0, steps=STEPS, gpus_per_node=8)
 SMOKE = dict(BASE, batch=32, steps=2)
 
 
 def lengths_args():
-    if CORPUS.exists():
-        where = "../shared/data/wikipedia_lengths.txt"  # as the page shows it, from the checkout
-        return ["--lengths", str(CORPUS)], "the Wikipedia corpus's lengths (%s)" % where
+    if corpus.CORPUS.exists():
+        return [
+            "--lengths",
+            str(corpus.CORPUS),
+        ], "the Wikipedia corpus's lengths (%s)" % corpus.SHOWN
     return ["--distribution", "wikipedia"], "the built-in wikipedia sampler"
 
 
@@ -93,10 +93,10 @@ def summarise(rows, steps):
 
 def corpus_counts():
     """How many of the corpus's lengths exceed 96K: why the 96K and 192K cases plan alike."""
-    if not CORPUS.exists():
+    population = corpus.lengths()
+    if population is None:
         return None
-    lengths = [int(x) for x in CORPUS.read_text().split()]
-    return dict(lengths=len(lengths), over_96k=sum(1 for n in lengths if n > 98304))
+    return dict(lengths=len(population), over_96k=sum(1 for n in population if n > 98304))
 
 
 def main():
@@ -114,7 +114,7 @@ def main():
         t = time.time()
         cases.append(run_case(args.tool, model, context, d_s, d_p, base))
         print("%-40s %.1f s" % (sp_name(cases[-1]), time.time() - t), flush=True)
-    where = "../shared/data/wikipedia_lengths.txt" if CORPUS.exists() else "wikipedia"
+    where = corpus.SHOWN if corpus.CORPUS.exists() else "wikipedia"
     meta = {
         "case": base,
         "lengths": lengths_args()[1],

@@ -23,10 +23,9 @@ from pathlib import Path
 
 # The benchmarks' shared code (benchmarks/lib) is one folder up.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lib import cluster_page, flexsp, plan_tool
+from lib import cluster_page, corpus, flexsp, plan_tool
 from lib.markdown import machine
 from lib.plan_tool import run_tool
-from lib.results import ROOT
 from lib.sp_study_tables import sp_name
 
 from infinipipe import _C
@@ -47,15 +46,14 @@ SMOKE = dict(batch=32, steps=1, seed=0)
 SMOKE_CASES = [("llama-7b", 49152, 8, 4)]
 MILP_TIME_LIMIT_S = 1.0  # per micro-batch; CBC starts from the best homogeneous assignment
 BUCKETS = 16
-CORPUS = ROOT.parent / "shared" / "data" / "wikipedia_lengths.txt"
 
 
 def steps_of(context, base):
     """The sampled batches, as the plan tool draws them (step i with seed + i)."""
-    if CORPUS.exists():
-        corpus = [int(line) for line in CORPUS.read_text().split()]
-        draw = lambda seed: flexsp.corpus_sample(corpus, base["batch"], context, seed)  # noqa: E731
-        where = ["--lengths", str(CORPUS)], "the Wikipedia corpus's lengths"
+    population = corpus.lengths()
+    if population:
+        draw = lambda seed: corpus.corpus_sample(population, base["batch"], context, seed)  # noqa: E731
+        where = ["--lengths", str(corpus.CORPUS)], "the Wikipedia corpus's lengths"
     else:
         draw = lambda seed: list(  # noqa: E731
             _C.plan.sample_lengths("wikipedia", base["batch"], context, seed)
@@ -200,7 +198,7 @@ def main():
         "date": datetime.date.today().isoformat(),
         "seconds": time.time() - started,
         "epp_command": cases[0]["command"]
-        .replace(str(CORPUS), "../shared/data/wikipedia_lengths.txt")
+        .replace(str(corpus.CORPUS), corpus.SHOWN)
         .replace("--model %s" % grid[0][0], "--model MODEL")
         .replace("--context %d" % grid[0][1], "--context CONTEXT")
         .replace("--stages %d --sp %d" % (grid[0][3], grid[0][2]), "--stages D_P --sp D_S"),
