@@ -1,12 +1,13 @@
-"""Renders docs/benchmarks.md (and its plots) and docs/planning.md from the experiments' results,
-through benchmarks/templates/, measuring nothing.
+"""Renders docs/benchmarks.md and its plots from the experiments' results, through
+benchmarks/templates/benchmarks.md, measuring nothing (planning_report.py renders the planning
+pages).
 
     python benchmarks/report.py [--results benchmarks/results] [--docs docs]
 
 The template holds the prose; every figure comes from a result file in --results (a section whose
 file is missing says so). The sections' numbers are computed by lib/calibration_page.py,
-lib/validation_page.py, lib/summary_page.py, the measured comparison's lib/measured_report.py and
-lib/layout_report.py, and the planning comparison's lib/planning_page.py.
+lib/validation_page.py, lib/summary_page.py and the measured comparison's lib/measured_report.py and
+lib/layout_report.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 from lib.calibration_page import calibration_section
 from lib.layout_report import layout_sections
 from lib.measured_report import measured_section
-from lib.planning_page import result_sections
 from lib.results import DOCS, RESULTS, load
 from lib.soak_report import BEGIN, END
 from lib.soak_report import section as soak_section
@@ -87,33 +87,15 @@ def render(results: Path, docs: Path) -> str:
     return string.Template((TEMPLATES / "benchmarks.md").read_text()).substitute(values)
 
 
-def render_planning(results: Path) -> str | None:
-    """docs/planning.md from the planning comparison's result (None when it has not run)."""
-    result = load(results / "planning_comparison.json")
-    if result is None:
-        return None
-    values = dict(
-        result=result_sections(result),
-        command=result["command"],
-        machine=result["machine"],
-        date=result["date"],
-    )
-    return string.Template((TEMPLATES / "planning.md").read_text()).substitute(values)
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--docs", type=Path, default=DOCS)
     args = p.parse_args()
     args.docs.mkdir(parents=True, exist_ok=True)
-    pages = {"benchmarks.md": render(args.results, args.docs)}
-    planning = render_planning(args.results)
-    if planning is not None:
-        pages["planning.md"] = planning
-    for name, page in pages.items():
-        (args.docs / name).write_text(page)
-        print(f"wrote {args.docs / name} ({page.count(chr(10))} lines)")
+    page = render(args.results, args.docs)
+    (args.docs / "benchmarks.md").write_text(page)
+    print(f"wrote {args.docs / 'benchmarks.md'} ({page.count(chr(10))} lines)")
     return 0
 
 

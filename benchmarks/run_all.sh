@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Reproduces every figure of docs/benchmarks.md, docs/planning.md and docs/cluster_study.md on this
-# machine, in order: each experiment (benchmarks/experiments/) writes its results to
-# benchmarks/results/, and benchmarks/report.py renders the pages from them. Run it on a quiet
+# Reproduces every figure of docs/benchmarks.md, docs/planning.md, docs/cluster_study.md and
+# docs/properties.md on this machine, in order: each experiment (benchmarks/experiments/) writes its
+# results to benchmarks/results/, benchmarks/planning_report.py renders the planning pages and
+# benchmarks/report.py docs/benchmarks.md from them. Run it on a quiet
 # machine: the timings are wall clock. `--smoke` runs every experiment in a tiny configuration
 # into a temporary directory (CI runs it through tests/run_all.sh).
 set -euo pipefail
@@ -24,6 +25,7 @@ if [ "${1:-}" = "--smoke" ]; then
     --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
   $PY $E/cluster_study.py build/infinipipe-plan --smoke
   $PY $E/planning_comparison.py build/infinipipe-plan --smoke --output "$OUT/planning_comparison.json"
+  $PY benchmarks/planning_report.py --check  # the planning pages are their results' rendering
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
   exit 0
@@ -56,9 +58,11 @@ $PY $E/cpu_simulated.py --cost-model "$R/cost_cpu.json"
 $TORCHRUN --nproc_per_node=2 $E/planning_ahead.py --steps 20 --out "$R/planning_ahead.json"
 $TORCHRUN --nproc_per_node=2 $E/planning_ahead.py --steps 20 --hidden 64 --layers 2 --batch 64 \
   --context 4096 --out "$R/planning_ahead_heavy.json"
+$PY $E/planning_comparison.py build/infinipipe-plan
+$PY $E/planning_speed.py build/infinipipe-plan --out "$R/planning_speed.json"
 $PY $E/cluster_study.py build/infinipipe-plan
+$PY $E/balance_study.py build/infinipipe-plan
 $PY $E/cluster_sp_study.py build/infinipipe-plan
 $PY $E/flexsp_study.py build/infinipipe-plan
-$PY $E/planning_speed.py build/infinipipe-plan --out "$R/planning_speed.json"
-$PY $E/planning_comparison.py build/infinipipe-plan
+$PY benchmarks/planning_report.py
 $PY benchmarks/report.py

@@ -1,7 +1,10 @@
-"""How long EPP's search takes, and what it finds, on the cases issue 12 names.
+"""How long does EPP's search take, and what does it find, on the cases issue 12 names?
 
-    python3 benchmarks/experiments/planning_speed.py build/infinipipe-plan \
-        --baseline /path/to/older/infinipipe-plan --out benchmarks/results/planning_speed.json
+    python3 benchmarks/experiments/planning_speed.py build/infinipipe-plan [--build REV] \
+        [--baseline /path/to/older/infinipipe-plan --baseline-build REV]
+
+Writes benchmarks/results/planning_speed.json (or --out); benchmarks/planning_report.py renders
+docs/planning.md's "Search speed" from it.
 
 Each case runs the plan tool once, pinned to one core (`taskset -c 0` when available), with
 `--method epp --json --checkpoint-seconds 0` (no CBC: the trainer's setting, and the only one
@@ -31,7 +34,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for lib
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import results  # noqa: E402
 from lib.plan_tool import parser  # noqa: E402
 
@@ -129,47 +132,13 @@ def run(tool: str, case: dict) -> dict:
     return dict(peak_rss_mib=peak_kib / 1024, steps=steps)
 
 
-def report(path: str) -> None:
-    """The results as the markdown table docs/planning.md shows."""
-    data = results.load(path)
-    print(f"Run of {data['date']}.\n")
-    print(
-        "| case | steps | CPU per step, max (mean) ms | before: max (mean) ms | peak RSS MiB "
-        "(before) | work limit reached | predicted step / before, max (mean) |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for c in data["cases"]:
-        new, old = c["new"]["steps"], c.get("baseline", {}).get("steps", [])
-
-        def cpu(steps):
-            ms = [s["cpu_ms"] for s in steps if s["cpu_ms"] is not None]
-            return f"{max(ms):,.0f} ({sum(ms) / len(ms):,.0f})" if ms else "-"
-
-        ratios = [
-            n["step_time_s"] / b["step_time_s"]
-            for n, b in zip(new, old, strict=False)
-            if n["step_time_s"] and b["step_time_s"]
-        ]
-        ratio = f"{max(ratios):.4f} ({sum(ratios) / len(ratios):.4f})" if ratios else "-"
-        exhausted = sum(bool(s["budget_exhausted"]) for s in new)
-        rss = f"{c['new']['peak_rss_mib']:,.0f}"
-        if old:
-            rss += f" ({c['baseline']['peak_rss_mib']:,.0f})"
-        print(
-            f"| {c['name']} | {len(new)} | {cpu(new)} | {cpu(old)} | {rss} | "
-            f"{exhausted} of {len(new)} | {ratio} |"
-        )
-
-
 def main() -> None:
     p = parser(__doc__.split("\n\n")[0], "one step of the batch-512 cases only (CI)")
     p.add_argument("--baseline", help="another build's plan tool to compare with, step by step")
     p.add_argument("--out", default=str(results.RESULTS / "planning_speed.json"))
-    p.add_argument("--report", action="store_true", help="print --out as markdown, run nothing")
+    p.add_argument("--build", help="the commit the plan tool was built at (default: this HEAD)")
+    p.add_argument("--baseline-build", help="the commit the --baseline tool was built at")
     args = p.parse_args()
-    if args.report:
-        report(args.out)
-        return
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for case in cases(Path(tmp), args.smoke):
@@ -190,10 +159,12 @@ def main() -> None:
                     line += f"; predicted step / baseline: max {max(ratios):.4f}"
             print(line, flush=True)
             rows.append(row)
-    results.write(
-        args.out,
-        dict(date=datetime.now(UTC).isoformat(timespec="seconds"), cases=rows),
-    )
+    head = ["git", "-C", str(results.ROOT), "rev-parse", "--short", "HEAD"]
+    build = args.build or subprocess.run(head, capture_output=True, text=True).stdout.strip()
+    meta = dict(date=datetime.now(UTC).isoformat(timespec="seconds"), build=build)
+    if args.baseline:
+        meta["baseline_build"] = args.baseline_build or "unknown"
+    results.write(args.out, dict(meta, cases=rows))
 
 
 if __name__ == "__main__":

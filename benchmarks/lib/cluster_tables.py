@@ -1,5 +1,6 @@
 """The cluster study's results as markdown: case names, the speed-up and per-method tables, and
-notes on the sampled steps (cluster_study.py writes them into docs/cluster_study.md)."""
+what the sampled steps share across contexts (lib/cluster_page.py puts them in
+docs/cluster_study.md)."""
 
 from lib.markdown import table_head
 from lib.plan_tool import BASELINES, LABELS
@@ -34,8 +35,9 @@ def infeasible_text(c, ms):
     return "infeasible on %d of %d steps" % (len(ms["epp"]["infeasible_steps"]), c["steps"])
 
 
-def detail_table(cases, notes):
-    """Every method of every case, a row each; infeasible reasons are numbered into `notes`."""
+def detail_table(cases):
+    """EPP and every static baseline of every case, a row each (the per-step best's speed-ups
+    are in the speed-up table; all of it is in the results JSON)."""
     lines = table_head(
         "case",
         "method",
@@ -46,13 +48,10 @@ def detail_table(cases, notes):
         "recompute (s)",
         "peak GiB",
     )
+    shown = [k for k in kinds() if k[2] != "best"]
 
     def infeasible(c, s):
-        return "infeasible on %d of %d steps [%d]" % (
-            len(s["infeasible_steps"]),
-            c["steps"],
-            notes.setdefault(s["reason"], len(notes) + 1),
-        )
+        return "infeasible on %d of %d steps" % (len(s["infeasible_steps"]), c["steps"])
 
     for c in cases:
         if "error" in c["result"]:
@@ -62,19 +61,19 @@ def detail_table(cases, notes):
             )
             continue
         ms = c["result"]["methods"]
-        if not any(s["feasible"] for s in ms.values()):  # one row, not seven empty ones
+        if not any(ms[key]["feasible"] for key, _, _ in shown):  # one row, not four empty ones
             lines.append(
                 "| %s | all | %s | | | | | |"
                 % (
                     case_name(c),
                     "; ".join(
                         "%s %s" % (method_label(m, kind), infeasible(c, ms[key]))
-                        for key, m, kind in kinds()
+                        for key, m, kind in shown
                     ),
                 )
             )
             continue
-        for key, method, kind in kinds():
+        for key, method, kind in shown:
             s = ms[key]
             if not s["feasible"]:
                 lines.append(
@@ -122,24 +121,35 @@ def speedup_table(cases):
     return lines
 
 
-def context_note(cases):
-    """How many sampled steps the context truncates: the others are the same step at every context."""
+def longer_than(cases):
+    """Per context below the longest, how many sampled steps hold a sequence longer than it (their
+    token counts differ from those at the longest context): "48K: 5, 96K: 0"."""
     tokens = {c["context"]: c["result"]["tokens"] for c in cases if "tokens" in c["result"]}
     if len(tokens) < 2:
-        return ""
+        return "one context only"
     longest = max(tokens)
-    parts = [
-        "%d have a sequence longer than %dK"
-        % (sum(a < b for a, b in zip(tokens[ctx], tokens[longest])), ctx // 1024)
+    return ", ".join(
+        "%dK: %d" % (ctx // 1024, sum(a < b for a, b in zip(tokens[ctx], tokens[longest])))
         for ctx in sorted(tokens)
         if ctx < longest
-    ]
-    return (
-        "Wikipedia lengths are heavy-tailed but a batch of %d rarely holds a very long sequence: of the "
-        "%d sampled steps, %s (their token counts differ from those at %dK); the other steps are the "
-        "same at every context, so the context changes little below.\n\n"
-        % (cases[0]["batch"], len(tokens[longest]), " and ".join(parts), longest // 1024)
     )
+
+
+def repeated_cases(cases):
+    """The cases whose sampled steps are those of the same model and stages at a shorter context
+    (no sequence reaches the shorter context): their index -> the shorter case's index."""
+    out = {}
+    for i, c in enumerate(cases):
+        for j, d in enumerate(cases[:i]):
+            if (
+                (c["model"], c["stages"]) == (d["model"], d["stages"])
+                and d["context"] < c["context"]
+                and c["result"].get("tokens")
+                and c["result"].get("tokens") == d["result"].get("tokens")
+            ):
+                out[i] = j
+                break
+    return out
 
 
 def repeat_spread(cases):
@@ -165,11 +175,6 @@ def repeat_spread(cases):
     return spread
 
 
-def spread_note(spread):
-    """The page's note on how far EPP's reruns of identical steps differ."""
-    return (
-        "EPP's checkpoint program (CBC) stops at a wall-clock time limit, so a step that reaches it can "
-        "plan slightly differently from run to run. In this run, EPP's step times on the steps that are "
-        "identical at two contexts %s.\n\n"
-        % ("differ by up to %.2f%%" % (100 * spread) if spread else "agree exactly")
-    )
+def spread_text(spread):
+    """How far EPP's reruns of identical steps differ: "differ by up to 0.04%"."""
+    return "differ by up to %.2f%%" % (100 * spread) if spread else "agree exactly"

@@ -1,5 +1,3 @@
-# Over 400 lines for a reason: one peer, FlexSP's planner as its paper describes it (groups,
-# their degrees, the sequences' assignment), whose steps share its cost terms.
 """FlexSP (Wang et al., ASPLOS 2025, arXiv 2412.01523), simulated on the planning core's cost
 model, and homogeneous Ulysses SP on the same machinery: peers for the FlexSP study
 (benchmarks/experiments/flexsp_study.py, docs/cluster_study.md "Against FlexSP (simulated)").
@@ -362,45 +360,3 @@ def ulysses_step(lengths, cost, n_gpus, recompute_cost=None):
         lambda sub, c: lpt_groups(sub, c[cost.d], n_gpus // cost.d),
         {cost.d: recompute_cost} if recompute_cost else None,
     )
-
-
-class Mt19937_64:
-    """std::mt19937_64, for the plan tool's corpus sampler (src/data/empirical_lengths.cc)."""
-
-    def __init__(self, seed):
-        m = (1 << 64) - 1
-        self.mt = [seed & m]
-        for i in range(1, 312):
-            prev = self.mt[-1]
-            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & m)
-        self.i = 312
-
-    def __call__(self):
-        m = (1 << 64) - 1
-        if self.i >= 312:
-            mt = self.mt
-            for k in range(312):
-                y = (mt[k] & 0xFFFFFFFF80000000) | (mt[(k + 1) % 312] & 0x7FFFFFFF)
-                v = mt[(k + 156) % 312] ^ (y >> 1)
-                if y & 1:
-                    v ^= 0xB5026F5AA96619E9
-                mt[k] = v
-            self.i = 0
-        y = self.mt[self.i]
-        self.i += 1
-        y ^= (y >> 29) & 0x5555555555555555
-        y ^= (y << 17) & 0x71D67FFFEDA60000
-        y ^= (y << 37) & 0xFFF7EEE000000000
-        y ^= y >> 43
-        return y & m
-
-
-def corpus_sample(corpus, batch, context, seed):
-    """The plan tool's --lengths sampling: batch uniform draws from the corpus, truncated."""
-    rng = Mt19937_64(seed)
-    last = len(corpus) - 1
-    out = []
-    for _ in range(batch):
-        u = (rng() >> 11) * 2.0**-53
-        out.append(min(corpus[int(u * (last + 1))], context))
-    return out

@@ -1,45 +1,24 @@
-"""docs/planning.md's computed sections: EPP against the static and per-step-best baselines on
-the headline case, per step, the recompute programs compared, and the targets, from the JSON that
-benchmarks/experiments/planning_comparison.py writes; benchmarks/report.py renders them through
-benchmarks/templates/planning.md."""
+"""docs/planning.md from the results of planning_comparison (the comparison with the baselines)
+and planning_speed (the search's speed), through benchmarks/templates/planning.md."""
 
-from lib.checkpoint_compare import checkpoint_section
+from lib import checkpoint_compare
 from lib.markdown import table_head
-from lib.plan_tool import BASELINES, LABELS, collect, mean, setting_text, times
+from lib.page_template import case_values, lines, pct, render, steps_text
+from lib.plan_tool import BASELINES, LABELS, mean
+
+# The issue's targets for the headline comparison: EPP's speed-up over a static baseline.
+TARGETS = [("seq1f1b", "static Seq1F1B", 1.25), ("batch", "static batch-level", 1.6)]
+PLANNING_LIMIT_MS = 1000  # EPP planning under 1 s per step on one core
+KIND = {"epp": "", "static": " (static)", "best": " (per-step best)"}
 
 
-def fmt_ratio(a, b):
+def ratio(a, b):
+    """b / a as a speed-up, or n/a."""
     return "%.2fx" % (b / a) if a and b else "n/a"
 
 
-def plan_means(by_step, steps):
-    """The table cells of a method's mean bubble, recompute, chunks and waves over the steps."""
-    return "%.1f%% | %.2f | %.0f | %.1f" % (
-        100 * mean([by_step[i]["bubble_fraction"] for i in range(steps)]),
-        mean([by_step[i]["recompute_s"] for i in range(steps)]),
-        mean([by_step[i]["num_chunks"] for i in range(steps)]),
-        mean([by_step[i]["num_waves"] for i in range(steps)]),
-    )
-
-
-def result_sections(result: dict) -> str:
-    """The page's Result, Checkpointing and Against the targets sections, computed from the
-    experiment's JSON (benchmarks/experiments/planning_comparison.py)."""
-    case, rows, checkpoint_rows = result["case"], result["rows"], result["checkpoint_rows"]
-    plan_ms_one_core, plan_ms_worst_run = result["plan_ms_one_core"], result["plan_ms_worst_run"]
-    pinned, timing_runs = result["pinned"], result["timing_runs"]
-    steps = case["steps"]
-    epp, static, best = collect(rows, steps)
-    epp_t = times(epp, steps)
-    if epp_t is None:
-        raise ValueError(
-            "planning_comparison: EPP infeasible on some step: %s"
-            % [epp[i].get("reason") for i in range(steps) if not epp[i]["feasible"]]
-        )
-    lines = []
-    summary = {"epp_mean_s": mean(epp_t), "ratios": {}, "per_step_worse": {}}
-
-    lines += table_head(
+def method_table(methods):
+    out = table_head(
         "method",
         "setting",
         "mean step time (s)",
@@ -49,226 +28,218 @@ def result_sections(result: dict) -> str:
         "chunks",
         "waves",
     )
-    lines.append(
-        "| EPP | per step: %s | %.3f | 1.00x | %s |"
-        % (
-            "; ".join(setting_text(epp[i]) for i in range(steps)),
-            mean(epp_t),
-            plan_means(epp, steps),
-        )
-    )
-    for m in BASELINES:
-        for kind, table in (("static", static.get(m, {})), ("per-step best", best.get(m, {}))):
-            t = times(table, steps)
-            if t is None:
-                reason = next(
-                    table[i].get("reason", "") for i in range(steps) if not table[i]["feasible"]
-                )
-                lines.append(
-                    "| %s (%s) | infeasible: %s | | | | | | |"
-                    % (LABELS[m], kind, reason.replace("|", "/"))
-                )
-                summary["ratios"]["%s %s" % (m, kind)] = None
-                continue
-            ratio = mean(t) / mean(epp_t)
-            summary["ratios"]["%s %s" % (m, kind)] = ratio
-            settings = sorted({setting_text(table[i]) for i in range(steps)})
-            setting = settings[0] if kind == "static" else "per step: " + "; ".join(settings)
-            lines.append(
-                "| %s (%s) | %s | %.3f | %.2fx | %s |"
-                % (LABELS[m], kind, setting, mean(t), ratio, plan_means(table, steps))
+    for r in methods:
+        name = LABELS[r["method"]] + KIND[r["kind"]]
+        if not r["feasible"]:
+            out.append(
+                "| %s | infeasible: %s | | | | | | |" % (name, r["reason"].replace("|", "/"))
             )
-            if kind == "per-step best":
-                summary["per_step_worse"][m] = [
-                    i for i in range(steps) if epp_t[i] > t[i] * (1 + 1e-9)
-                ]
+            continue
+        if r["kind"] == "static":
+            setting = r["settings"][0]
+        else:
+            setting = "per step: " + "; ".join(r["settings"])
+        out.append(
+            "| %s | %s | %.3f | %.2fx | %s | %.2f | %.0f | %.1f |"
+            % (
+                name,
+                setting,
+                r["mean_step_s"],
+                r["speedup"],
+                pct(r["bubble"]),
+                r["recompute_s"],
+                r["chunks"],
+                r["waves"],
+            )
+        )
+    return out
 
-    step_lines = table_head(
+
+def step_table(steps):
+    out = table_head(
         "step",
         "tokens",
         "EPP (s)",
         *["%s static / best (speed-up)" % LABELS[m] for m in BASELINES],
     )
-    for i in range(steps):
-        cells = []
-        for m in BASELINES:
-            s, b = static.get(m, {}).get(i), best.get(m, {}).get(i)
+    for s in steps:
 
-            def cell(r):
-                return (
-                    "%.3f (%s)" % (r["step_time_s"], fmt_ratio(epp_t[i], r["step_time_s"]))
-                    if r and r["feasible"]
-                    else "infeasible"
-                )
+        def cell(t):
+            return "%.3f (%s)" % (t, ratio(s["epp_s"], t)) if t is not None else "infeasible"
 
-            cells.append("%s / %s" % (cell(s), cell(b)))
-        step_lines.append(
-            "| %d | %d | %.3f | %s |" % (i, epp[i]["tokens"], epp_t[i], " | ".join(cells))
+        cells = ["%s / %s" % (cell(s["static"][m]), cell(s["best"][m])) for m in BASELINES]
+        out.append(
+            "| %d | %d | %.3f | %s |" % (s["step"], s["tokens"], s["epp_s"], " | ".join(cells))
         )
+    return out
 
-    summary["plan_ms_one_core"] = plan_ms_one_core
-    summary["plan_ms_worst_run"] = plan_ms_worst_run
-    text = []
-    text.append(
-        "Case: %s lengths, %s, %s, %d stages, %g GiB per stage (model state with mixed-precision "
-        "Adam inside it), batch %d, context %d, %d steps (seeds %d..%d).\n"
-        % (
-            case["distribution"],
-            case["model"],
-            case["hardware"],
-            case["stages"],
-            case["memory_gib"],
-            case["batch"],
-            case["context"],
-            steps,
-            case["seed"],
-            case["seed"] + steps - 1,
-        )
-    )
-    text.append("\n")
-    text.extend(line + "\n" for line in lines)
-    text.append("\nSpeed-up = baseline mean step time / EPP mean step time.\n\nPer step:\n\n")
-    text.extend(line + "\n" for line in step_lines)
-    worse = {m: s for m, s in summary["per_step_worse"].items() if s}
-    text.append(
-        "\nEPP slower than a baseline's per-step best on: %s.\n"
-        % (
-            ", ".join("%s steps %s" % (LABELS[m], s) for m, s in worse.items())
-            if worse
-            else "no step"
-        )
-    )
-    text.append(
-        "\nEPP planning time (the whole search: chunkings, simulations, recompute, grouping, "
-        "checkpoint choice) per step, %s, wall clock, the least of %d runs: mean %.0f ms, max %.0f ms "
-        "(slowest single run: %.0f ms).\n"
-        % (
-            "one core (`taskset -c 0`)" if pinned else "not pinned (taskset missing)",
-            timing_runs,
-            mean(plan_ms_one_core),
-            max(plan_ms_one_core),
-            summary["plan_ms_worst_run"],
-        )
-    )
-    text.extend(checkpoint_section(checkpoint_rows, case["seed"]))
-    text.append("\n## Against the targets\n\n")
-    targets = [
-        ("static Seq1F1B", summary["ratios"].get("seq1f1b static"), 1.25),
-        ("static batch-level", summary["ratios"].get("batch static"), 1.6),
-    ]
-    for name, ratio, goal in targets:
-        text.append(
-            "- EPP vs %s: %s (target >= %.2fx): %s\n"
+
+def targets(c):
+    """The issue's targets, each met or not, from the comparison's numbers."""
+    speedups = {(r["method"], r["kind"]): r.get("speedup") for r in c["methods"]}
+    out = []
+    for m, name, goal in TARGETS:
+        r = speedups.get((m, "static"))
+        out.append(
+            "- EPP vs %s: %s (target >= %.2fx): %s"
             % (
                 name,
-                "n/a" if ratio is None else "%.2fx" % ratio,
+                "n/a" if r is None else "%.2fx" % r,
                 goal,
-                "met" if ratio is not None and ratio >= goal else "not met",
+                "met" if r and r >= goal else "not met",
             )
         )
-    text.append(
-        "- EPP never slower than any baseline's per-step best: %s\n"
+    worse = {m: s for m, s in c["per_step_worse"].items() if s}
+    steps = c["case"]["steps"]
+    out.append(
+        "- EPP never slower than any baseline's per-step best: %s"
         % (
             "met"
             if not worse
             else "not met (%s)"
             % ", ".join(
-                "%s on %d of %d steps, by up to %.1f%%"
-                % (
-                    LABELS[m],
-                    len(s),
-                    steps,
-                    100 * max(epp_t[i] / best[m][i]["step_time_s"] - 1 for i in s),
-                )
+                "%s on %d of %d steps, by up to %s"
+                % (LABELS[m], len(s), steps, pct(max(w["excess"] for w in s)))
                 for m, s in worse.items()
             )
         )
     )
-    text.append(
-        "- EPP planning under 1 s per step on one core: %s (max %.0f ms)\n"
+    worst = max(c["planning_ms"]["per_step"])
+    out.append(
+        "- EPP planning under %g s per step on one core: %s (max %.0f ms)"
+        % (PLANNING_LIMIT_MS / 1000, "met" if worst < PLANNING_LIMIT_MS else "not met", worst)
+    )
+    return out
+
+
+def observation_values(c):
+    o = c["observations"]
+    epp = c["methods"][0]
+    closest = o["closest"]
+    return dict(
+        multi_wave_steps=steps_text(o["multi_wave_steps"]),
+        bubble_multi=pct(o["bubble_multi"]) if o["bubble_multi"] is not None else "-",
+        bubble_single=pct(o["bubble_single"]) if o["bubble_single"] is not None else "-",
+        closest="step %d, %s's per-step best, %.2f%% %s than EPP"
         % (
-            "met" if plan_ms_one_core and max(plan_ms_one_core) < 1000 else "not met",
-            max(plan_ms_one_core),
+            closest["step"],
+            LABELS[closest["method"]],
+            100 * abs(closest["margin"]),
+            "slower" if closest["margin"] >= 0 else "faster",
         )
+        if closest
+        else "none feasible",
+        knob_token_cap=steps_text(o["knobs"]["token_cap"]),
+        knob_strict=steps_text(o["knobs"]["strict_packing"]),
+        knob_drain=steps_text(o["knobs"]["drain_taper"]),
+        knob_recompute=steps_text(o["knobs"]["recompute"]),
+        static_recompute=lines(
+            "- Static %s recomputes %d layer(s) per stage on every step, %.2f s of recompute per "
+            "step summed over stages, because its worst step needs it."
+            % (LABELS[s["method"]], s["layers"], s["recompute_s"])
+            for s in o["static_recompute"]
+        ),
+        busiest_s="%.3f" % o["busiest_compute_s"],
+        epp_over_busiest=pct(epp["mean_step_s"] / o["busiest_compute_s"] - 1),
+        seq1f1b_over_busiest="%.2fx" % (o["seq1f1b_static_s"] / o["busiest_compute_s"])
+        if o["seq1f1b_static_s"]
+        else "n/a",
+        lowest_bubble=pct(o["lowest_bubble"]),
     )
-    multi = [i for i in range(steps) if epp[i]["num_waves"] > 1]
-    text.append("\nObservations from the plans:\n\n")
-    if multi:
-        single = [i for i in range(steps) if i not in multi]
-        text.append(
-            "- EPP needed several waves (the whole step did not fit one pipeline without "
-            "recompute) on steps %s: bubble %.1f%% there against %.1f%% on the other steps.\n"
+
+
+def comparison_values(c):
+    case, ms = c["case"], c["planning_ms"]
+    worse = {m: s for m, s in c["per_step_worse"].items() if s}
+    values = dict(
+        case_values(case),
+        context=case["context"],
+        method_table=lines(method_table(c["methods"])),
+        step_table=lines(step_table(c["steps"])),
+        slower_steps=", ".join(
+            "%s steps %s" % (LABELS[m], [w["step"] for w in s]) for m, s in worse.items()
+        )
+        or "no step",
+        pinned="one core (`taskset -c 0`)" if ms["pinned"] else "not pinned (taskset missing)",
+        timing_runs=ms["runs"],
+        plan_ms_mean="%.0f" % mean(ms["per_step"]),
+        plan_ms_max="%.0f" % max(ms["per_step"]),
+        plan_ms_worst_run="%.0f" % ms["worst_run"],
+        checkpoint_steps=c["checkpoint"]["steps"],
+        checkpoint_first_seed=c["checkpoint"]["first_seed"],
+        checkpoint_last_seed=c["checkpoint"]["first_seed"] + c["checkpoint"]["steps"] - 1,
+        checkpoint_table=lines(checkpoint_compare.table(c["checkpoint"])),
+        checkpoint_verdict=checkpoint_compare.verdict(c["checkpoint"]),
+        targets=lines(targets(c)),
+        command=c["command"],
+        machine=c["machine"],
+        date=c["date"],
+    )
+    values.update(observation_values(c))
+    return values
+
+
+# Issue 12's targets for the search's speed (the planner's CPU time per step on one core), by the
+# name planning_speed gives each case: the most milliseconds on any step, and the most resident
+# memory of the plan tool's process in MB where there is one.
+SPEED_TARGETS = [
+    ("wikipedia, batch 512, 8 stages", 300, None),
+    ("uniform, batch 512, 8 stages", 300, None),
+    ("lognormal, batch 512, 8 stages", 300, None),
+    ("extreme, batch 512, 8 stages", 300, None),
+    ("heavy mix", 1000, None),
+    ("wikipedia, batch 2048, 32 stages", 2000, 200),
+]
+
+
+def cpu_text(steps):
+    ms = [s["cpu_ms"] for s in steps if s["cpu_ms"] is not None]
+    return "%s (%s)" % (f"{max(ms):,.0f}", f"{sum(ms) / len(ms):,.0f}") if ms else "-"
+
+
+def speed_values(speed):
+    out = table_head(
+        "case", "steps", "CPU per step, max (mean) ms", "peak RSS MiB", "work limit reached"
+    )
+    for c in speed["cases"]:
+        steps = c["new"]["steps"]
+        exhausted = sum(bool(s["budget_exhausted"]) for s in steps)
+        out.append(
+            "| %s | %d | %s | %s | %d of %d |"
             % (
-                multi,
-                100 * mean([epp[i]["bubble_fraction"] for i in multi]),
-                100 * mean([epp[i]["bubble_fraction"] for i in single]) if single else float("nan"),
+                c["name"],
+                len(steps),
+                cpu_text(steps),
+                f"{c['new']['peak_rss_mib']:,.0f}",
+                exhausted,
+                len(steps),
             )
         )
-    margins = [
-        (best[m][i]["step_time_s"] / epp_t[i] - 1, i, m)
-        for m in BASELINES
-        for i in range(steps)
-        if best.get(m, {}).get(i) and best[m][i]["feasible"]
-    ]
-    if margins:
-        closest = min(margins)
-        text.append(
-            "- Closest per-step comparison: step %d, %s's per-step best, %.2f%% %s than EPP.\n"
-            % (
-                closest[1],
-                LABELS[closest[2]],
-                100 * abs(closest[0]),
-                "slower" if closest[0] >= 0 else "faster",
-            )
+    verdicts = table_head("case", "target", "worst step", "met")
+    for prefix, limit_ms, limit_mb in SPEED_TARGETS:
+        case = next(c for c in speed["cases"] if c["name"].startswith(prefix))
+        worst = max(s["cpu_ms"] for s in case["new"]["steps"])
+        met = worst <= limit_ms
+        target = "at most %g s" % (limit_ms / 1000)
+        got = "%.2f s" % (worst / 1000)
+        if limit_mb:
+            rss_mb = case["new"]["peak_rss_mib"] * 2**20 / 1e6
+            met = met and rss_mb <= limit_mb
+            target += " and %d MB" % limit_mb
+            got += ", %.0f MB" % rss_mb
+        verdicts.append(
+            "| %s | %s | %s | %s |" % (case["name"], target, got, "yes" if met else "**no**")
         )
-    knobs = [
-        ("a chunk token cap", [i for i in range(steps) if epp[i]["setting"].get("token_cap")]),
-        ("strict packing", [i for i in range(steps) if epp[i]["setting"].get("strict_packing")]),
-        ("a drain taper", [i for i in range(steps) if epp[i]["setting"].get("drain_chunks")]),
-        ("recompute", [i for i in range(steps) if epp[i]["recompute_s"] > 0]),
-    ]
-    text.append(
-        "- EPP's search chose %s.\n"
-        % "; ".join(
-            "%s on %s" % (name, "steps %s" % chosen if chosen else "no step")
-            for name, chosen in knobs
-        )
+    return dict(
+        speed_table=lines(out),
+        speed_targets=lines(verdicts),
+        speed_date=speed["date"][:10],
+        speed_build=speed["build"],
     )
-    for m in BASELINES:
-        t = static.get(m, {})
-        if (
-            t
-            and all(t[i]["feasible"] for i in range(steps))
-            and t[0]["setting"]["uniform_recompute"] > 0
-        ):
-            text.append(
-                "- Static %s recomputes %d layer(s) per stage on every step, %.2f s of recompute per "
-                "step summed over stages, because its worst step needs it.\n"
-                % (
-                    LABELS[m],
-                    t[0]["setting"]["uniform_recompute"],
-                    mean([t[i]["recompute_s"] for i in range(steps)]),
-                )
-            )
-    bound = [
-        max(b - r for b, r in zip(epp[i]["busy_s"], epp[i]["recompute_s_per_stage"]))
-        for i in range(steps)
-    ]
-    text.append(
-        "- Compute of the busiest stage in EPP's plans, recompute left out (no plan of these chunks "
-        "can be faster): mean %.3f s, so EPP is within %.1f%% of it, and no method could be more than "
-        "%.2fx faster than static Seq1F1B here unless it ran less compute on that stage.\n"
-        % (
-            mean(bound),
-            100 * (mean(epp_t) / mean(bound) - 1),
-            (mean(times(static["seq1f1b"], steps)) / mean(bound))
-            if times(static.get("seq1f1b", {}), steps)
-            else float("nan"),
-        )
-    )
-    text.append(
-        "- Lowest bubble of any plan: %.1f%%. With even layer splits the last stage also "
-        "runs the LM head, so the other stages wait for it whatever the chunking.\n"
-        % (100 * min(r["bubble_fraction"] for r in rows if r["feasible"]))
-    )
-    return "".join(text)
+
+
+def render_page(comparison, speed):
+    """docs/planning.md's text."""
+    values = comparison_values(comparison)
+    values.update(speed_values(speed))
+    return render("planning.md", values)
