@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -115,8 +114,12 @@ def main() -> None:
     )
     # Batch i+1 is planned on a background thread while batch i trains.
     loader = trainer.prefetching(batches)
-    if args.checkpoint_dir and (Path(args.checkpoint_dir) / "latest").exists():
-        loader.load_state_dict(trainer.load_checkpoint(args.checkpoint_dir)["data"])
+    # The newest checkpoint there that is whole: a damaged one is passed over with a warning.
+    resumed = trainer.resume_checkpoint(args.checkpoint_dir) if args.checkpoint_dir else None
+    if resumed is not None:
+        loader.load_state_dict(resumed[1]["data"])
+        if dist.get_rank() == 0:
+            print(f"resumed from {resumed[0]} (step {trainer.steps})")
     upcoming = iter(loader)
 
     first_loss = result = None
@@ -130,8 +133,7 @@ def main() -> None:
             trainer.zero_grad()
             result = trainer.forward_backward(next(upcoming))
             norm = trainer.clip_grad_norm_(args.clip)
-            if math.isfinite(norm):  # else: skip the step, keep the weights
-                trainer.optimizer_step()
+            trainer.optimizer_step()  # skipped on every rank if a loss or gradient is not finite
             first_loss = result.loss if first_loss is None else first_loss
             planning[0] += result.planning_s
             planning[1] += result.planning_hidden_s

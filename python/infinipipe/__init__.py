@@ -18,6 +18,7 @@ _EXPORTS = {
     "BatchError": "errors",
     "LostRankError": "errors",
     "RankFailedError": "errors",
+    "NonfiniteError": "errors",
     "Trainer": "training.trainer",
     "PlanConfig": "planning.config",
     "Parallel": "distributed.layout",

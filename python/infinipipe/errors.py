@@ -26,3 +26,12 @@ class LostRankError(_RanksError):
 class RankFailedError(_RanksError):
     """A rank failed by itself (its model raised, or it rejected its setup): `ranks` names it;
     the message carries its error."""
+
+
+class NonfiniteError(Error):
+    """The loss or the gradients were NaN or infinite in more optimizer steps in a row than
+    RuntimeConfig.max_nonfinite_skips allows; `step` is the last of them."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step

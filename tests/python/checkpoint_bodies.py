@@ -59,6 +59,7 @@ def train(
     resume: bool = False,
     cpp_stage: bool = False,
     parallel: dict | None = None,
+    fall_back: bool = False,
 ) -> dict:
     """Trains up to `steps` optimizer steps (resuming from `directory` first if asked), saving
     after the steps in `save_at` (0: before the first). Returns the loss of each step, and
@@ -70,7 +71,12 @@ def train(
     random.seed(100 + trainer.rank)
     generator = torch.Generator().manual_seed(SEED)
     out: dict = {"losses": {}, "draws": {}, "split": trainer.layers_per_stage}
-    if resume:
+    if resume and fall_back:
+        loaded, extra = checkpoint.resume(trainer, directory)
+        generator.set_state(extra["generator"])
+        out["resumed_from"] = loaded.name
+        out["resumed_at"] = trainer.steps
+    elif resume:
         extra = checkpoint.load(trainer, directory)
         generator.set_state(extra["generator"])
         out["resumed_at"] = trainer.steps
@@ -103,6 +109,7 @@ def load_errors(paths: list[str]) -> dict:
     """Tries each of `paths` in turn (every one must fail on every rank, none hang), then trains
     one step to show the ranks are still in step."""
     trainer = make_trainer()
+    before = {k: v.clone() for k, v in trainer.module.state_dict().items()}
     messages = []
     for path in paths:
         try:
@@ -110,8 +117,23 @@ def load_errors(paths: list[str]) -> dict:
             messages.append("no error")
         except infinipipe.Error as e:
             messages.append(str(e))
+    after = trainer.module.state_dict()
+    untouched = trainer.steps == 0 and all(torch.equal(before[k], after[k]) for k in before)
     loss = trainer.step(next_batch(torch.Generator().manual_seed(1))).loss
-    return dict(messages=messages, loss=loss)
+    return dict(messages=messages, loss=loss, untouched=untouched)
+
+
+def resume_errors(paths: list[str]) -> list[str]:
+    """resume() on each of `paths`: its error, or "fresh start" when it found no checkpoint."""
+    trainer = make_trainer()
+    messages = []
+    for path in paths:
+        try:
+            found = checkpoint.resume(trainer, path)
+            messages.append("fresh start" if found is None else f"loaded {found[0]}")
+        except infinipipe.Error as e:
+            messages.append(str(e))
+    return messages
 
 
 def failed_save(directory: str) -> dict:

@@ -6,14 +6,17 @@
 - a 2-stage checkpoint loads into a 4-stage run (by parameter name) and gives the 2-stage
   run's next losses; the RNG states are then left alone, with a warning; it loads into C++
   stages as well;
-- another model shape or dtype is refused naming each field; a missing, unfinished, truncated
-  or corrupt checkpoint is refused naming the path, on every rank, without a hang;
+- another model shape or dtype is refused naming each field; a missing, unfinished, truncated,
+  damaged (random bytes, zeros) or mismatched (another save's index) checkpoint is refused
+  naming the file, on every rank, without a hang, before any tensor is read; resume() falls
+  back to the checkpoint before a damaged one;
 - a save that fails on one rank leaves `latest` and the previous checkpoint as they were.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import sys
 from pathlib import Path
@@ -161,16 +164,37 @@ def test_incomplete_or_corrupt_checkpoints_are_named(saved, tmp_path):
 
     bad_metadata = _copy(step, tmp_path / "bad-metadata")
     (bad_metadata / ".metadata").write_bytes(b"not a pickle")
-    cases.append((bad_metadata, f"{bad_metadata / '.metadata'} is unreadable"))
+    cases.append((bad_metadata, f"checkpoint file {bad_metadata / '.metadata'} is truncated"))
 
     no_meta = _copy(step, tmp_path / "no-meta")
     (no_meta / "infinipipe.json").unlink()
     cases.append((no_meta, f"{no_meta} is incomplete: it has no infinipipe.json"))
 
-    zeros = _copy(step, tmp_path / "zeros")  # right size, wrong bytes: DCP itself fails
+    # The same size, other bytes: only the checksums the save recorded tell.
+    zeros = _copy(step, tmp_path / "zeros")
     data = zeros / "__0_0.distcp"
     data.write_bytes(bytes(data.stat().st_size))
-    cases.append((zeros, f"{zeros} could not be read (corrupt or incomplete)"))
+    cases.append((zeros, f"checkpoint file {data} is damaged: its crc32 is"))
+
+    scribbled = _copy(step, tmp_path / "scribbled")  # 4,096 random bytes in the middle
+    data = scribbled / "__1_0.distcp"
+    with open(data, "r+b") as f:
+        f.seek(data.stat().st_size // 2)
+        f.write(random.Random(0).randbytes(4096))
+    cases.append((scribbled, f"checkpoint file {data} is damaged: its crc32 is"))
+
+    # Another save's infinipipe.json (step 0 of the same run), and another save's DCP index.
+    foreign = _copy(step, tmp_path / "foreign-meta")
+    shutil.copy(directory / "step-0" / "infinipipe.json", foreign / "infinipipe.json")
+    cases.append((foreign, f"checkpoint file {foreign / '.metadata'} is"))
+    foreign_index = _copy(step, tmp_path / "foreign-index")
+    shutil.copy(directory / "step-0" / ".metadata", foreign_index / ".metadata")
+    cases.append((foreign_index, f"checkpoint file {foreign_index / '.metadata'} is"))
+
+    edited = _copy(step, tmp_path / "edited-meta")  # a digit changed: still valid JSON
+    meta = edited / "infinipipe.json"
+    meta.write_text(meta.read_text().replace('"step": 5', '"step": 6'))
+    cases.append((edited, f"checkpoint file {meta} is damaged: its content's crc32 is"))
 
     dangling = tmp_path / "dangling"
     dangling.mkdir()
@@ -183,7 +207,36 @@ def test_incomplete_or_corrupt_checkpoints_are_named(saved, tmp_path):
     for r in runs:
         for (path, expected), message in zip(cases, r["messages"]):
             assert expected in message, (path, message)
+        for message in r["messages"][2:-2]:  # a damaged file: what to do
+            assert "load the checkpoint saved before it" in message, message
+        assert r["untouched"]  # every refusal came before any tensor was read
         assert r["loss"] == runs[0]["loss"]  # the ranks are still in step
+
+
+def test_a_resume_falls_back_past_a_damaged_checkpoint(uninterrupted, saved, tmp_path):
+    """step-5's shard damaged: resume() loads step-0 (with a warning naming the file) and the
+    run continues as the one that never stopped; with every checkpoint damaged it is an error
+    naming each; an empty directory is a fresh start."""
+    directory, _ = saved
+    damaged = _copy(directory, tmp_path / "damaged")
+    shard = damaged / "step-5" / "__0_0.distcp"
+    with open(shard, "r+b") as f:
+        f.seek(shard.stat().st_size // 2)
+        f.write(bytes(4096))
+    resumed = ranks("train", 2, directory=str(damaged), steps=3, resume=True, fall_back=True)
+    for rank, r in enumerate(resumed):
+        assert r["resumed_from"] == "step-0" and r["resumed_at"] == 0
+        assert r["losses"] == {k: uninterrupted[rank]["losses"][k] for k in range(1, 4)}
+        assert any(f"checkpoint file {shard} is damaged" in w for w in r["warnings"])
+
+    shard = damaged / "step-0" / "__1_0.distcp"
+    os.truncate(shard, shard.stat().st_size - 1)
+    (empty := tmp_path / "empty").mkdir()
+    for r in ranks("resume_errors", 2, paths=[str(damaged), str(empty), str(tmp_path / "none")]):
+        everything, nothing, missing = r
+        assert f"no checkpoint under {damaged} could be loaded" in everything
+        assert "step-5" in everything and f"checkpoint file {shard} is truncated" in everything
+        assert nothing == missing == "fresh start"
 
 
 def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path):

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,9 +37,9 @@ def cost_cache(tmp_path_factory):
     del os.environ["INFINIPIPE_CACHE_DIR"]
 
 
-def run(args: list[str], ranks: int = 2, timeout_s: float = 300) -> str:
-    """Runs a command (under torchrun when ranks > 0); returns its stdout, fails the test on a
-    non-zero exit."""
+def run(args: list[str], ranks: int = 2, timeout_s: float = 300, stderr: bool = False) -> str:
+    """Runs a command (under torchrun when ranks > 0); returns its stdout (and then its stderr
+    when asked), fails the test on a non-zero exit."""
     launcher = [
         "-m",
         "torch.distributed.run",
@@ -50,7 +51,7 @@ def run(args: list[str], ranks: int = 2, timeout_s: float = 300) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
     assert done.returncode == 0, f"{command}\n{launch_log(done.stdout, done.stderr)}"
-    return done.stdout
+    return done.stdout + (done.stderr if stderr else "")
 
 
 def records(path: Path) -> tuple[dict[int, float], dict[int, float]]:
@@ -72,7 +73,8 @@ def train_llama(steps: int, checkpoints: Path, metrics: Path) -> str:
             *("--steps", str(steps), "--tokens-per-step", "1024", "--context", "512"),
             *("--eval-every", "2", "--save-every", "2"),
             *("--checkpoint-dir", str(checkpoints), "--metrics", str(metrics)),
-        ]
+        ],
+        stderr=True,
     )
 
 
@@ -86,8 +88,17 @@ def test_train_llama_trains_saves_and_resumes_exactly(tmp_path):
         "step-2",
         "step-4",
     ]
+    # A copy whose newest checkpoint is damaged: the example resumes from the one before.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path / "resumed", damaged)
+    shard = damaged / "step-4" / "__0_0.distcp"
+    with open(shard, "r+b") as f:
+        f.seek(shard.stat().st_size // 2)
+        f.write(bytes(4096))
     second = tmp_path / "second.jsonl"
     out = train_llama(6, tmp_path / "resumed", second)
+    fallen_back = tmp_path / "fallen_back.jsonl"
+    out_fallen_back = train_llama(6, damaged, fallen_back)
 
     losses, held_out = records(whole)
     assert sorted(losses) == [1, 2, 3, 4, 5, 6] and sorted(held_out) == [2, 4, 6]
@@ -98,6 +109,12 @@ def test_train_llama_trains_saves_and_resumes_exactly(tmp_path):
     for step in (5, 6):
         assert resumed[step] == pytest.approx(losses[step], rel=1e-12, abs=0), step
     assert resumed_held_out[6] == pytest.approx(held_out[6], rel=1e-12, abs=0)
+    again, _ = records(fallen_back)
+    assert sorted(again) == [3, 4, 5, 6], out_fallen_back  # from step 2
+    for step in again:
+        assert again[step] == pytest.approx(losses[step], rel=1e-12, abs=0), step
+    assert f"checkpoint file {shard} is damaged" in out_fallen_back
+    assert f"resumed from {damaged / 'step-2'} (step 2)" in out_fallen_back
     assert re.search(r"loss \S+ -> \S+ over 6 steps", out), out
     assert re.search(r"step time: measured \S+ s, predicted \S+ s .*profiled on this", out), out
 

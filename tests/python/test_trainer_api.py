@@ -45,10 +45,12 @@ def test_the_trainer_is_its_configs_and_three_parts():
         assert trainer.cost is trainer.planner.cost
         assert isinstance(trainer.gradients, infinipipe.training.gradient_sync.GradientSync)
         result = trainer.step([torch.randint(0, CONFIG.vocab, (n,)) for n in (40, 9)])
-        assert result.loss > 0 and trainer.steps == 1
-        assert trainer.state_dict() == {"step": 1}
-        trainer.load_state_dict({"step": 7})
-        assert trainer.steps == 7
+        assert result.loss > 0 and trainer.steps == 1 and not result.skipped
+        assert trainer.state_dict() == {"step": 1, "skipped": 0, "in_a_row": 0}
+        trainer.load_state_dict({"step": 7, "skipped": 2, "in_a_row": 1})
+        assert trainer.steps == 7 and trainer.skipped_steps == 2
+        trainer.load_state_dict({"step": 3})  # a checkpoint from before the skip counts
+        assert trainer.state_dict() == {"step": 3, "skipped": 0, "in_a_row": 0}
 
 
 def test_a_16_bit_runtime_gets_float32_masters_by_default():
@@ -62,6 +64,12 @@ def test_a_16_bit_runtime_gets_float32_masters_by_default():
 def test_a_bad_timeout_is_refused_when_the_config_is_made():
     with pytest.raises(ValueError, match="timeout_s must be positive"):
         infinipipe.RuntimeConfig(timeout_s=0)
+
+
+@pytest.mark.parametrize("skips", [-1, 1.5, True, "3"])
+def test_a_bad_number_of_nonfinite_skips_is_refused(skips):
+    with pytest.raises(ValueError, match="max_nonfinite_skips must be a whole number >= 0"):
+        infinipipe.RuntimeConfig(max_nonfinite_skips=skips)
 
 
 def test_the_layer_split_is_the_layouts():

@@ -16,7 +16,11 @@ torch.distributed.checkpoint (DCP), each rank writing its own file:
 - the step (`trainer.steps`), each rank's RNG states (torch's CPU generator, every CUDA
   device's when there are any, Python's `random`) as `rng/rank<r>/...`, and rank 0's `extra`;
 - `infinipipe.json`: the model shape, dtype, layer split, world size, optimizer class, parallel
-  layout and step, written by rank 0 and read before anything else on load.
+  layout and step, and the size and checksum of every other file (taken while DCP wrote it,
+  checksums.py), written by rank 0 and read before anything else on load. A load checks every
+  file against it before reading a tensor: a damaged, truncated or foreign file is an error
+  naming it, and the trainer is left as it was. `resume()` loads the newest checkpoint that
+  passes, falling back past damaged ones.
 
 With data replicas and sequence ranks (layout.py) several ranks hold a stage: they save the same
 keys, which DCP writes once; with ZeRO-1 each rank saves the optimizer state of the parameters
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -46,12 +51,13 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .. import _C
-from ..errors import Error
-from . import contents, files
+from ..errors import Error, LostRankError, RankFailedError
+from . import checksums, contents, files
 from .files import META
 
-FORMAT = 1  # of infinipipe.json and the key layout
+FORMAT = 2  # of infinipipe.json and the key layout; 2 added the checksums (1 still loads)
 DEFAULT_KEEP = 2  # step directories kept by save(): the newest and the one before
+_log = logging.getLogger("infinipipe")
 
 # --- saving ---
 
@@ -88,19 +94,21 @@ def save(
             f"{what}: the ranks are at different steps ({steps}); every rank saves together"
         )
 
+    writer = checksums.SummingWriter(tmp)
     metadata = _dcp(
         trainer,
-        lambda: dcp.save(
-            state, storage_writer=dcp.FileSystemWriter(tmp), process_group=trainer.group
-        ),
+        lambda: dcp.save(state, storage_writer=writer, process_group=trainer.group),
         lambda failure: f"{what} failed, {files.latest_says(root)}: {failure}",
     )
+    written = _agree(trainer, None, what, writer.written)  # each file is written by one rank
 
     error = None
     if trainer.rank == 0:
         try:
             _check_files(tmp, metadata, shared_hint=True)
-            files.write_atomically(tmp / META, json.dumps(_meta(trainer, step), indent=1) + "\n")
+            meta = _meta(trainer, step, {k: v for w in written for k, v in w.items()})
+            text = json.dumps(checksums.seal(meta), indent=1) + "\n"
+            files.write_atomically(tmp / META, text)
             files.publish(root, tmp, final)
         except Exception as e:  # noqa: BLE001 - raised on every rank by _agree
             error = Error(f"{what} failed, {files.latest_says(root)}: {e}")
@@ -110,10 +118,11 @@ def save(
     return final
 
 
-def _meta(trainer: Any, step: int) -> dict[str, Any]:
+def _meta(trainer: Any, step: int, written: dict[str, Any]) -> dict[str, Any]:
     return dict(
         format=FORMAT,
         step=step,
+        trainer=trainer.state_dict(),
         model=contents.model_fields(trainer),
         layers_per_stage=[int(n) for n in trainer.layers_per_stage],
         world_size=int(trainer.world_size),
@@ -121,6 +130,7 @@ def _meta(trainer: Any, step: int) -> dict[str, Any]:
         parallel=dataclasses.asdict(trainer.layout.parallel),
         torch=torch.__version__,
         saved_at=time.time(),
+        files=written,
     )
 
 
@@ -131,15 +141,47 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
     """Restores what save() wrote: weights, optimizer state, the step, RNG states (when the
     world size is the one that saved), and returns the saved `extra`. `path` is a directory
     holding `latest`, or a step directory. The checkpoint may come from another layer split or
-    number of stages of the same model. A collective; on an error every rank raises (a failure
-    while tensors are being read may leave this trainer's weights partly loaded)."""
+    number of stages of the same model. Every file is checked against the checksums the save
+    recorded before any tensor is read: a checkpoint refused leaves the trainer as it was. A
+    collective; on an error every rank raises (a failure while tensors are being read, after
+    the checks passed, may leave this trainer's weights partly loaded)."""
     root = Path(path)
-    what = f"checkpoint load from {root}"
+    return _read(trainer, *_open(trainer, lambda: files.resolve(root), root))
+
+
+def resume(trainer: Any, path: str | os.PathLike) -> tuple[Path, Any] | None:
+    """Loads the newest checkpoint under `path` that passes load()'s checks: the one `latest`
+    names, and when that one is refused (damaged, incomplete, unreadable) the other step
+    directories, the newest first, each refusal logged as a warning on the `infinipipe`
+    logger. Returns (the directory loaded, its `extra`), or None when `path` holds no
+    checkpoint (a fresh start); an Error naming every refusal when none passes. A collective."""
+    root = Path(path)
+    refusals = []
+    for directory in files.candidates(root):
+        try:
+            opened = _open(trainer, lambda d=directory: d, directory)
+        except (LostRankError, RankFailedError, _C.runtime.PeerError):
+            raise  # a rank is gone: not this checkpoint's fault
+        except Error as e:
+            _log.warning("checkpoint: %s; trying an earlier one", e)
+            refusals.append(str(e))
+            continue
+        return directory, _read(trainer, *opened)
+    if refusals:
+        raise Error(f"no checkpoint under {root} could be loaded: " + "; ".join(refusals))
+    return None
+
+
+def _open(trainer: Any, find: Callable[[], Path], shown: Path) -> tuple[Path, dict[str, Any], Any]:
+    """The step directory `find` names, its infinipipe.json and DCP's load template for this
+    trainer, once every rank found every file whole (the same directory on every rank)."""
+    what = f"checkpoint load from {shown}"
     error, directory, meta, template = None, None, None, None
     try:
-        directory = files.resolve(root)
+        directory = find()
         meta = _read_meta(directory)
         _check_fits(trainer, meta, directory)
+        _check_checksums(trainer, meta, directory)
         metadata = _read_metadata(directory)
         _check_files(directory, metadata)
         template = contents.load_template(trainer, metadata, meta, directory)
@@ -148,7 +190,11 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
     names = _agree(trainer, error, what, None if directory is None else directory.name)
     if len(set(names)) > 1:
         raise Error(f"{what}: the ranks found different checkpoints there ({names})")
+    return directory, meta, template
 
+
+def _read(trainer: Any, directory: Path, meta: dict[str, Any], template: Any) -> Any:
+    what = f"checkpoint load from {directory}"
     _dcp(
         trainer,
         lambda: dcp.load(
@@ -166,23 +212,44 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
     return extra
 
 
+def _check_checksums(trainer: Any, meta: dict[str, Any], directory: Path) -> None:
+    """Every file the save wrote, whole: each rank reads its share of them (checksums.share)."""
+    expected = meta.get("files")
+    if expected is None:  # format 1
+        _log.warning(
+            "checkpoint %s was saved without checksums (format 1): its files are not checked",
+            directory,
+        )
+        return
+    names = checksums.share(expected, int(trainer.rank), int(trainer.world_size))
+    checksums.check(directory, expected, names)
+
+
 def _read_meta(directory: Path) -> dict[str, Any]:
     file = directory / META
     try:
         meta = json.loads(file.read_text())
     except FileNotFoundError:
-        raise Error(f"checkpoint {directory} is incomplete: it has no {META}") from None
+        raise Error(
+            f"checkpoint {directory} is incomplete: it has no {META}; {checksums.ADVICE}"
+        ) from None
     except (OSError, ValueError) as e:
-        raise Error(f"checkpoint file {file} is unreadable (truncated or corrupt): {e}") from None
+        raise Error(
+            f"checkpoint file {file} is unreadable (truncated or corrupt): {e}; {checksums.ADVICE}"
+        ) from None
     needed = ("format", "step", "model", "layers_per_stage", "world_size", "optimizer")
     missing = [k for k in needed if not isinstance(meta, dict) or k not in meta]
     if missing:
-        raise Error(f"checkpoint file {file} is corrupt: it lacks {', '.join(missing)}")
-    if meta["format"] != FORMAT:
+        raise Error(
+            f"checkpoint file {file} is corrupt: it lacks {', '.join(missing)}; {checksums.ADVICE}"
+        )
+    if meta["format"] not in (1, FORMAT):
         raise Error(
             f"checkpoint {directory} has format {meta['format']!r}; this InfiniPipe reads "
-            f"format {FORMAT}"
+            f"formats 1 and {FORMAT}"
         )
+    if meta["format"] >= 2:
+        checksums.check_seal(meta, file)
     return meta
 
 
@@ -225,15 +292,18 @@ def _check_files(directory: Path, metadata: Any, shared_hint: bool = False) -> N
     hint = (
         ": the checkpoint directory must be on a filesystem every rank sees" if shared_hint else ""
     )
+    advice = "" if shared_hint else f"; {checksums.ADVICE}"
     for relative, size in sorted(needed.items()):
         file = directory / relative
         try:
             have = file.stat().st_size
         except FileNotFoundError:
-            raise Error(f"checkpoint {directory} is incomplete: {file} is missing{hint}") from None
+            raise Error(
+                f"checkpoint {directory} is incomplete: {file} is missing{hint or advice}"
+            ) from None
         if have < size:
             raise Error(
-                f"checkpoint file {file} is truncated: {have} bytes, its index needs {size}"
+                f"checkpoint file {file} is truncated: {have} bytes, its index needs {size}{advice}"
             )
 
 
@@ -245,13 +315,10 @@ def _agree(trainer: Any, error: Exception | None, what: str, mine: Any = None) -
     Gloo: agreement.py): every rank learns whether any rank failed, and every rank's `mine`
     (JSON). A rank that failed raises its own error; the others raise one naming it."""
     text = None if error is None else f"{type(error).__name__}: {error}"
-    try:
+    with trainer.failures.peers_named():
         everyone = [
             json.loads(b) for b in trainer.stage.executor.all_gather_text(json.dumps([text, mine]))
         ]
-    except _C.runtime.PeerError as e:
-        lost = getattr(trainer, "_lost_peer", None)
-        raise (lost(e) if lost is not None else e) from None
     if error is not None:
         raise error if isinstance(error, Error) else Error(f"{what}: {text}") from error
     failed = [(r, e[0]) for r, e in enumerate(everyone) if e[0] is not None]

@@ -153,7 +153,7 @@ def apply_loaded(
         for mine, local in zip(trainer.optimizer.param_groups, optimizer.param_groups):
             mine.update({k: v for k, v in local.items() if k != "params"})
 
-    trainer.load_state_dict({"step": int(meta["step"])})
+    trainer.load_state_dict(meta.get("trainer", {"step": int(meta["step"])}))  # format 1: step
     _restore_rng(trainer, loaded, meta)
     return _unpickled(loaded["extra"])
 

@@ -110,6 +110,26 @@ def resolve(root: Path) -> Path:
     raise Error(f"no checkpoint at {root}: neither a `{LATEST}` file nor a checkpoint's {META}")
 
 
+def candidates(root: Path) -> list[Path]:
+    """The checkpoints a resume tries, in order: the one `latest` names (or `root` itself when
+    it is a step directory), then every other complete-looking step directory, the newest
+    first. Empty when `root` holds none."""
+    first = []
+    try:
+        first = [resolve(root)]
+    except Error as e:
+        if (root / LATEST).exists():
+            _log.warning("checkpoint: %s; trying the step directories", e)
+    if first and first[0].parent != root:  # root is a step directory itself
+        return first
+    others = []
+    if root.is_dir():
+        for d in root.iterdir():
+            if _STEP.fullmatch(d.name) and (d / META).is_file() and d not in first:
+                others.append((_saved_at(d), d))
+    return first + [d for _, d in sorted(others, reverse=True)]
+
+
 def latest_says(root: Path) -> str:
     pointer = root / LATEST
     try:

@@ -37,6 +37,12 @@ class RuntimeConfig:
         it out of the step for that reason). Off by default: on a 2-core CPU it changed the
         step by 0.99-1.04x (docs/runtime.md, "Python's garbage collector"). A collector the
         caller turned off stays off.
+    max_nonfinite_skips: how many optimizer steps in a row may be skipped because the loss or
+        a gradient was NaN or infinite on some rank (every rank skips such a step together,
+        with a warning) before the trainer raises NonfiniteError; 0 raises at the first.
+        5 lets a rare bad batch pass and stops a run that has diverged within a few steps
+        (Megatron-LM's --check-for-nan-in-loss-and-grad raises at the first; DeepSpeed's fp16
+        loss scaler skips steps until its scale reaches a floor).
     """
 
     dtype: torch.dtype | None = None
@@ -46,8 +52,12 @@ class RuntimeConfig:
     attention_backend: str = "auto"
     flush_denormal: bool = False
     pause_gc: bool = False
+    max_nonfinite_skips: int = 5
 
     def __post_init__(self) -> None:
+        skips = self.max_nonfinite_skips
+        if isinstance(skips, bool) or not isinstance(skips, int) or skips < 0:
+            raise ValueError(f"max_nonfinite_skips must be a whole number >= 0, got {skips!r}")
         if not float(self.timeout_s) > 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
 

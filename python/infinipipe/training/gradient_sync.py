@@ -1,10 +1,18 @@
 """Completing the step's gradients across ranks (tied weights, each stage's gradient group, the head
-replicas), their global norm and clipping. Each sum is pending from a run's backward until it runs
-or zero_grad drops it: once per accumulation, so a norm and the optimizer step after it see the
-same gradients."""
+replicas), their global norm and clipping, and the check that they are finite. Each sum is pending
+from a run's backward until it runs or zero_grad drops it: once per accumulation, so a norm and the
+optimizer step after it see the same gradients.
+
+A loss or gradient that is NaN or infinite on any rank makes every rank skip the optimizer step
+(`finite`), so that no weight and no optimizer state is updated from it; after
+RuntimeConfig.max_nonfinite_skips such steps in a row the trainer raises NonfiniteError naming
+the step (docs/runtime.md, "Non-finite steps").
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from typing import Any
 
@@ -13,8 +21,11 @@ import torch
 from ..distributed.failures import Failures
 from ..distributed.gradient_group import sum_gradients
 from ..distributed.layout import Layout
-from ..errors import Error
+from ..errors import Error, NonfiniteError
+from .config import RuntimeConfig
 from .stage_runtime import StageRuntime
+
+_log = logging.getLogger("infinipipe")
 
 
 class GradientSync:
@@ -27,6 +38,7 @@ class GradientSync:
         group: Any,
         failures: Failures,
         spread_head: bool,
+        runtime: RuntimeConfig,
     ) -> None:
         self._stage = stage
         self._layout = layout
@@ -38,9 +50,15 @@ class GradientSync:
         self._tied_pending = False
         self._reduce_pending = False
         self._head_pending = False
+        self._max_skips = runtime.max_nonfinite_skips
+        self._losses: list[float] = []  # of the runs accumulated since zero_grad
+        self.skipped_steps = 0  # optimizer steps skipped for non-finite values, in all
+        self.skipped_in_a_row = 0
 
-    def after_backward(self) -> None:
-        """A run added to the gradients: every sum is due before anything reads them."""
+    def after_backward(self, loss: float) -> None:
+        """A run added to the gradients (its loss `loss`): every sum is due before anything
+        reads them."""
+        self._losses.append(float(loss))
         self._tied_pending = bool(self._tied())
         self._reduce_pending = self._layout.gradient_group is not None
         # Every rank, every step, head work or not: the collectives stay the same everywhere.
@@ -49,6 +67,7 @@ class GradientSync:
     def zero_grad(self) -> None:
         for p in self._stage.parameters:
             p.grad = None
+        self._losses.clear()
         self._tied_pending = False
         self._reduce_pending = False
         self._head_pending = False
@@ -125,6 +144,55 @@ class GradientSync:
                     self._timeout_s,
                     what="the all-reduce of the head replicas' gradients",
                 )
+
+    def finite(self, step: int) -> bool:
+        """Whether every rank's loss and gradients are finite (one all-gather): False on every
+        rank when any is not, with a warning naming the ranks; NonfiniteError once more than
+        max_nonfinite_skips steps in a row were not. `step`: the step's number, for messages.
+        Call after complete()."""
+        grads = [p.grad.detach() for p in self._stage.parameters if p.grad is not None]
+        # Inf-norms are NaN for a NaN and inf for an inf: one small tensor to look at. float64,
+        # so that a float64 gradient's large finite values stay finite.
+        bad_grad = bool(grads) and not bool(
+            torch.isfinite(
+                torch.stack([n.double() for n in torch._foreach_norm(grads, math.inf)])
+            ).all()
+        )
+        bad_loss = [x for x in self._losses if not math.isfinite(x)]
+        mine = json.dumps([bad_grad, repr(bad_loss[0]) if bad_loss else None])
+        with self._failures.peers_named():
+            everyone = [json.loads(t) for t in self._stage.executor.all_gather_text(mine)]
+        if not any(g or x for g, x in everyone):
+            self.skipped_in_a_row = 0
+            return True
+        self.skipped_steps += 1
+        self.skipped_in_a_row += 1
+        losses = sorted({x for _, x in everyone if x})
+        grad_ranks = [self._layout.describe(r) for r, (g, _) in enumerate(everyone) if g]
+        what = "; ".join(
+            ([f"loss {', '.join(losses)}"] if losses else [])
+            + ([f"non-finite gradients on {', '.join(grad_ranks)}"] if grad_ranks else [])
+        )
+        if self.skipped_in_a_row > self._max_skips:
+            first = step - self.skipped_in_a_row + 1
+            steps = f"step {step}" if first == step else f"steps {first} to {step}"
+            raise NonfiniteError(
+                f"step {step}: the loss or the gradients were not finite in {steps} ({what}); "
+                f"the optimizer stepped none of them, and max_nonfinite_skips "
+                f"(RuntimeConfig) is {self._max_skips}. Lower the learning rate, look at the "
+                "batches of those steps, or resume from an earlier checkpoint",
+                step=step,
+            )
+        _log.warning(
+            "step %d: %s; every rank skipped the optimizer step (%d in a row, %d in all; "
+            "max_nonfinite_skips %d)",
+            step,
+            what,
+            self.skipped_in_a_row,
+            self.skipped_steps,
+            self._max_skips,
+        )
+        return False
 
     def _tied(self) -> list[tuple[torch.Tensor, int]]:
         """(parameter, the stage holding its twin) of each weight tied across stages."""

@@ -16,6 +16,7 @@ class StepResult:
     planning_s: float = 0.0  # this rank's planning time (zero for a given plan)
     planning_hidden_s: float = 0.0  # the part of it done ahead, while earlier work ran
     step_s: float = 0.0  # wall time of the whole call on this rank, planning included
+    skipped: bool = False  # Trainer.step skipped the optimizer step: a loss or gradient not finite
 
     @property
     def predicted_s(self) -> float:

@@ -1,4 +1,7 @@
-"""The pipeline trainer: one process per stage (and sequence rank, and replica), under torchrun.
+"""Over 400 lines for a reason: the whole public API of training, each method a few lines that
+hand over to the parts (StepPlanner, StageRuntime, GradientSync, state.checkpoint).
+
+The pipeline trainer: one process per stage (and sequence rank, and replica), under torchrun.
 
     trainer = infinipipe.Trainer(LlamaConfig.tiny(), lambda params: torch.optim.AdamW(params),
                                  plan=infinipipe.PlanConfig(memory_budget_gib=2))
@@ -37,6 +40,7 @@ from ..models.stage_protocol import StageFactory
 from ..planning.ahead import Prefetching
 from ..planning.config import PlanConfig
 from ..profiling import profiled_cost
+from ..state import checkpoint
 from . import gc_pause, step_input
 from .config import RuntimeConfig
 from .deprecated import moved_attribute, with_moved_keywords
@@ -160,7 +164,7 @@ class Trainer:
         elif error is not None:
             raise error
         self.gradients = GradientSync(
-            self.stage, self.layout, self.group, self.failures, plan.spread_head
+            self.stage, self.layout, self.group, self.failures, plan.spread_head, self.runtime
         )
         self._steps = 0
         self._closed = False
@@ -183,10 +187,11 @@ class Trainer:
 
     def step(self, batch: Any, plan: Any = None, measure_memory: bool = False) -> StepResult:
         """One training step on `batch` (a list of token sequences): zero_grad(),
-        forward_backward(), optimizer_step(). The step's gradients stay in .grad."""
+        forward_backward(), optimizer_step() (result.skipped when it skipped). The step's
+        gradients stay in .grad."""
         self.zero_grad()
         result = self.forward_backward(batch, plan, measure_memory)
-        self.optimizer_step()
+        result.skipped = not self.optimizer_step()
         return result
 
     def forward_backward(
@@ -202,7 +207,7 @@ class Trainer:
         plan, share, planning = self._prepare(batch, plan)
         with gc_pause.paused(self.runtime.pause_gc), self.failures.named():
             stats, meter = self.stage.run(plan, share, measure_memory)
-        self.gradients.after_backward()
+        self.gradients.after_backward(stats["loss"])
         if meter is not None:
             stats.update(meter.stats(plan, self.cost, self.stage_index))
         result = StepResult(
@@ -235,13 +240,19 @@ class Trainer:
         skip the step). A collective: every rank calls it."""
         return self.gradients.clip_(max_norm, norm_type)
 
-    def optimizer_step(self) -> None:
-        """Steps the optimizer on the accumulated gradients (which stay until zero_grad())."""
+    def optimizer_step(self) -> bool:
+        """Steps the optimizer on the accumulated gradients (which stay until zero_grad()) and
+        returns True; or, when a loss or gradient is not finite on some rank, every rank skips
+        it and returns False (GradientSync.finite: NonfiniteError after too many in a row).
+        A skipped step counts in `steps` and in `skipped_steps`."""
         self.gradients.complete()
+        self._steps += 1
+        if not self.gradients.finite(self._steps):
+            return False
         scope = self.failures.named() if self.stage.sharded else contextlib.nullcontext()
         with scope:
             self.stage.step_optimizer()
-        self._steps += 1
+        return True
 
     def evaluate(self, batches: Iterable[Any]) -> EvalResult:
         """Forward-only loss over `batches` (each a list of token sequences): the mean loss per
@@ -296,30 +307,41 @@ class Trainer:
 
     @property
     def steps(self) -> int:
-        """Optimizer steps taken (restored by load_checkpoint)."""
+        """Optimizer steps taken, skipped ones included (restored by load_checkpoint)."""
         return self._steps
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a loss or gradient that was not finite."""
+        return self.gradients.skipped_steps
 
     def state_dict(self) -> dict[str, Any]:
         """The trainer's own training progress. A checkpoint (state/checkpoint.py) holds it
         beside the stage's weights and the optimizer's state, which are theirs."""
-        return {"step": self._steps}
+        g = self.gradients
+        return {"step": self._steps, "skipped": g.skipped_steps, "in_a_row": g.skipped_in_a_row}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._steps = int(state["step"])
+        self.gradients.skipped_steps = int(state.get("skipped", 0))
+        self.gradients.skipped_in_a_row = int(state.get("in_a_row", 0))
 
     def save_checkpoint(self, path: str | os.PathLike, extra: dict | None = None) -> Any:
         """Saves the whole training state (infinipipe.state.checkpoint.save): every rank's stage
         weights and optimizer state, the step, RNG states, and `extra` (for example the data
         loader's state_dict()). A collective: every rank calls it."""
-        from ..state import checkpoint
-
         return checkpoint.save(self, path, extra)
 
     def load_checkpoint(self, path: str | os.PathLike) -> Any:
-        """Restores what save_checkpoint saved; returns its `extra`. A collective."""
-        from ..state import checkpoint
-
+        """Restores what save_checkpoint saved; returns its `extra`. A damaged checkpoint is an
+        error naming the file, and leaves the trainer as it was. A collective."""
         return checkpoint.load(self, path)
+
+    def resume_checkpoint(self, path: str | os.PathLike) -> tuple[Any, Any] | None:
+        """Loads the newest checkpoint under `path` that is whole, falling back past damaged
+        ones with a warning (infinipipe.state.checkpoint.resume); returns (its directory, its
+        `extra`), or None when there is none. A collective."""
+        return checkpoint.resume(self, path)
 
     def close(self) -> None:
         """Stops planning ahead and shuts down the sequence and gradient groups the trainer

@@ -189,3 +189,62 @@ def stale_profile() -> dict:
         "times": [(r.step_s, r.predicted_s) for r in results],
         "cost": trainer.cost.to_json(),
     }
+
+
+def _tensors(state: dict) -> dict[str, torch.Tensor]:
+    """Every tensor of a (nested) state dict, by its path, cloned."""
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in _tensors(value).items()})
+        elif isinstance(value, torch.Tensor):
+            out[str(key)] = value.detach().clone()
+    return out
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def nonfinite_steps(poison_rank: int) -> dict:
+    """AdamW with max_nonfinite_skips=2: step 1 trains; in step 2 one gradient is made NaN on
+    `poison_rank` only; step 3 trains again; then that rank's weights are made infinite, so that
+    every loss is NaN: steps 4 and 5 are skipped and step 6 raises. Returns what every step did
+    and whether the weights and the optimizer's state moved."""
+    trainer = infinipipe.Trainer(
+        model_config("float64"),
+        lambda params: torch.optim.AdamW(params, lr=1e-2),
+        plan=infinipipe.PlanConfig(method="chunkflow", chunk_tokens=32),
+        runtime=infinipipe.RuntimeConfig(timeout_s=60, max_nonfinite_skips=2),
+    )
+    batches = [make_batch(lengths, seed) for lengths, seed in BATCHES]
+    poisoned = trainer.rank == poison_rank
+
+    def snapshot() -> dict[str, torch.Tensor]:
+        return {**_tensors(trainer.module.state_dict()), **_tensors(trainer.optimizer.state_dict())}
+
+    out: dict = {"skipped": [trainer.step(batches[0]).skipped]}
+    before = snapshot()
+    trainer.zero_grad()
+    out["loss_2"] = trainer.forward_backward(batches[1]).loss
+    if poisoned:
+        trainer.parameters[-1].grad.view(-1)[0] = float("nan")
+    out["skipped"].append(not trainer.optimizer_step())
+    out["unchanged_after_skip"] = _same(before, snapshot())
+    out["skipped"].append(trainer.step(batches[1]).skipped)
+    after_clean = snapshot()
+    out["moved_after_clean"] = not _same(before, after_clean)
+    if poisoned:
+        with torch.no_grad():
+            trainer.parameters[-1].fill_(float("inf"))
+    after_clean = snapshot()
+    try:
+        while True:
+            result = trainer.step(batches[0])
+            out["skipped"].append(result.skipped)
+            out.setdefault("losses", []).append(result.loss)
+    except infinipipe.NonfiniteError as e:
+        out["error"], out["error_step"] = str(e), e.step
+    out["unchanged_after_error"] = _same(after_clean, snapshot())
+    out["steps"], out["skipped_steps"] = trainer.steps, trainer.skipped_steps
+    return out

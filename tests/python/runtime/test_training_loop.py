@@ -187,3 +187,23 @@ def test_a_profiled_cost_model_is_rank_0_s_on_every_rank_and_cached(tmp_path):
     for r in noted:
         assert all("still predicted -80% off: not checked again" in n for n in r["names"])
     assert json.loads(cached.read_text()) == fresh
+
+
+@pytest.mark.parametrize("poison_rank", [0, 1])
+def test_a_step_not_finite_on_one_rank_is_skipped_on_every_rank(poison_rank):
+    """A NaN gradient on one rank: every rank skips the optimizer step and neither weights nor
+    optimizer state move; the next finite step trains; a run whose every loss is NaN is stopped
+    after max_nonfinite_skips skips in a row, on every rank, naming the steps."""
+    runs = check_all_ok(
+        run_ranks("loop_bodies:nonfinite_steps", 2, dict(poison_rank=poison_rank), timeout_s=120)
+    )
+    for r in runs:
+        assert math.isfinite(r["loss_2"])  # only the gradient was not
+        # steps 1-3: trained, skipped, trained; 4 and 5 skipped (loss nan); 6 raised
+        assert r["skipped"] == [False, True, False, True, True], r
+        assert r["unchanged_after_skip"] and r["moved_after_clean"]
+        assert all(math.isnan(x) for x in r["losses"])
+        assert r["unchanged_after_error"]
+        assert r["error_step"] == 6 and r["steps"] == 6 and r["skipped_steps"] == 4
+        assert "step 6: the loss or the gradients were not finite in steps 4 to 6" in r["error"]
+        assert "loss nan" in r["error"] and "max_nonfinite_skips (RuntimeConfig) is 2" in r["error"]
