@@ -133,14 +133,15 @@ def main() -> None:
             trainer.zero_grad()
             result = trainer.forward_backward(next(upcoming))
             norm = trainer.clip_grad_norm_(args.clip)
-            trainer.optimizer_step()  # skipped on every rank if a loss or gradient is not finite
+            # Skipped on every rank when a loss or gradient is not finite (counted, logged).
+            skipped = not trainer.optimizer_step()
             first_loss = result.loss if first_loss is None else first_loss
             planning[0] += result.planning_s
             planning[1] += result.planning_hidden_s
             step_times.append((result.step_s, result.predicted_s))
             step_heads = result.plan["heads_per_stage"]
             heads = [a + b for a, b in zip(heads, step_heads)] if heads else list(step_heads)
-            log.step(trainer.steps, result, grad_norm=norm)
+            log.step(trainer.steps, result, grad_norm=norm, skipped=skipped)
             if trainer.steps % args.eval_every == 0 or trainer.steps == args.steps:
                 log.evaluation(trainer.steps, trainer.evaluate(held_out))
             if args.checkpoint_dir and trainer.steps % args.save_every == 0:

@@ -50,6 +50,7 @@ def step_record(step: int, result: Any, **extra: Any) -> dict:
         setting=result.plan.get("setting"),
         cost_model=result.plan.get("cost_model"),
         peak_memory_bytes=peak_memory_bytes(),
+        skipped=result.skipped,
     )
     record.update(extra)
     return record
