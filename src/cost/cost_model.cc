@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/json_errors.h"
 #include "json_fields.h"
 
 namespace infinipipe {
@@ -503,10 +504,10 @@ CostModel load_cost_model(const std::string& path) {
       if (text[i] == '\n') ++line, line_start = i + 1;
     }
     throw Error(path + ":" + std::to_string(line) + ":" + std::to_string(end - line_start) +
-                ": not valid JSON: " + e.what());
+                ": not valid JSON: " + json_error_text(e));
   } catch (const nlohmann::json::exception& e) {
     // A number beyond double's range ("1e999") is out_of_range, not a parse_error.
-    throw Error(path + ": not valid JSON: " + e.what());
+    throw Error(path + ": not valid JSON: " + json_error_text(e));
   }
   try {
     return j.get<CostModel>();

@@ -371,6 +371,7 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   write("{\n  \"model\": {\n    \"name\": \"x\",,\n");
   const std::string syntax = error_of([&] { load_cost_model(path_); });
   EXPECT_NE(syntax.find(path_ + ":3:"), std::string::npos) << syntax;
+  EXPECT_EQ(syntax.find("json.exception"), std::string::npos) << syntax;  // nlohmann's preamble
 
   nlohmann::json j = llama7b(2);
   j["coefficients"].erase("a1");
