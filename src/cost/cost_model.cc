@@ -523,4 +523,20 @@ void save_cost_model(const CostModel& model, const std::string& path) {
   check(out.good(), "error while writing cost model file '" + path + "'");
 }
 
+void check_cost_file_split(const CostModel& file, const std::string& path,
+                           const std::vector<int>& planned, const std::string& whose) {
+  if (file.layers_per_stage() == planned) return;
+  auto list = [](const std::vector<int>& split, const char* separator) {
+    std::string out;
+    for (int layers : split) out += (out.empty() ? "" : separator) + std::to_string(layers);
+    return out;
+  };
+  throw Error("the cost model " + path + " splits the layers as [" +
+              list(file.layers_per_stage(), ", ") + "] but " + whose + " as [" +
+              list(planned, ", ") +
+              "]; plan on the file's split or profile for this one "
+              "(python -m infinipipe profile --layers-per-stage " +
+              list(planned, ",") + ")");
+}
+
 }  // namespace infinipipe
