@@ -510,6 +510,10 @@ void bind_plan(py::module_& root) {
         "Sequence lengths of one step from a built-in sampler (distribution_names()), each in "
         "[1, context].");
   m.def("distribution_names", &distribution_names);
+  m.def("check_cost_file_split", &check_cost_file_split, py::arg("file"), py::arg("path"),
+        py::arg("planned"), py::arg("whose"),
+        "Error unless a cost model file's layer split is the one planned (cost/cost_model.h): "
+        "the rule the plan tool applies too.");
 
   bind_calibration(m);
   m.def("methods", [] {

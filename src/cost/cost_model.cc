@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/json_errors.h"
 #include "json_fields.h"
 
 namespace infinipipe {
@@ -503,10 +504,10 @@ CostModel load_cost_model(const std::string& path) {
       if (text[i] == '\n') ++line, line_start = i + 1;
     }
     throw Error(path + ":" + std::to_string(line) + ":" + std::to_string(end - line_start) +
-                ": not valid JSON: " + e.what());
+                ": not valid JSON: " + json_error_text(e));
   } catch (const nlohmann::json::exception& e) {
     // A number beyond double's range ("1e999") is out_of_range, not a parse_error.
-    throw Error(path + ": not valid JSON: " + e.what());
+    throw Error(path + ": not valid JSON: " + json_error_text(e));
   }
   try {
     return j.get<CostModel>();
@@ -520,6 +521,22 @@ void save_cost_model(const CostModel& model, const std::string& path) {
   check(out.good(), "cannot write cost model file '" + path + "'");
   out << nlohmann::json(model).dump(2) << "\n";
   check(out.good(), "error while writing cost model file '" + path + "'");
+}
+
+void check_cost_file_split(const CostModel& file, const std::string& path,
+                           const std::vector<int>& planned, const std::string& whose) {
+  if (file.layers_per_stage() == planned) return;
+  auto list = [](const std::vector<int>& split, const char* separator) {
+    std::string out;
+    for (int layers : split) out += (out.empty() ? "" : separator) + std::to_string(layers);
+    return out;
+  };
+  throw Error("the cost model " + path + " splits the layers as [" +
+              list(file.layers_per_stage(), ", ") + "] but " + whose + " as [" +
+              list(planned, ", ") +
+              "]; plan on the file's split or profile for this one "
+              "(python -m infinipipe profile --layers-per-stage " +
+              list(planned, ",") + ")");
 }
 
 }  // namespace infinipipe

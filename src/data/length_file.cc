@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/json_errors.h"
 
 namespace infinipipe {
 namespace {
@@ -69,12 +70,13 @@ int64_t record_length(const std::string& text, const std::string& where, bool fi
   nlohmann::json record;
   try {
     record = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for "1e999"
-    // nlohmann counts lines within the text it parsed, always line 1 here: say the column only.
-    std::string what = e.what();
-    const size_t at = what.find("line 1, column");
-    if (at != std::string::npos) what.replace(at, 8, "");
-    throw Error(where + "not valid JSON: " + what);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann counts lines within the text it parsed, always line 1 here: its byte is the
+    // column in the file.
+    throw Error(where + "not valid JSON at column " + std::to_string(e.byte) + ": " +
+                json_error_text(e));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range for "1e999"
+    throw Error(where + "not valid JSON: " + json_error_text(e));
   }
   const std::string wanted =
       quoted_list(field.empty() ? default_length_fields() : std::vector{field});
@@ -126,8 +128,10 @@ std::vector<int64_t> read_lengths(const std::string& path, const std::string& fi
     // '#' may stand inside a JSON string, so JSON Lines have no comments.
     const std::string text = trimmed(json_lines ? line : line.substr(0, line.find('#')));
     if (text.empty()) continue;
+    // A JSON line is parsed as it stands in the file, so that the columns of errors are the
+    // file's.
     lengths.push_back(
-        json_lines ? record_length(text, where, !field.empty(), json_field, field_line, number)
+        json_lines ? record_length(line, where, !field.empty(), json_field, field_line, number)
                    : text_length(text, where));
   }
   check(!lengths.empty(), path +

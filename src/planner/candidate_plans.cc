@@ -1,11 +1,11 @@
 #include "candidate_plans.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
 
+#include "infinipipe/core/memory_text.h"
 #include "infinipipe/schedule/scheduler.h"
 #include "planner_support.h"
 #include "recompute_choice.h"
@@ -69,8 +69,6 @@ bool several_chain_lengths(const std::vector<Chunk>& chunks) {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 // Floors that no waves, order or recompute can lower. When the backward of a split sequence's
 // last slice starts on a stage, every chunk holding one of its slices is in flight there (a
 // sequence's slices go backward in reverse), with every layer's input kept at the least, the
@@ -113,14 +111,11 @@ bool chunk_floor_exceeds(const std::vector<Chunk>& chunks, const CostModel& cost
       for (const Slice& s : chunks[last].slices)
         if (!s.whole()) bytes += cost.kv_buffer_bytes(length_of[s.seq], p);
       if (bytes > limit) {
-        char text[320];
-        std::snprintf(text, sizeof text,
-                      "sequence %d (%lld tokens) needs %.2f GiB on stage %d at the backward of "
-                      "its last slice even with every layer recomputed (its %zu chunks in "
-                      "flight and their K/V buffers), over the budget of %.2f GiB",
-                      seq, static_cast<long long>(length_of[seq]), bytes / kGiB, p, held.size(),
-                      budget / kGiB);
-        why = text;
+        why = "sequence " + std::to_string(seq) + " (" + std::to_string(length_of[seq]) +
+              " tokens) needs " + gib_text(bytes) + " on stage " + std::to_string(p) +
+              " at the backward of its last slice even with every layer recomputed (its " +
+              std::to_string(held.size()) +
+              " chunks in flight and their K/V buffers), over the budget of " + gib_text(budget);
         return true;
       }
     }

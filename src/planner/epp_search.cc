@@ -12,6 +12,7 @@
 #include "candidate_plans.h"
 #include "infinipipe/core/error.h"
 #include "infinipipe/core/log.h"
+#include "infinipipe/core/memory_text.h"
 #include "infinipipe/planner/planner.h"
 #include "infinipipe/planner/static_baseline.h"
 #include "planner_support.h"
@@ -133,25 +134,20 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   // However finely it is sliced and checkpointed, a split sequence keeps its whole K/V buffer and,
   // during its backward, their gradients on every stage: fail at once (the sweep would grow with
   // the sequence for nothing).
-  auto gib = [](double bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-    return std::string(text);
-  };
   const int64_t longest_index = std::max_element(lengths.begin(), lengths.end()) - lengths.begin();
   for (int p = 0; p < cost.num_stages(); ++p) {
     const double floor = cost.model_state_bytes(p) + 2 * cost.kv_buffer_bytes(longest, p);
     if (floor > options.memory_budget_bytes)
-      return infeasible("sequence " + std::to_string(longest_index) + " (" +
-                        std::to_string(longest) + " tokens) cannot fit on stage " +
-                        std::to_string(p) +
-                        " however it is sliced: its K/V "
-                        "buffers and their gradients take " +
-                        gib(2 * cost.kv_buffer_bytes(longest, p)) + " on top of " +
-                        gib(cost.model_state_bytes(p)) + " of model state, against a budget of " +
-                        gib(options.memory_budget_bytes) +
-                        ". Use more pipeline stages (fewer layers per "
-                        "stage), a larger memory budget, or a shorter context.");
+      return infeasible(
+          "sequence " + std::to_string(longest_index) + " (" + std::to_string(longest) +
+          " tokens) cannot fit on stage " + std::to_string(p) +
+          " however it is sliced: its K/V "
+          "buffers and their gradients take " +
+          gib_text(2 * cost.kv_buffer_bytes(longest, p)) + " on top of " +
+          gib_text(cost.model_state_bytes(p)) + " of model state, against a budget of " +
+          gib_text(options.memory_budget_bytes) +
+          ". Use more pipeline stages (fewer layers per "
+          "stage), a larger memory budget, or a shorter context.");
   }
 
   // Every knob setting: slice count K, chunk token cap, and packing that relaxes T_t (the

@@ -3,22 +3,13 @@
 #include "infinipipe/recompute/memory_check.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/memory_text.h"
 #include "problem_tools.h"
 
 namespace infinipipe {
-namespace {
-
-std::string gib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f", bytes / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
-
-}  // namespace
 
 MemoryCheck::MemoryCheck(const Schedule& schedule, const std::vector<Chunk>& chunks,
                          const CostModel& cost, double budget_bytes)
@@ -108,9 +99,9 @@ std::string MemoryCheck::describe(const MemoryViolation& violation,
 
   std::string text = what_failed + ": stage " + std::to_string(violation.stage) + " at " +
                      action.text() + " (action " + std::to_string(moment.action_index) +
-                     " of its list) needs " + gib(violation.bytes) + " GiB against a budget of " +
-                     gib(budget_) + " GiB (" + gib(moment.fixed_bytes) +
-                     " GiB of model state, K/V buffers and backward workspace; chunks in flight: " +
+                     " of its list) needs " + gib_text(violation.bytes) + " against a budget of " +
+                     gib_text(budget_) + " (" + gib_text(moment.fixed_bytes) +
+                     " of model state, K/V buffers and backward workspace; chunks in flight: " +
                      std::to_string(moment.in_flight.size()) + ")";
   if (longest != nullptr)
     text += "; the longest sequence in flight is sequence " + std::to_string(longest->seq) + " (" +

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/core/memory_text.h"
 #include "infinipipe/sim/memory_timeline.h"
 #include "memory_walk.h"
 
@@ -18,13 +19,6 @@ namespace infinipipe {
 namespace {
 
 constexpr double kUnknown = -1;  // times are never negative, so this marks "not yet known"
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string gib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", bytes / kGiB);
-  return text;
-}
 
 // A channel is one kind of message between two stages, named by the stage that receives (or,
 // for head gradients, sends) and the kind: forward data into stage q is channel q, backward data
@@ -449,9 +443,9 @@ void Simulation::report_peak(int p, double peak, int peak_index) {
   if (peak > options_.memory_budget_bytes) {
     result_.over_budget_message +=
         std::string(result_.over_budget ? "; " : "") + "stage " + std::to_string(p) + " needs " +
-        gib(peak) + " at " +
+        gib_text(peak) + " at " +
         (peak_index >= 0 ? schedule_.stages[p][peak_index].text() : std::string("idle")) +
-        ", over its budget of " + gib(options_.memory_budget_bytes);
+        ", over its budget of " + gib_text(options_.memory_budget_bytes);
     result_.over_budget = true;
   }
 }

@@ -48,14 +48,15 @@ ip::CostModel build_cost_model(const PlanToolArgs& args) {
   bool have_coefficients = false;
   ip::CostCoefficients coefficients;
   ip::ParallelLayout layout;
+  std::optional<ip::CostModel> file;  // a cost model file's, planned only on its own split
   if (is_file(args.model)) {
     const nlohmann::json j = read_json_file(args.model);
     try {
       if (j.contains("coefficients")) {
-        ip::CostModel loaded = ip::load_cost_model(args.model);
-        shape = loaded.shape();
-        coefficients = loaded.coefficients();
-        layout = loaded.layout();
+        file = ip::load_cost_model(args.model);
+        shape = file->shape();
+        coefficients = file->coefficients();
+        layout = file->layout();
         have_coefficients = true;
       } else {
         shape = j.get<ip::ModelShape>();
@@ -108,6 +109,21 @@ ip::CostModel build_cost_model(const PlanToolArgs& args) {
                                        std::to_string(shape.layers));
     for (int l : layers)
       ip::check(l >= 1, "--layers-per-stage: every stage needs at least one layer");
+  }
+  if (file) {
+    // The trainer's rule (planning/cost_model.py): a plan on another split could not be run
+    // with this file.
+    std::string own;
+    for (int l : file->layers_per_stage()) own += (own.empty() ? "" : ",") + std::to_string(l);
+    ip::check(!args.balanced,
+              "--layers-per-stage balanced chooses a layer split, but the cost model " +
+                  args.model + " is for its own split only: give --layers-per-stage " + own +
+                  ", or weigh splits on a model shape and hardware (--model NAME --hardware "
+                  "NAME)");
+    ip::check_cost_file_split(*file, args.model, layers,
+                              args.layers_per_stage.empty()
+                                  ? "--stages " + std::to_string(args.stages) + " (even)"
+                                  : "--layers-per-stage");
   }
   // The command line's layout replaces a cost model file's when any of its flags is given.
   if (args.layout_given) {

@@ -87,7 +87,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
                         ->capture_default_str();
   app.add_option("--model", args.model,
                  "built-in model (" + join(ip::ModelShape::builtin_names()) +
-                     ") or a model shape / cost model JSON file")
+                     ") or a model shape / cost model JSON file (a cost model file is planned on "
+                     "its own layer split, as the trainer plans with it)")
       ->capture_default_str();
   app.add_option(
          "--hardware", args.hardware,

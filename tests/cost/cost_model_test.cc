@@ -364,6 +364,24 @@ TEST_F(CostModelFile, SaveThenLoadGivesTheSameModel) {
   }
 }
 
+TEST(CostModel, AFileIsPlannedOnlyOnItsOwnLayerSplit) {
+  // The trainer and the plan tool both call this: one rule for a cost file's split.
+  const ModelShape shape = ModelShape::builtin("tiny");  // 8 layers
+  const CostCoefficients c = CostCoefficients::analytic(shape, Hardware::builtin("cpu"));
+  const CostModel file(shape, {2, 6}, c);
+  EXPECT_NO_THROW(check_cost_file_split(file, "cost.json", {2, 6}, "the trainer"));
+  EXPECT_EQ(error_of([&] {
+              check_cost_file_split(file, "cost.json", {4, 4}, "the trainer");
+            }),
+            "the cost model cost.json splits the layers as [2, 6] but the trainer as [4, 4]; plan "
+            "on the file's split or profile for this one (python -m infinipipe profile "
+            "--layers-per-stage 4,4)");
+  EXPECT_NE(error_of([&] {
+              check_cost_file_split(file, "cost.json", {3, 3, 2}, "--stages 3");
+            }).find("[2, 6] but --stages 3 as [3, 3, 2]"),
+            std::string::npos);
+}
+
 TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   EXPECT_NE(error_of([&] { load_cost_model(path_ + ".missing"); }).find(path_ + ".missing"),
             std::string::npos);
@@ -371,6 +389,7 @@ TEST_F(CostModelFile, LoadErrorsNameTheFileAndTheProblem) {
   write("{\n  \"model\": {\n    \"name\": \"x\",,\n");
   const std::string syntax = error_of([&] { load_cost_model(path_); });
   EXPECT_NE(syntax.find(path_ + ":3:"), std::string::npos) << syntax;
+  EXPECT_EQ(syntax.find("json.exception"), std::string::npos) << syntax;  // nlohmann's preamble
 
   nlohmann::json j = llama7b(2);
   j["coefficients"].erase("a1");

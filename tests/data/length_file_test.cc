@@ -93,5 +93,19 @@ TEST_F(LengthsFile, JsonLinesErrorsNameFileLineAndField) {
   EXPECT_TRUE(says(read_error("\n\n", "length"), path_ + ": no lengths"));
 }
 
+TEST_F(LengthsFile, AnInvalidJsonLineSaysWhereAndWhatWithoutNlohmannsPreamble) {
+  // It read "[json.exception.parse_error.101] parse error at column 13: syntax error while
+  // parsing object - unexpected end of input; expected '}'".
+  EXPECT_EQ(read_error("{\"length\": 5}\n{\"length\": 5\n"),
+            path_ + ":2: not valid JSON at column 13: unexpected end of input; expected '}'");
+  // Columns are the file's, leading blanks included.
+  EXPECT_EQ(read_error("{\"length\": 5}\n  {length: 5}\n"),
+            path_ +
+                ":2: not valid JSON at column 4: invalid literal; last read: '  {l'; expected "
+                "string literal");
+  EXPECT_EQ(read_error("{\"length\": 1e999}\n"),
+            path_ + ":1: not valid JSON: number overflow parsing '1e999'");
+}
+
 }  // namespace
 }  // namespace infinipipe

@@ -237,6 +237,15 @@ TEST(EppSearch, SequenceWhoseKVBuffersCannotFitFailsAtOnceNamingIt) {
   EXPECT_NE(r.reason.find("80.00 GiB"), std::string::npos) << r.reason;
 }
 
+TEST(EppSearch, ASmallBudgetIsPrintedInBytesToo) {
+  // "0.00 GiB against a budget of 0.00 GiB" said nothing: below 1 GiB the bytes stand beside.
+  const CostModel cost = a800_cost("llama-13b", 8);
+  const PlanResult r = plan_epp({3000, 2000000, 500}, cost, options_for(cost, 1234));
+  ASSERT_FALSE(r.feasible);
+  EXPECT_NE(r.reason.find("against a budget of 0.00 GiB (1,234 bytes)"), std::string::npos)
+      << r.reason;
+}
+
 // A work limit stops the search with the best plan so far: feasible exactly when the unlimited
 // search is (it goes on until one plan fits), the same plan every time (work, not time), and
 // the report says when the limit stopped it.

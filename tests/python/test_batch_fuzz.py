@@ -171,3 +171,49 @@ def test_near_batches_are_checked_or_refused(batch):
 def test_valid_batches_are_accepted(batch):
     checked = trainer().check_batch(batch)
     assert [t.tolist() for t in checked] == [torch.as_tensor(s).tolist() for s in batch]
+
+
+@pytest.mark.parametrize(
+    "batch, message",
+    [
+        # torch's "new(): invalid data type 'str'" named neither what a batch is nor where
+        (
+            "hello world",
+            "a batch is a list of token sequences (lists of ints or 1-D integer "
+            "tensors), got the str 'hello world': tokenize text first",
+        ),
+        (b"hi", "got the bytes b'hi': tokenize text first"),
+        (
+            {"input_ids": [1, 2]},
+            "a batch is a list of token sequences (lists of ints or 1-D "
+            "integer tensors), got a dict",
+        ),
+        (None, "got None"),
+        (3.5, "got the float 3.5"),
+        (torch.ones(2, 3, dtype=torch.long), "got a 2-D tensor"),
+        ([], "the batch is empty"),
+        (["hello", "world"], "sequence 0 is the str 'hello', not token ids: tokenize text first"),
+        ([[1, 2], [3, "a"]], "sequence 1, position 1: the str 'a' is not a token id (an int)"),
+        ([[1, None]], "sequence 0, position 1: None is not a token id (an int)"),
+        ([[1, 2], None], "sequence 1 is None"),
+        ([{"a": 1}], "sequence 0 is a dict"),
+        ([1, 2, 3], "sequence 0 is the int 1: a batch of one sequence is [[id, id, ...]]"),
+        ([2.0, 3.0], "sequence 0 is the float 2.0"),
+        (
+            [[1.0, 2.0]],
+            "sequence 0 must be a 1-D list or tensor of integer token ids, got "
+            "torch.float32 of shape (2,)",
+        ),
+        ([[[1, 2], [3, 4]]], "got torch.int64 of shape (2, 2)"),
+        (
+            [[[1], [2, 3]]],
+            "sequence 0 is not a token sequence (a list of ints or a 1-D integer "
+            "tensor): a list, which torch could not read",
+        ),
+        ([[1, 2**70]], "sequence 0, position 1: token id 1180591620717411303424 is outside"),
+    ],
+)
+def test_a_wrong_batch_says_what_a_batch_is_and_what_it_got(batch, message):
+    with pytest.raises(BatchError) as raised:
+        trainer().check_batch(batch)
+    assert message in str(raised.value)

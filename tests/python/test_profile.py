@@ -368,6 +368,34 @@ def test_a_neighbour_that_fails_to_start_is_an_error_not_a_wait():
     assert time.monotonic() - started < 120
 
 
+@pytest.mark.parametrize("file_split, trainer_split", [([2, 6], [4, 4]), ([4, 4], [2, 3, 3])])
+def test_a_cost_model_of_another_layer_split_is_refused_as_the_plan_tool_refuses_it(
+    tmp_path, file_split, trainer_split
+):
+    # The plan tool applies the same rule to the same files (tests/tools/plan_tool_split.py).
+    import infinipipe
+
+    out = tmp_path / "cost.json"
+    config = llama.LlamaConfig.tiny()
+    out.write_text(
+        json.dumps(profile.cost_json(config, file_split, _C.plan.calibrate(samples(0.0, 0)), 1e3))
+    )
+    said = (
+        f"the cost model {out} splits the layers as {file_split} but the trainer as "
+        f"{trainer_split}; plan on the file's split or profile for this one (python -m "
+        f"infinipipe profile --layers-per-stage {','.join(map(str, trainer_split))})"
+    )
+    with pytest.raises(infinipipe.Error) as refused:
+        infinipipe.cost_model_for(
+            config, trainer_split, torch.float32, infinipipe.PlanConfig(cost_model=str(out))
+        )
+    assert str(refused.value) == said
+    cost = infinipipe.cost_model_for(
+        config, file_split, torch.float32, infinipipe.PlanConfig(cost_model=str(out))
+    )
+    assert list(cost.layers_per_stage) == file_split
+
+
 def test_a_cost_model_of_another_shape_is_refused_naming_the_fields(tmp_path):
     import infinipipe
 

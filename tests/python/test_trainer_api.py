@@ -61,9 +61,21 @@ def test_a_16_bit_runtime_gets_float32_masters_by_default():
     assert kept.master_dtype is None
 
 
-def test_a_bad_timeout_is_refused_when_the_config_is_made():
-    with pytest.raises(ValueError, match="timeout_s must be positive"):
-        infinipipe.RuntimeConfig(timeout_s=0)
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), 1e300, "soon", None])
+def test_a_bad_timeout_is_refused_when_the_config_is_made(timeout):
+    # inf was a raw OverflowError from a timedelta when the trainer made its process group.
+    with pytest.raises(
+        ValueError,
+        match=r"timeout_s must be a positive number of seconds up to "
+        r"31,536,000 \(a year\), got .*give a long one",
+    ):
+        infinipipe.RuntimeConfig(timeout_s=timeout)
+    assert infinipipe.RuntimeConfig(timeout_s=365 * 24 * 3600).timeout_s == 31_536_000
+
+
+def test_an_endless_timeout_through_the_old_keyword_is_refused_as_clearly():
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="got inf"):
+        infinipipe.Trainer(CONFIG, timeout_s=float("inf"))
 
 
 @pytest.mark.parametrize("skips", [-1, 1.5, True, "3"])

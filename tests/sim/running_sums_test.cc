@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <random>
 #include <set>
 #include <string>
 
+#include "infinipipe/core/memory_text.h"
 #include "infinipipe/sim/memory_timeline.h"
 #include "infinipipe/sim/simulator.h"
 #include "sim/random_step.h"
@@ -98,12 +98,6 @@ TEST(RunningSums, FixedBytesEqualTheSumInOpeningOrder) {
     EXPECT_EQ(bytes, std::floor(bytes));
 }
 
-std::string gib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
-
 // The simulator's peak skips the exact sum of moments whose running sum is clearly below the
 // peak so far: the peak, and the moment it names, are the straightforward ones.
 TEST(RunningSums, SimulatedPeakIsTheLargestBindingMoment) {
@@ -134,8 +128,8 @@ TEST(RunningSums, SimulatedPeakIsTheLargestBindingMoment) {
         }
         ASSERT_GE(first, 0);
         EXPECT_EQ(r.peak_memory_bytes[p], peak) << "stage " << p;
-        const std::string named = "stage " + std::to_string(p) + " needs " + gib(peak) + " at " +
-                                  step.schedule.stages[p][first].text() + ",";
+        const std::string named = "stage " + std::to_string(p) + " needs " + gib_text(peak) +
+                                  " at " + step.schedule.stages[p][first].text() + ",";
         EXPECT_NE(r.over_budget_message.find(named), std::string::npos)
             << named << " not in: " << r.over_budget_message;
       }

@@ -289,6 +289,11 @@ class CostModel {
 void to_json(nlohmann::json& j, const CostModel& model);
 void from_json(const nlohmann::json& j, CostModel& model);
 CostModel load_cost_model(const std::string& path);  // Error names the file on bad JSON
+// A cost model file is profiled for its own layer split; the trainer (planning/cost_model.py) and
+// the plan tool both plan with it only on that split: Error naming the file, both splits and what
+// to do when `planned` (the split `whose`, e.g. "the trainer", would plan) is another.
+void check_cost_file_split(const CostModel& file, const std::string& path,
+                           const std::vector<int>& planned, const std::string& whose);
 void save_cost_model(const CostModel& model, const std::string& path);
 
 }  // namespace infinipipe

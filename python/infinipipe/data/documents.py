@@ -86,10 +86,12 @@ def _jsonl(path: Path, field: str) -> Iterator[str]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                # Without its line end, which json would call an invalid control character in
+                # an unterminated string.
+                record = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise DocumentError(
-                    f"{where}: not valid JSON ({e.msg}, column {e.colno})"
+                    f"{where}: not valid JSON at column {e.colno}: {_why(e)}"
                 ) from None
             if not isinstance(record, dict):
                 raise DocumentError(
@@ -183,6 +185,13 @@ def _text_field(record: dict, field: str, where: str) -> str:
     if not isinstance(value, str):
         raise DocumentError(f"{where}: field {field!r} is a JSON {_json_type(value)}, not a string")
     return value
+
+
+def _why(e: json.JSONDecodeError) -> str:
+    """json's reason in a sentence of ours: its messages end in " at" where its own text goes on
+    with the position ("Unterminated string starting at: line 1 column 10 (char 9)")."""
+    why = e.msg[:1].lower() + e.msg[1:]
+    return why[: -len(" at")] + " here" if why.endswith(" at") else why
 
 
 def _json_type(value) -> str:

@@ -39,12 +39,10 @@ def cost_model_for(
     if plan.cost_model is not None and plan.cost_model != "profile":
         cost = _C.plan.CostModel.load(str(plan.cost_model))
         check_same_shape(cost, config, dtype, str(plan.cost_model))
-        if list(cost.layers_per_stage) != list(layers_per_stage):
-            raise Error(
-                f"the cost model {plan.cost_model} splits the layers as "
-                f"{list(cost.layers_per_stage)} but the trainer as "
-                f"{list(layers_per_stage)}; profile for the trainer's split"
-            )
+        # The plan tool's rule too (cost/cost_model.h).
+        _C.plan.check_cost_file_split(
+            cost, str(plan.cost_model), list(layers_per_stage), "the trainer"
+        )
         return cost
     return _C.plan.CostModel.analytic(
         model_shape_json(config, dtype), plan.hardware, list(layers_per_stage)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +13,8 @@ from .mixed_precision import default_master_dtype
 
 # master_dtype's default: float32 masters for a 16-bit model, none otherwise (mixed_precision.py).
 DEFAULT = "default"
+# The longest wait for a peer timeout_s may ask for.
+MAX_TIMEOUT_S = 365 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,8 @@ class RuntimeConfig:
         weights the optimizer steps (mixed_precision.py); "default" is float32 for a
         bfloat16/float16 model and none (the optimizer steps the model's own parameters)
         otherwise.
-    timeout_s: how long any rank waits for a peer before declaring it lost.
+    timeout_s: how long any rank waits for a peer before declaring it lost (seconds, at most a
+        year: a finite wait, which every backend can keep).
     seed: the model's initialisation (every layer split holds the same weights).
     attention_backend: the chunk attention's kernels ("auto", "flash", "varlen", "math";
         kernels/chunk_attention.h).
@@ -58,8 +62,19 @@ class RuntimeConfig:
         skips = self.max_nonfinite_skips
         if isinstance(skips, bool) or not isinstance(skips, int) or skips < 0:
             raise ValueError(f"max_nonfinite_skips must be a whole number >= 0, got {skips!r}")
-        if not float(self.timeout_s) > 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
+        try:
+            timeout = float(self.timeout_s)
+        except (TypeError, ValueError):
+            timeout = math.nan
+        # The waits become timedeltas, C++ milliseconds and deadlines on the backends' clocks
+        # (int64 nanoseconds: 292 years): inf overflows them all, so a wait without end is a
+        # long finite one.
+        if not 0 < timeout <= MAX_TIMEOUT_S:
+            raise ValueError(
+                f"timeout_s must be a positive number of seconds up to {MAX_TIMEOUT_S:,} (a "
+                f"year), got {self.timeout_s!r}; for a wait without end give a long one (e.g. "
+                "86400, a day)"
+            )
 
     def resolved(self, model_dtype: torch.dtype) -> RuntimeConfig:
         """This config with its defaults filled in for a model of `model_dtype`."""

@@ -4,29 +4,27 @@ every rank, so nothing of the pipeline has been sent when a batch or a plan is r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ..errors import BatchError
 
+BATCH_IS = "a batch is a list of token sequences (lists of ints or 1-D integer tensors)"
+
 
 def check_batch(batch: Any, vocab: int) -> list[torch.Tensor]:
     """The batch as 1-D int64 CPU tensors; BatchError when it cannot be trained on."""
-    if isinstance(batch, torch.Tensor) or not isinstance(batch, Sequence) or len(batch) == 0:
-        if isinstance(batch, Sequence) and not isinstance(batch, torch.Tensor):
-            raise BatchError("the batch is empty: give at least one token sequence")
-        raise BatchError(
-            "a batch must be a list of token sequences (lists of ints or 1-D "
-            f"integer tensors), got {type(batch).__name__}"
-        )
+    if isinstance(batch, (str, bytes)):
+        raise BatchError(f"{BATCH_IS}, got {_named(batch)}: tokenize text first")
+    if isinstance(batch, torch.Tensor) or not isinstance(batch, Sequence):
+        raise BatchError(f"{BATCH_IS}, got {_named(batch)}")
+    if len(batch) == 0:
+        raise BatchError("the batch is empty: give at least one token sequence")
     sequences = []
     for i, seq in enumerate(batch):
-        try:
-            t = torch.as_tensor(seq)
-        except Exception as e:  # noqa: BLE001 - reported with the sequence's index
-            raise BatchError(f"sequence {i} is not a token sequence: {e}") from None
+        t = _as_tensor(seq, i, vocab)
         if t.layout != torch.strided or t.is_meta:
             raise BatchError(
                 f"sequence {i} is a {'meta' if t.is_meta else str(t.layout)} tensor, which "
@@ -52,6 +50,48 @@ def check_batch(batch: Any, vocab: int) -> list[torch.Tensor]:
     if sum(t.numel() - 1 for t in sequences) == 0:
         raise BatchError("the batch has no target tokens (every sequence has one token)")
     return sequences
+
+
+def _as_tensor(seq: Any, i: int, vocab: int) -> torch.Tensor:
+    """Sequence i as a tensor, or BatchError saying what it is instead (torch's own words, such
+    as "new(): invalid data type 'str'", name neither the sequence nor the position)."""
+    if isinstance(seq, (str, bytes)):
+        raise BatchError(f"sequence {i} is {_named(seq)}, not token ids: tokenize text first")
+    if isinstance(seq, (int, float)) or seq is None or isinstance(seq, Mapping):
+        hint = ": a batch of one sequence is [[id, id, ...]]" if isinstance(seq, int) else ""
+        raise BatchError(f"{BATCH_IS}; sequence {i} is {_named(seq)}{hint}")
+    if isinstance(seq, Sequence):
+        for pos, token in enumerate(seq):
+            if isinstance(token, (str, bytes)) or token is None or isinstance(token, Mapping):
+                raise BatchError(
+                    f"sequence {i}, position {pos}: {_named(token)} is not a token id (an int)"
+                )
+            if isinstance(token, int) and not 0 <= token < vocab:  # beyond int64 too
+                raise BatchError(
+                    f"sequence {i}, position {pos}: token id {token} is outside the "
+                    f"vocabulary [0, {vocab})"
+                )
+    try:
+        return torch.as_tensor(seq)
+    except Exception as e:  # noqa: BLE001 - reported with the sequence's index
+        raise BatchError(
+            f"sequence {i} is not a token sequence (a list of ints or a 1-D integer tensor): "
+            f"{_named(seq)}, which torch could not read ({e})"
+        ) from None
+
+
+def _named(value: Any) -> str:
+    """What a user gave, for a message: its type, and its text when short enough to show."""
+    if value is None:
+        return "None"
+    shown = repr(value)
+    if isinstance(value, (str, bytes, int, float)):
+        if len(shown) > 40:
+            shown = shown[:37] + "..."
+        return f"the {type(value).__name__} {shown}"
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dim()}-D tensor"
+    return f"a {type(value).__name__}"
 
 
 def check_given_plan(

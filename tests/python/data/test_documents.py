@@ -42,7 +42,17 @@ def test_the_text_field_is_configurable_and_gzip_is_read(tmp_path):
 @pytest.mark.parametrize(
     "bad_line, message",
     [
-        ('{"text": "unterminated', "line 3: not valid JSON"),
+        # It read "not valid JSON (Invalid control character at, column 23)": json's reason
+        # cut off before its own position, about the line's end.
+        (
+            '{"text": "unterminated',
+            "line 3: not valid JSON at column 10: unterminated string starting here",
+        ),
+        (
+            '{"text": "a",}',
+            "line 3: not valid JSON at column 14: expecting property name enclosed in double quotes",
+        ),
+        ('{"text": "a"} x', "line 3: not valid JSON at column 15: extra data"),
         (
             '["text", "in an array"]',
             "line 3: expected a JSON object holding 'text', got a JSON array",
