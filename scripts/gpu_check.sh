@@ -318,4 +318,6 @@ for s in "${SELECTED[@]}"; do
   fi
 done
 say "total $((SECONDS - START)) s; $([ $FAILED = 0 ] && echo 'every step passed' || echo 'NOT every step passed'); logs: logs.tar.gz"
+echo "gpu_check: === summary ($SUMMARY)"
+cat "$SUMMARY"  # again at the end, where the device tool's output tail shows it
 exit $FAILED
