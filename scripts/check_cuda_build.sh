@@ -62,30 +62,14 @@ if [ "${have%%+*}" != "$TORCH_VERSION" ]; then
   echo "check_cuda_build: installing torch==$TORCH_VERSION (CUDA build) into $VENV"
   nice -n 19 "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy tqdm pytest
 fi
-TORCH_CUDA=$("$VENV/bin/python" -c 'import torch; print(torch.version.cuda or "")')
+source "$REPO/scripts/torch_build.sh"
+torch_cuda_toolkit "$VENV/bin/python" || { echo "check_cuda_build: see above" >&2; exit 1; }
 if [ -z "$TORCH_CUDA" ]; then
   echo "check_cuda_build: $VENV has a torch without CUDA ($("$VENV/bin/python" -c \
     'import torch; print(torch.__version__)')); this check needs the CUDA build" >&2
   exit 1
 fi
 phase_done "virtualenv (torch $TORCH_VERSION)"
-
-# --- the CUDA toolkit -------------------------------------------------------------------------
-if [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then NVCC="$CUDA_HOME/bin/nvcc"
-elif command -v nvcc >/dev/null; then NVCC=$(command -v nvcc)
-elif [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc
-else
-  echo "check_cuda_build: no CUDA toolkit (nvcc) found: set CUDA_HOME or put nvcc on PATH" >&2
-  exit 1
-fi
-# The toolkit's root as nvcc itself knows it (an nvcc on PATH may be a wrapper script elsewhere).
-CUDA_ROOT=$("$NVCC" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
-CUDA_ROOT=$(realpath "${CUDA_ROOT:-$(dirname "$(dirname "$(realpath "$NVCC")")")}")
-NVCC="$CUDA_ROOT/bin/nvcc"
-NVCC_VERSION=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
-if [ "$NVCC_VERSION" != "$TORCH_CUDA" ]; then
-  echo "check_cuda_build: warning: nvcc $NVCC_VERSION, torch built with CUDA $TORCH_CUDA" >&2
-fi
 
 # --- configure and build ----------------------------------------------------------------------
 waited=false
@@ -96,27 +80,13 @@ while pgrep -x ninja >/dev/null; do  # one build at a time on a small machine
 done
 if $waited; then phase_done "waiting for another build"; else phase_start=$(date +%s); fi
 PKG="$BUILD/python-package"
-mkdir -p "$PKG"
 # the package's Python files beside the module this build writes (never the checkout's module)
-rm -rf "$PKG/infinipipe"
-cp -r "$REPO/python/infinipipe" "$PKG/infinipipe"
-find "$PKG/infinipipe" \( -name '_C*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
+copy_python_package "$REPO" "$PKG"
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-# torch's CMake config finds the toolkit with its own FindCUDA, which starts from the nvcc on
-# PATH: /usr/local/bin/nvcc would make it look under /usr/local. Point it at the toolkit itself.
-export CUDA_HOME="$CUDA_ROOT" CUDACXX="$NVCC"
-# A toolkit without NVRTC (a compiler-only install) gets the one torch's wheel depends on.
-EXTRA=()
-if ! ls "$CUDA_ROOT"/lib*/libnvrtc.so* >/dev/null 2>&1; then
-  NVRTC=$("$VENV/bin/python" -c 'import glob, os, nvidia
-print(next(iter(sorted(p for d in nvidia.__path__ for p in glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so*")) if "builtins" not in p and ".alt." not in p)), ""))')
-  if [ -n "$NVRTC" ]; then EXTRA+=(-DCUDA_nvrtc_LIBRARY="$NVRTC"); fi
-fi
 nice -n 19 cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DINFINIPIPE_WITH_TORCH=ON -DINFINIPIPE_BUILD_TESTS=ON \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$VENV/bin/python" \
-  -DCUDAToolkit_ROOT="$CUDA_ROOT" -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_ROOT" \
-  -DCMAKE_CUDA_COMPILER="$NVCC" "${EXTRA[@]}" \
+  "${TORCH_CMAKE_ARGS[@]}" \
   -DINFINIPIPE_PYTHON_MODULE_DIR="$PKG/infinipipe" > "$BUILD/configure.log" 2>&1 || {
   tail -40 "$BUILD/configure.log" >&2
   echo "check_cuda_build: configure failed (whole log: $BUILD/configure.log)" >&2

@@ -11,6 +11,29 @@ namespace infinipipe::runtime {
 
 namespace {
 
+// torch 2.13 renamed c10d::ProcessGroup::alltoall_base to all_to_all_single (the old name stays,
+// deprecated); torch 2.11, the GPU machine's, has only alltoall_base. Whichever the headers have,
+// found by overload resolution rather than a version number (the rename's release is not pinned).
+template <typename Group, typename = void>
+struct HasAllToAllSingle : std::false_type {};
+template <typename Group>
+struct HasAllToAllSingle<
+    Group, std::void_t<decltype(std::declval<Group&>().all_to_all_single(
+               std::declval<at::Tensor&>(), std::declval<at::Tensor&>(),
+               std::declval<std::vector<int64_t>&>(), std::declval<std::vector<int64_t>&>()))>>
+    : std::true_type {};
+
+template <typename Group>
+c10::intrusive_ptr<c10d::Work> all_to_all_equal(Group& group, at::Tensor& output,
+                                                at::Tensor& input) {
+  std::vector<int64_t> equal;  // empty split sizes: equal parts along dim 0
+  if constexpr (HasAllToAllSingle<Group>::value) {
+    return group.all_to_all_single(output, input, equal, equal);
+  } else {
+    return group.alltoall_base(output, input, equal, equal);
+  }
+}
+
 // What the exchange's backward needs: the group (alive as long as the graph) and the name.
 struct ExchangeState : torch::CustomClassHolder {
   std::shared_ptr<const SequenceParallel> group;
@@ -128,11 +151,10 @@ void SequenceParallel::exchange(at::Tensor& out, const at::Tensor& in,
     peer_text = "one of ranks " + ranks + " (the sequence group of stage " +
                 std::to_string(options_.stage) + ")";
   }
-  std::vector<int64_t> equal;  // empty split sizes: equal parts along dim 0
   at::Tensor output = out, input = in;
-  wait_collective([&] { return group_->all_to_all_single(output, input, equal, equal); },
-                  options_.timeout, "all-to-all of " + what,
-                  size_ == 2 ? options_.global_ranks[peer] : -1, peer_text);
+  wait_collective([&] { return all_to_all_equal(*group_, output, input); }, options_.timeout,
+                  "all-to-all of " + what, size_ == 2 ? options_.global_ranks[peer] : -1,
+                  peer_text);
   exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now() - started)
                       .count();
