@@ -63,6 +63,7 @@ def save(
     `path/latest` at it; returns that directory. `extra` (anything torch.save can pickle, the
     same on every rank, e.g. a data loader's state_dict()) is kept from rank 0. `keep`: how many
     step directories to keep, the newest first (None keeps all). A collective."""
+    trainer.check_open()
     root = Path(path)
     step = int(trainer.state_dict()["step"])
     final = root / f"step-{step}"
@@ -133,6 +134,7 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
     holding `latest`, or a step directory. The checkpoint may come from another layer split or
     number of stages of the same model. A collective; on an error every rank raises (a failure
     while tensors are being read may leave this trainer's weights partly loaded)."""
+    trainer.check_open()
     root = Path(path)
     what = f"checkpoint load from {root}"
     error, directory, meta, template = None, None, None, None

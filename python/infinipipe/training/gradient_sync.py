@@ -39,6 +39,10 @@ class GradientSync:
         self._reduce_pending = False
         self._head_pending = False
 
+    def release(self) -> None:
+        """Drops the reference to the trainer's group (StageRuntime.release says why)."""
+        self._group = None
+
     def after_backward(self) -> None:
         """A run added to the gradients: every sum is due before anything reads them."""
         self._tied_pending = bool(self._tied())

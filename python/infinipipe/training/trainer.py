@@ -19,7 +19,8 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -178,6 +179,10 @@ class Trainer:
             self.world_size,
             self.layout.parallel,
         )
+        # Closed at exit when the caller does not (after the line above, which only destroys the
+        # groups: a trainer that failed to build has nothing else to close). Held weakly, so the
+        # exit hook keeps no trainer alive.
+        at_exit(_close_at_exit(weakref.ref(self)))
 
     # --- training ---
 
@@ -237,6 +242,7 @@ class Trainer:
 
     def optimizer_step(self) -> None:
         """Steps the optimizer on the accumulated gradients (which stay until zero_grad())."""
+        self.check_open()
         self.gradients.complete()
         scope = self.failures.named() if self.stage.sharded else contextlib.nullcontext()
         with scope:
@@ -276,6 +282,7 @@ class Trainer:
         on a batch of the same lengths takes that plan, so planning overlaps whatever runs
         meanwhile (the current step). A batch that cannot be trained on is left for the step to
         report (on every rank alike)."""
+        self.check_open()
         try:
             lengths = [t.numel() for t in self.check_batch(batch)]
         except Error:
@@ -322,12 +329,31 @@ class Trainer:
         return checkpoint.load(self, path)
 
     def close(self) -> None:
-        """Stops planning ahead and shuts down the sequence and gradient groups the trainer
-        made; the default group stays the caller's. The trainer cannot run after this. Also
-        `with Trainer(...) as trainer:`."""
-        self.planner.close()
-        self.layout.destroy_groups()
+        """Stops planning ahead (its thread joined), shuts down the sequence and gradient groups
+        the trainer made and drops every reference the trainer holds to a process group (the
+        executor's, ZeRO's, `group`) and to its failure board, so that their threads end here,
+        not at the interpreter's finalization, where a thread still running can abort the
+        process (docs/runtime.md, "Exits"). The default group stays the caller's (one the
+        trainer made is destroyed at exit). The trainer cannot run or save after this; its
+        module and optimizer state stay readable. Also `with Trainer(...) as trainer:`, and
+        done at exit for a trainer left open."""
+        if self._closed:
+            return
         self._closed = True
+        self.planner.close()
+        # The executor's references go first: dropped with the GIL held, they must not be a
+        # group's last, whose destructor joins Gloo's threads (torch's Python references, the
+        # registry's and ours, destroy a group with the GIL released).
+        self.stage.release()
+        self.gradients.release()
+        self.failures.close()
+        self.layout.destroy_groups()
+        self.group = None
+
+    def check_open(self) -> None:
+        """Raises the Error a closed trainer answers every call that would run on its ranks."""
+        if self._closed:
+            raise Error("this trainer was closed (Trainer.close); create a new Trainer to go on")
 
     def __enter__(self) -> Trainer:
         return self
@@ -375,8 +401,7 @@ class Trainer:
         """The checked batch, this replica's share of it and its plan (planned ahead, planned
         here, or given), agreed by every rank; and (planning seconds, the part of them hidden
         by planning ahead)."""
-        if self._closed:
-            raise Error("this trainer was closed (Trainer.close); create a new Trainer to go on")
+        self.check_open()
         planning = (0.0, 0.0)
         error, share, fingerprint = None, None, None
         try:
@@ -397,3 +422,14 @@ class Trainer:
                 replica_of=self.layout.replica_of,
             )
         return plan, share, planning
+
+
+def _close_at_exit(trainer: weakref.ref[Trainer]) -> Callable[[], None]:
+    """Closes the trainer at exit if it is still alive and open (Trainer.close)."""
+
+    def close() -> None:
+        alive = trainer()
+        if alive is not None:
+            alive.close()
+
+    return close
