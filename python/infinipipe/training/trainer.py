@@ -111,7 +111,9 @@ class Trainer:
         self.device = local_device()
         self._parallel = parallel  # until the layout exists (describe_rank)
         if group is None:
-            group = default_group(self.device, timeout_s, self.describe_rank)
+            # ZeRO is built when a stage has a gradient group (more than one rank holds it).
+            sharded = parallel.zero == 1 and (parallel.data != 1 or parallel.sequence != 1)
+            group = default_group(self.device, timeout_s, self.describe_rank, sharded)
         self.group = group
         self.rank = dist.get_rank(self.group)
         self.world_size = dist.get_world_size(self.group)
