@@ -18,6 +18,11 @@ def peer_lost() -> None:
     _peer_lost = True
 
 
+def was_peer_lost() -> bool:
+    """Whether a run on the pipeline lost a peer (peer_lost)."""
+    return _peer_lost
+
+
 def at_exit(shut_down: Callable[[], None]) -> None:
     """Runs shut_down (destroying process groups InfiniPipe made) when the interpreter exits,
     while it is still whole, as torch asks of every program that makes groups (on NCCL it shuts

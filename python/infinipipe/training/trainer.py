@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..distributed.agreement import agree, agree_on_setup, digest
-from ..distributed.exit_hooks import at_exit
+from ..distributed.exit_hooks import at_exit, was_peer_lost
 from ..distributed.failure_board import FailureBoard
 from ..distributed.failures import Failures
 from ..distributed.layout import Layout, Parallel, Share
@@ -333,24 +333,26 @@ class Trainer:
     def close(self) -> None:
         """Stops planning ahead (its thread joined), shuts down the sequence and gradient groups
         the trainer made and drops every reference the trainer holds to a process group (the
-        executor's, ZeRO's, `group`) and to its failure board, so that their threads end here,
-        not at the interpreter's finalization, where a thread still running can abort the
-        process (docs/runtime.md, "Exits"). The default group stays the caller's (one the
-        trainer made is destroyed at exit). The trainer cannot run or save after this; its
-        module and optimizer state stay readable. Also `with Trainer(...) as trainer:`, and
-        done at exit for a trainer left open."""
+        executor's, ZeRO's, `group`; kept after a lost peer) and to its failure board, so that
+        their threads end here, not at the interpreter's finalization, where a thread still
+        running can abort the process (docs/runtime.md, "Exits"). The default group stays the
+        caller's (one the trainer made is destroyed at exit). The trainer cannot run or save
+        after this; its module and optimizer state stay readable. Also `with Trainer(...) as
+        trainer:`, and done at exit for a trainer left open."""
         if self._closed:
             return
         self._closed = True
         self.planner.close()
-        # The executor's references go first: dropped with the GIL held, they must not be a
-        # group's last, whose destructor joins Gloo's threads (torch's Python references, the
-        # registry's and ours, destroy a group with the GIL released).
-        self.stage.release()
-        self.gradients.release()
         self.failures.close()
+        if not was_peer_lost():
+            # The executor's references go first: dropped with the GIL held, they must not be
+            # a group's last, whose destructor joins Gloo's threads (torch's Python references,
+            # the registry's and ours, destroy a group with the GIL released). After a lost
+            # peer they stay, as at exit: the destructor would wait for work stuck on that peer.
+            self.stage.release()
+            self.gradients.release()
+            self.group = None
         self.layout.destroy_groups()
-        self.group = None
 
     def check_open(self) -> None:
         """Raises the Error a closed trainer answers every call that would run on its ranks."""
