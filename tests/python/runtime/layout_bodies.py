@@ -4,6 +4,7 @@ launcher.run_ranks starts."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import bodies
@@ -106,6 +107,11 @@ def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: flo
     except infinipipe.Error as e:
         after_close = str(e)
     destroy_default_group()
+    # A rank once counted one thread more here, in 600 checks: most likely a joined thread still
+    # listed in /proc for a moment. Up to 2 s for the count to fall; a live thread never does.
+    deadline = time.monotonic() + 2.0
+    while _threads() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
     return dict(
         threads=(threads_before, threads_running, _threads()),
         losses=losses,
