@@ -90,6 +90,13 @@ class FailureBoard:
             except Exception:  # noqa: BLE001 - gone already: its silence will say so
                 self._clients[r] = None
 
+    def close(self) -> None:
+        """Drops the connections to the other boards and this rank's server, whose thread
+        (torch's TCPStore) is joined here, while the interpreter is whole, rather than at its
+        finalization."""
+        self._clients = {}
+        self._store = None
+
     # --- writing and reading words ---
 
     def _publish(self, key: str, word: dict, skip: list[int]) -> None:

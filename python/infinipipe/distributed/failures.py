@@ -29,6 +29,12 @@ class Failures:
         self.board = board
         self.calls = 0
 
+    def close(self) -> None:
+        """Closes the board (FailureBoard.close); failures are then reported unnamed."""
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+
     def next_call(self) -> None:
         """A new run on the pipeline (or a collective of its own) starts."""
         self.calls += 1

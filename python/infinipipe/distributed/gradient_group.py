@@ -8,10 +8,13 @@ before anything reads the gradients (a norm, the optimizer). With ZeRO-1 each ra
 optimizer state of a shard of the parameters (torch's ZeroRedundancyOptimizer, which steps its
 shard and broadcasts the updated parameters over the group).
 
-Gloo keeps a group's last finished work alive, and a Python-owned tensor in it released at
-interpreter shutdown aborts the process ("terminate called without an active exception", seen
-in 2 of 12 runs of the four-rank ZeRO checkpoint tests): so every Python collective here is
-followed by `settle`, a one-element all-reduce on a tensor only C++ holds (docs/runtime.md,
+A Gloo worker thread releases a finished work's tensors after the waiter has moved on, and a
+Python-owned tensor released that way once the interpreter finalizes aborts the process
+("terminate called without an active exception", seen in 2 of 12 runs of the four-rank ZeRO
+checkpoint tests): so every Python collective here is followed by `settle`, a one-element
+all-reduce on a tensor only C++ holds. It does not cover a group's other worker thread (Gloo
+runs two), which can still hold the collective before; what does is Trainer.close, at the
+latest at exit, ending the group's threads while the interpreter is whole (docs/runtime.md,
 "Exits").
 
 Every collective here has the trainer's deadline, and a failure becomes a CollectiveFailure

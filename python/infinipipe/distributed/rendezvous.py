@@ -33,12 +33,18 @@ def local_device() -> torch.device:
     return device
 
 
-def default_group(device: torch.device, timeout_s: float, describe: Callable[[int], str]) -> Any:
+def default_group(
+    device: torch.device,
+    timeout_s: float,
+    describe: Callable[[int], str],
+    sharded: bool = False,
+) -> Any:
     """The default group, made here when the caller has not: from torchrun's environment (RANK,
     WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or a world of one without it; NCCL for a GPU, Gloo
-    otherwise. One made here is destroyed at exit if the caller does not."""
+    otherwise. One made here is destroyed at exit if the caller does not. `sharded`: the
+    trainer may build a ZeRO optimizer (exit_hooks.before_default_group)."""
     if not dist.is_initialized():
-        before_default_group()
+        before_default_group(sharded)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
             join_default_group(backend, timeout_s, describe)

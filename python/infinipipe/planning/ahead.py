@@ -67,13 +67,15 @@ class PlanAhead:
                 return plan, planning_s, time.perf_counter() - started
         return None
 
-    def close(self) -> None:
-        """Drops the plans not taken and stops the thread (after the plan in progress)."""
+    def close(self, wait: bool = True) -> None:
+        """Drops the plans not taken and stops the thread after the plan in progress: joined
+        here with `wait` (a closing trainer leaves no thread of its own behind), else left to
+        end by itself (a step dropping stale plans does not wait for one)."""
         for _, future in self._pending.values():
             future.cancel()
         self._pending.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
 
 

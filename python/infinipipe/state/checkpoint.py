@@ -69,6 +69,7 @@ def save(
     `path/latest` at it; returns that directory. `extra` (anything torch.save can pickle, the
     same on every rank, e.g. a data loader's state_dict()) is kept from rank 0. `keep`: how many
     step directories to keep, the newest first (None keeps all). A collective."""
+    trainer.check_open()
     root = Path(path)
     step = int(trainer.state_dict()["step"])
     final = root / f"step-{step}"
@@ -145,6 +146,7 @@ def load(trainer: Any, path: str | os.PathLike) -> Any:
     recorded before any tensor is read: a checkpoint refused leaves the trainer as it was. A
     collective; on an error every rank raises (a failure while tensors are being read, after
     the checks passed, may leave this trainer's weights partly loaded)."""
+    trainer.check_open()
     root = Path(path)
     return _read(trainer, *_open(trainer, lambda: files.resolve(root), root))
 
@@ -155,6 +157,7 @@ def resume(trainer: Any, path: str | os.PathLike) -> tuple[Path, Any] | None:
     directories, the newest first, each refusal logged as a warning on the `infinipipe`
     logger. Returns (the directory loaded, its `extra`), or None when `path` holds no
     checkpoint (a fresh start); an Error naming every refusal when none passes. A collective."""
+    trainer.check_open()
     root = Path(path)
     refusals = []
     for directory in files.candidates(root):

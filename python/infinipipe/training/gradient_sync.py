@@ -55,6 +55,10 @@ class GradientSync:
         self.skipped_steps = 0  # optimizer steps skipped for non-finite values, in all
         self.skipped_in_a_row = 0
 
+    def release(self) -> None:
+        """Drops the reference to the trainer's group (StageRuntime.release says why)."""
+        self._group = None
+
     def after_backward(self, loss: float) -> None:
         """A run added to the gradients (its loss `loss`): every sum is due before anything
         reads them."""

@@ -153,6 +153,17 @@ class StageRuntime:
         guarded("the ZeRO optimizer's broadcast of the updated parameters", step)
         settle(self._gradient_group, self.device, self.timeout_s)
 
+    def release(self) -> None:
+        """Drops this stage's references to its process groups (a closing trainer's): the
+        executor, which holds the default, sequence and head groups in C++, and a ZeRO
+        optimizer's gradient group. A Gloo group's threads end only with its last reference,
+        and one still running when the interpreter finalizes can abort the process
+        (docs/runtime.md, "Exits"). The module and the optimizer's state stay readable."""
+        self.executor = None
+        self._gradient_group = None
+        if self.sharded:
+            self.optimizer.process_group = None  # torch's ZeroRedundancyOptimizer attribute
+
     def gather_text(self, text: str) -> list[str]:
         """Every rank's `text`, in rank order (a PeerError when a peer is lost)."""
         return [b.decode() for b in self.executor.all_gather_text(text)]

@@ -119,7 +119,7 @@ class StepPlanner:
         self._ahead.submit(lengths)
 
     def close(self) -> None:
-        """Stops planning ahead."""
+        """Stops planning ahead, its thread joined."""
         self._ahead.close()
 
     # --- a cost model profiled on this machine (PlanConfig(cost_model="profile")) ---
@@ -171,7 +171,7 @@ class StepPlanner:
             )
         self._use_profile(agreed, again=True)
         # A plan made ahead meanwhile may have read either model, and not alike on every rank.
-        self._ahead.close()
+        self._ahead.close(wait=False)
         self._ahead = PlanAhead(self.plan)
 
     def _use_profile(self, agreed: profiled_cost.AgreedCost, again: bool = False) -> None:

@@ -22,14 +22,15 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..distributed.agreement import agree, agree_on_setup, digest
-from ..distributed.exit_hooks import at_exit
+from ..distributed.exit_hooks import at_exit, was_peer_lost
 from ..distributed.failure_board import FailureBoard
 from ..distributed.failures import Failures
 from ..distributed.layout import Layout, Parallel, Share
@@ -114,7 +115,9 @@ class Trainer:
         self.device = local_device()
         self._parallel = parallel  # until the layout exists (describe_rank)
         if group is None:
-            group = default_group(self.device, timeout_s, self.describe_rank)
+            # ZeRO is built when a stage has a gradient group (more than one rank holds it).
+            sharded = parallel.zero == 1 and (parallel.data != 1 or parallel.sequence != 1)
+            group = default_group(self.device, timeout_s, self.describe_rank, sharded)
         self.group = group
         self.rank = dist.get_rank(self.group)
         self.world_size = dist.get_world_size(self.group)
@@ -182,6 +185,10 @@ class Trainer:
             self.world_size,
             self.layout.parallel,
         )
+        # Closed at exit when the caller does not (after the line above, which only destroys the
+        # groups: a trainer that failed to build has nothing else to close). Held weakly, so the
+        # exit hook keeps no trainer alive.
+        at_exit(_close_at_exit(weakref.ref(self)))
 
     # --- training ---
 
@@ -245,6 +252,7 @@ class Trainer:
         returns True; or, when a loss or gradient is not finite on some rank, every rank skips
         it and returns False (GradientSync.finite: NonfiniteError after too many in a row).
         A skipped step counts in `steps` and in `skipped_steps`."""
+        self.check_open()
         self.gradients.complete()
         self._steps += 1
         if not self.gradients.finite(self._steps):
@@ -287,6 +295,7 @@ class Trainer:
         on a batch of the same lengths takes that plan, so planning overlaps whatever runs
         meanwhile (the current step). A batch that cannot be trained on is left for the step to
         report (on every rank alike)."""
+        self.check_open()
         try:
             lengths = [t.numel() for t in self.check_batch(batch)]
         except Error:
@@ -344,12 +353,33 @@ class Trainer:
         return checkpoint.resume(self, path)
 
     def close(self) -> None:
-        """Stops planning ahead and shuts down the sequence and gradient groups the trainer
-        made; the default group stays the caller's. The trainer cannot run after this. Also
-        `with Trainer(...) as trainer:`."""
-        self.planner.close()
-        self.layout.destroy_groups()
+        """Stops planning ahead (its thread joined), shuts down the sequence and gradient groups
+        the trainer made and drops every reference the trainer holds to a process group (the
+        executor's, ZeRO's, `group`; kept after a lost peer) and to its failure board, so that
+        their threads end here, not at the interpreter's finalization, where a thread still
+        running can abort the process (docs/runtime.md, "Exits"). The default group stays the
+        caller's (one the trainer made is destroyed at exit). The trainer cannot run or save
+        after this; its module and optimizer state stay readable. Also `with Trainer(...) as
+        trainer:`, and done at exit for a trainer left open."""
+        if self._closed:
+            return
         self._closed = True
+        self.planner.close()
+        self.failures.close()
+        if not was_peer_lost():
+            # The executor's references go first: dropped with the GIL held, they must not be
+            # a group's last, whose destructor joins Gloo's threads (torch's Python references,
+            # the registry's and ours, destroy a group with the GIL released). After a lost
+            # peer they stay, as at exit: the destructor would wait for work stuck on that peer.
+            self.stage.release()
+            self.gradients.release()
+            self.group = None
+        self.layout.destroy_groups()
+
+    def check_open(self) -> None:
+        """Raises the Error a closed trainer answers every call that would run on its ranks."""
+        if self._closed:
+            raise Error("this trainer was closed (Trainer.close); create a new Trainer to go on")
 
     def __enter__(self) -> Trainer:
         return self
@@ -397,8 +427,7 @@ class Trainer:
         """The checked batch, this replica's share of it and its plan (planned ahead, planned
         here, or given), agreed by every rank; and (planning seconds, the part of them hidden
         by planning ahead)."""
-        if self._closed:
-            raise Error("this trainer was closed (Trainer.close); create a new Trainer to go on")
+        self.check_open()
         planning = (0.0, 0.0)
         error, share, fingerprint = None, None, None
         try:
@@ -419,3 +448,14 @@ class Trainer:
                 replica_of=self.layout.replica_of,
             )
         return plan, share, planning
+
+
+def _close_at_exit(trainer: weakref.ref[Trainer]) -> Callable[[], None]:
+    """Closes the trainer at exit if it is still alive and open (Trainer.close)."""
+
+    def close() -> None:
+        alive = trainer()
+        if alive is not None:
+            alive.close()
+
+    return close

@@ -31,9 +31,9 @@ if __name__ == "__main__":
     exit_code = main()
     # Without the interpreter's finalization: a Gloo worker thread that drops its last work's
     # tensors during it aborts the process ("terminate called without an active exception",
-    # pytorch/pytorch#190489), a rare exit -6 of a rank that had saved its result, which
-    # neither settling every collective nor destroying the groups removed (docs/runtime.md,
-    # "Parallel layout" and "Exits").
+    # pytorch/pytorch#190489). Trainer.close, run by the exit handlers for a trainer left open,
+    # ends the trainer's groups' threads before it (docs/runtime.md, "Exits"), but not after a
+    # lost peer, whose survivors the tests leave to exit this way too.
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

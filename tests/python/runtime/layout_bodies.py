@@ -3,6 +3,8 @@ launcher.run_ranks starts."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import bodies
@@ -11,6 +13,7 @@ import torch
 import infinipipe
 from infinipipe import _C
 from infinipipe.distributed.layout import Parallel
+from infinipipe.distributed.rendezvous import destroy_default_group
 
 
 def _spec_plan(trainer: infinipipe.Trainer, batch: list[torch.Tensor], spec: dict) -> Any:
@@ -74,7 +77,10 @@ def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[d
 
 def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: float) -> dict:
     """AdamW steps on `batches` (lengths; seeds 0, 1, ...) under the layout; this rank's
-    parameters after them and the bytes of its optimizer state."""
+    parameters after them and the bytes of its optimizer state; the process's threads before
+    the trainer, while it runs, and once it is closed (not deleted) and the default group it
+    made destroyed."""
+    threads_before = _threads()
     trainer = infinipipe.Trainer(
         bodies.model_config("float64"),
         lambda params: torch.optim.AdamW(params, lr=lr),
@@ -93,13 +99,21 @@ def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: flo
         if torch.is_tensor(t) and t.dim() > 0
     )
     params = {n: p.detach().clone() for n, p in trainer.module.named_parameters()}
+    threads_running = _threads()
     trainer.close()  # its groups shut down here, not left to the exit
     try:
         trainer.step(bodies.make_batch(batches[0], 0))
         after_close = "no error"
     except infinipipe.Error as e:
         after_close = str(e)
+    destroy_default_group()
+    # A rank once counted one thread more here, in 600 checks: most likely a joined thread still
+    # listed in /proc for a moment. Up to 2 s for the count to fall; a live thread never does.
+    deadline = time.monotonic() + 2.0
+    while _threads() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
     return dict(
+        threads=(threads_before, threads_running, _threads()),
         losses=losses,
         params=params,
         state_bytes=state_bytes,
@@ -108,3 +122,7 @@ def optimizer_steps(parallel: dict, zero: int, batches: list[list[int]], lr: flo
         after_close=after_close,
         groups_left=trainer.layout.gradient_group is not None,
     )
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))

@@ -164,6 +164,12 @@ def test_optimizer_steps_keep_every_replica_equal_to_the_unpipelined_model():
         # Closed, a trainer shuts its groups down and refuses to run (it would skip the
         # gradient sum over replicas), on every rank, without a hang.
         assert all(not r["groups_left"] for r in ranks)
+        # ... and leaves no thread of its own (Gloo's, the failure board's, planning ahead):
+        # closed but not deleted, once the default group it made is destroyed, each rank runs
+        # the threads it ran before the trainer (docs/runtime.md, "Exits").
+        for r in ranks:
+            before, running, after = r["threads"]
+            assert running > before and after == before, f"zero {zero}: {r['threads']}"
         assert all("trainer was closed" in r["after_close"] for r in ranks), ranks
     # Per stage (ranks s and 2 + s: the stage in each replica), the two shards hold the whole
     # state between them, and neither more than three quarters of it.
