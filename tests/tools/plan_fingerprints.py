@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 RECORD = pathlib.Path(__file__).with_name("plan_fingerprints.json")
+PROFILED = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cost_cpu.json"
 
 # LLaMA-13B, A800, 8 stages (the tool's defaults); batch 512 at 96K for wikipedia, smaller batches
 # for the other distributions, whose long tails make that case take minutes. CBC is off: its
@@ -28,6 +29,38 @@ CASES = {
     "uniform": ["--distribution", "uniform", "--batch", "128", "--context", "32768"],
     "lognormal": ["--distribution", "lognormal", "--batch", "128", "--context", "32768"],
     "extreme": ["--distribution", "extreme", "--batch", "128", "--context", "32768"],
+    # This machine's models: the analytic CPU hardware and a profiled cost file, which no GPU
+    # hardware change may move.
+    "cpu": [
+        "--distribution",
+        "wikipedia",
+        "--model",
+        "tiny",
+        "--hardware",
+        "cpu",
+        "--stages",
+        "2",
+        "--memory-gib",
+        "2",
+        "--batch",
+        "64",
+        "--context",
+        "8192",
+    ],
+    "cpu-profiled": [
+        "--distribution",
+        "wikipedia",
+        "--model",
+        str(PROFILED),
+        "--stages",
+        "2",
+        "--memory-gib",
+        "2",
+        "--batch",
+        "64",
+        "--context",
+        "8192",
+    ],
 }
 
 
