@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -38,6 +39,7 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
   const double h = shape.hidden, f = shape.ffn, vocab = shape.vocab;
   const double kv_dim = double(shape.kv_heads) * shape.head_dim();
   const double bytes = shape.bytes_per_element;
+  // With efficiency curves, the flat fractions are the curves' largest sizes (Hardware).
   const double matmul_rate = hw.peak_flops * hw.matmul_efficiency;
   const double attention_rate = hw.peak_flops * hw.attention_efficiency;
 
@@ -55,6 +57,51 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
   // the forward (Narayanan et al. SC'21 count training as 3x forward); flash attention's backward
   // is about 2.5x its forward (Dao 2023), close enough at one shared ratio.
   c.backward_ratio = 2;
+  // Element-wise work moves bytes rather than FLOPs. Per token, eager: each RMSNorm reads and
+  // writes h, rotary reads and writes q and k, SiLU reads gate and writes f, the product reads
+  // two f and writes one, each residual add reads two h and writes one: (12h + 2kv + 5f) * b.
+  // Each backward reads what its forward saved and the gradient and writes a gradient: about
+  // twice that.
+  const double elementwise_s =
+      hw.memory_bandwidth > 0 ? (12 * h + 2 * kv_dim + 5 * f) * bytes / hw.memory_bandwidth : 0.0;
+  if (hw.matmul_efficiency_by_rows.empty() && hw.attention_efficiency_by_length.empty()) {
+    c.a2 += elementwise_s;  // + 0.0 without a memory bandwidth: the flat model to the bit
+  } else {
+    // Size-aware: the GEMMs and attention of each size at its efficiency; a1, a2 (a1', a2') at
+    // the largest sizes (CostCoefficients). Backward apart: a GEMM's input gradient is its
+    // forward's shape (M rows), its weight gradient sums over the M rows (its own curve, else
+    // the forward's); flash attention's backward is 2.5 times its forward's FLOPs (the
+    // convention of the benchmarks the curve comes from), at the same measured rate.
+    constexpr double kAttentionBackwardFlops = 2.5;
+    const SizeCurve& rows = hw.matmul_efficiency_by_rows;
+    const SizeCurve& weight_grad =
+        hw.weight_grad_efficiency_by_rows.empty() ? rows : hw.weight_grad_efficiency_by_rows;
+    for (size_t i = 0; i < rows.sizes.size(); ++i) {
+      const double forward = linear_flops_per_token / (hw.peak_flops * rows.values[i]);
+      c.gemm_s_per_token.sizes.push_back(rows.sizes[i]);
+      c.gemm_s_per_token.values.push_back(forward);
+      c.backward_gemm_s_per_token.sizes.push_back(rows.sizes[i]);
+      c.backward_gemm_s_per_token.values.push_back(
+          forward + linear_flops_per_token / (hw.peak_flops * weight_grad.values[i]));
+    }
+    for (size_t i = 0; i < hw.attention_efficiency_by_length.sizes.size(); ++i) {
+      const double a1 = 2 * h / (hw.peak_flops * hw.attention_efficiency_by_length.values[i]);
+      c.attention_a1_by_length.sizes.push_back(hw.attention_efficiency_by_length.sizes[i]);
+      c.attention_a1_by_length.values.push_back(a1);
+      c.backward_attention_a1_by_length.sizes.push_back(hw.attention_efficiency_by_length.sizes[i]);
+      c.backward_attention_a1_by_length.values.push_back(kAttentionBackwardFlops * a1);
+    }
+    const double gemm =
+        rows.empty() ? linear_flops_per_token / matmul_rate : c.gemm_s_per_token.last();
+    const double backward_gemm = rows.empty() ? 2 * linear_flops_per_token / matmul_rate
+                                              : c.backward_gemm_s_per_token.last();
+    c.a2 = gemm + 2 * h / attention_rate + elementwise_s;
+    c.backward_a1 = kAttentionBackwardFlops * c.a1;
+    c.backward_a2 =
+        backward_gemm + kAttentionBackwardFlops * 2 * h / attention_rate + 2 * elementwise_s;
+    // The backward launches about twice the forward's kernels, as backward_ratio charged it.
+    c.backward_b = c.backward_ratio * c.b;
+  }
   // The embedding is a gather of bytes*h per token: ~16 KB at 7B, nanoseconds at HBM bandwidth
   // against microseconds per token per layer, so it is left at zero.
   c.embedding_s_per_token = 0;
@@ -148,6 +195,20 @@ void CostCoefficients::validate() const {
             " attention_query_cuts), got " + std::to_string(a1_by_query.size()) + " and " +
             std::to_string(backward_a1_by_query.size()) + "; profile again or remove all three");
   for (double v : a1_by_query) at_least_zero(v, "a1_by_query");
+  const double inf = std::numeric_limits<double>::infinity();
+  auto curve = [&](const SizeCurve& c, const char* field) {
+    if (!c.empty()) c.validate(std::string("cost coefficients: ") + field, 0, inf);
+  };
+  curve(gemm_s_per_token, "gemm_s_per_token");
+  curve(backward_gemm_s_per_token, "backward_gemm_s_per_token");
+  curve(attention_a1_by_length, "attention_a1_by_length");
+  curve(backward_attention_a1_by_length, "backward_attention_a1_by_length");
+  check(attention_query_cuts.empty() || attention_a1_by_length.empty(),
+        "cost coefficients: attention_query_cuts and attention_a1_by_length both price attention "
+        "by size; keep one");
+  check(gemm_s_per_token.empty() || gemm_s_per_token.last() <= a2,
+        "cost coefficients: a2 must include the GEMMs' cost at their largest size, the last "
+        "value of gemm_s_per_token");
   for (double v : backward_a1_by_query) at_least_zero(v, "backward_a1_by_query");
   at_least_zero(embedding_s_per_token, "embedding_s_per_token");
   at_least_zero(head_s_per_token, "head_s_per_token");
@@ -209,6 +270,13 @@ void to_json(nlohmann::json& j, const CostCoefficients& c) {
     j["alltoall_bandwidth"] = c.alltoall_bandwidth;
     j["alltoall_latency_s"] = c.alltoall_latency_s;
   }
+  auto curve = [&](const SizeCurve& c, const char* field) {
+    if (!c.empty()) j[field] = c;
+  };
+  curve(c.gemm_s_per_token, "gemm_s_per_token");
+  curve(c.backward_gemm_s_per_token, "backward_gemm_s_per_token");
+  curve(c.attention_a1_by_length, "attention_a1_by_length");
+  curve(c.backward_attention_a1_by_length, "backward_attention_a1_by_length");
 }
 
 void from_json(const nlohmann::json& j, CostCoefficients& c) {
@@ -240,6 +308,10 @@ void from_json(const nlohmann::json& j, CostCoefficients& c) {
   f.get_optional("inter_node_latency_s", c.inter_node_latency_s);
   f.get_optional("alltoall_bandwidth", c.alltoall_bandwidth);  // absent: the in-node link
   f.get_optional("alltoall_latency_s", c.alltoall_latency_s);
+  f.get_optional("gemm_s_per_token", c.gemm_s_per_token);  // absent: one cost for every size
+  f.get_optional("backward_gemm_s_per_token", c.backward_gemm_s_per_token);
+  f.get_optional("attention_a1_by_length", c.attention_a1_by_length);
+  f.get_optional("backward_attention_a1_by_length", c.backward_attention_a1_by_length);
   f.finish();
   c.validate();
 }
@@ -308,6 +380,25 @@ double CostModel::layer_forward_time(const Chunk& chunk) const {
   const double d_s = layout_.sequence;
   double t = coefficients_.b;
   for (const Slice& s : chunk.slices) t += slice_layer_time(s.context(), s.length()) / d_s;
+  if (coefficients_.has_size_curves())
+    t += size_penalty(chunk, coefficients_.gemm_s_per_token, coefficients_.attention_a1_by_length);
+  return t;
+}
+
+double CostModel::size_penalty(const Chunk& chunk, const SizeCurve& gemm,
+                               const SizeCurve& a1) const {
+  const double d_s = layout_.sequence;
+  double t = 0;
+  if (!gemm.empty()) {
+    const double rows = double(chunk.tokens()) / d_s;
+    t += rows * (gemm.at(rows) - gemm.last());
+  }
+  if (!a1.empty()) {
+    for (const Slice& s : chunk.slices) {
+      const double c = double(s.context()), n = double(s.length());
+      t += (a1.at(2 * c + n) - a1.last()) * n * (2 * c + n) / d_s;
+    }
+  }
   return t;
 }
 
@@ -322,6 +413,8 @@ double CostModel::layer_backward_time(const Chunk& chunk) const {
           k.backward_a3 * c) /
          d_s;
   }
+  if (k.has_size_curves())
+    t += size_penalty(chunk, k.backward_gemm_s_per_token, k.backward_attention_a1_by_length);
   return t;
 }
 

@@ -1,6 +1,7 @@
 #include "infinipipe/cost/hardware.h"
 
 #include <cmath>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,25 @@ void Hardware::validate() const {
   positive(peak_flops, "peak_flops");
   fraction(matmul_efficiency, "matmul_efficiency");
   fraction(attention_efficiency, "attention_efficiency");
+  // A curve and its flat fraction are one setting: the flat one is the curve's largest size.
+  auto curve = [&](const SizeCurve& c, const char* field, double flat, const char* flat_field) {
+    if (c.empty()) return;
+    c.validate(where + field, 0, 1);
+    check(flat == c.last(), where + flat_field + " (" + std::to_string(flat) +
+                                ") must equal the last value of " + field + " (" +
+                                std::to_string(c.last()) +
+                                "): the flat fraction is the curve's largest size");
+  };
+  curve(matmul_efficiency_by_rows, "matmul_efficiency_by_rows", matmul_efficiency,
+        "matmul_efficiency");
+  curve(attention_efficiency_by_length, "attention_efficiency_by_length", attention_efficiency,
+        "attention_efficiency");
+  if (!weight_grad_efficiency_by_rows.empty()) {
+    weight_grad_efficiency_by_rows.validate(where + "weight_grad_efficiency_by_rows", 0, 1);
+    check(weight_grad_efficiency_by_rows.sizes == matmul_efficiency_by_rows.sizes,
+          where + "weight_grad_efficiency_by_rows needs the rows of matmul_efficiency_by_rows");
+  }
+  non_negative(memory_bandwidth, "memory_bandwidth");
   non_negative(layer_overhead_s, "layer_overhead_s");
   positive(memory_bytes, "memory_bytes");
   positive(link_bandwidth, "link_bandwidth");
@@ -37,18 +57,69 @@ void Hardware::validate() const {
 
 namespace {
 
+// H100 (sm_90) bf16 GEMM throughput in TFLOP/s, from XLA's built-in matmul performance table
+// (tensorflow/tensorflow, third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h at
+// 372d578b, entries with b = 1, key "bf16xbf16->bf16", value / 1e12; the file names the
+// architecture, not the SKU). Its largest weight is 4096 x 4096, so these rows are the widest
+// GEMMs it knows; the LLaMA layers from 7B up are all at least that wide (clamped, below).
+constexpr double kGemmRows[] = {256, 512, 1024, 2048, 4096};
+// m = M rows, n = k = 4096: a projection's forward, and its input gradient (the same shape).
+constexpr double kH100GemmTflops[] = {412.03, 644.12, 738.47, 753.64, 783.33};
+// m = n = 4096, k = M: its weight gradient, which sums over the M rows.
+constexpr double kH100WeightGradTflops[] = {392.16, 543.12, 677.44, 738.74, 783.33};
+// FlashAttention-2 forward + backward, causal, head dim 128, fp16, TFLOP/s at sequence lengths
+// 512 .. 16K with batch x length = 16K tokens and 16 heads, read off the bar labels of the
+// flash-attention repository's assets/flash2_a100_fwd_bwd_benchmark.png and
+// assets/flash2_h100_fwd_bwd_benchmark.png, panel (d) (Dao-AILab/flash-attention at 0251105a).
+// Its FLOP count (benchmarks/benchmark_flash_attention.py) is 4 * length^2 * heads * head_dim /
+// 2 forward and 2.5 times that backward: CostCoefficients' a1 counts the same pairs.
+constexpr double kAttentionLengths[] = {512, 1024, 2048, 4096, 8192, 16384};
+constexpr double kA100AttentionTflops[] = {99, 133, 155, 173, 182, 189};
+constexpr double kH100AttentionTflops[] = {163, 221, 265, 294, 308, 328};
+
+template <size_t N>
+SizeCurve efficiency(const double (&sizes)[N], const double (&tflops)[N], double scale) {
+  SizeCurve c;
+  for (size_t i = 0; i < N; ++i) {
+    c.sizes.push_back(sizes[i]);
+    c.values.push_back(tflops[i] * scale);
+  }
+  return c;
+}
+
+// The size curves of a GPU of `hw.peak_flops` whose largest GEMMs reach `best_gemm_flops` along
+// the shape of the H100 table above, and whose flash attention runs at `attention_tflops`; the
+// flat fractions are the curves' largest sizes.
+void set_size_curves(Hardware& hw, double best_gemm_flops,
+                     const double (&attention_tflops)[std::size(kAttentionLengths)]) {
+  const double gemm_scale = 1e12 / (kH100GemmTflops[4] * 1e12) * best_gemm_flops / hw.peak_flops;
+  hw.matmul_efficiency_by_rows = efficiency(kGemmRows, kH100GemmTflops, gemm_scale);
+  hw.weight_grad_efficiency_by_rows = efficiency(kGemmRows, kH100WeightGradTflops, gemm_scale);
+  hw.matmul_efficiency = hw.matmul_efficiency_by_rows.last();
+  hw.attention_efficiency_by_length =
+      efficiency(kAttentionLengths, attention_tflops, 1e12 / hw.peak_flops);
+  hw.attention_efficiency = hw.attention_efficiency_by_length.last();
+}
+
 Hardware a800() {
   Hardware hw;
   hw.name = "a800";
   // Dense BF16 tensor-core peak of the A100/A800 SXM (NVIDIA A100 datasheet; the A800 differs
   // only in its NVLink bandwidth).
   hw.peak_flops = 312e12;
-  // Narayanan et al., SC'21 ("Efficient Large-Scale Language Model Training on GPU Clusters
-  // Using Megatron-LM"): 163 TFLOP/s per A100 end to end, i.e. 52% of peak.
-  hw.matmul_efficiency = 0.52;
-  // Dao 2023 (FlashAttention-2): 50-73% of peak in the forward pass; causal forward+backward is
-  // at the low end, so take 50%.
-  hw.attention_efficiency = 0.5;
+  // No per-size GEMM table of the A100 exists as text (NVIDIA publishes it only as a chart of
+  // square GEMMs, whose small sizes shrink N and K too). So the H100 table's shape is carried
+  // over: each point is the H100's throughput over its own largest-shape figure (783.33 at
+  // M = 4096), times the A100's best measured GEMM, 271.2 TFLOP/s (bf16, the maximum achievable
+  // matmul FLOPS found by search over shapes: stas00/ml-engineering, compute/accelerator/
+  // README.md). An assumption, written down: the A100 has fewer SMs (108 against 132) and a lower
+  // ratio of FLOP/s to memory bandwidth, so it likely fills at fewer rows than the H100, and this
+  // curve somewhat overstates its small-chunk penalty.
+  // The attention: the A100 80GB SXM4 bars of FlashAttention-2 (above); the A800 has the same
+  // SMs and clocks.
+  set_size_curves(hw, 271.2e12, kA100AttentionTflops);
+  // HBM2e of the A100/A800 80GB SXM: 2,039 GB/s (NVIDIA A100 datasheet).
+  hw.memory_bandwidth = 2039e9;
   // Kernel launches of one LLaMA layer's forward, eager Megatron-style with flash attention:
   // 2 RMSNorms + 7 GEMMs (q, k, v, o, gate, up, down) + 2 rotary (q, k) + 1 attention +
   // 2 activation (SiLU, product) + 2 residual adds = 16 kernels, times ~3 us per launch (launch
@@ -74,6 +145,28 @@ Hardware a800() {
   // "Demystifying NCCL", arXiv 2507.04786, compare its intra- and inter-node latencies); taken
   // as twice the in-node estimate above.
   hw.inter_node_latency_s = 2e-5;
+  return hw;
+}
+
+Hardware h100() {
+  Hardware hw;
+  hw.name = "h100";
+  // Dense BF16 tensor-core peak of the H100 SXM5: 989 TFLOP/s (NVIDIA H100 datasheet, 1,979
+  // with sparsity).
+  hw.peak_flops = 989e12;
+  set_size_curves(hw, kH100GemmTflops[4] * 1e12, kH100AttentionTflops);
+  // HBM3 of the H100 SXM5: 3.35 TB/s (NVIDIA H100 datasheet).
+  hw.memory_bandwidth = 3.35e12;
+  // The same kernels per layer as on the A800 (a800(), above), at the same launch cost.
+  hw.layer_overhead_s = 16 * 3e-6;
+  hw.memory_bytes = 80.0 * (1ull << 30);  // H100 80GB SXM5
+  // Fourth-generation NVLink: 900 GB/s total per GPU (NVIDIA H100 datasheet), 450 per direction.
+  hw.link_bandwidth = 450e9;
+  hw.link_latency_s = 1e-5;  // the A800's estimate (a800(), above)
+  // Between nodes: one 400 Gb/s ConnectX-7 port per GPU (NVIDIA DGX H100 datasheet: 8 single-port
+  // OSFP ConnectX-7 for compute), i.e. 50 GB/s per direction.
+  hw.inter_node_bandwidth = 400e9 / 8;
+  hw.inter_node_latency_s = 2e-5;  // the A800's estimate (a800(), above)
   return hw;
 }
 
@@ -110,6 +203,7 @@ Hardware cpu() {
 
 Hardware Hardware::builtin(const std::string& name) {
   if (name == "a800") return a800();
+  if (name == "h100") return h100();
   if (name == "cpu") return cpu();
   std::string known;
   for (const std::string& n : builtin_names()) known += (known.empty() ? "" : ", ") + n;
@@ -117,7 +211,7 @@ Hardware Hardware::builtin(const std::string& name) {
               " (or give a hardware description in a JSON file)");
 }
 
-std::vector<std::string> Hardware::builtin_names() { return {"a800", "cpu"}; }
+std::vector<std::string> Hardware::builtin_names() { return {"a800", "h100", "cpu"}; }
 
 void to_json(nlohmann::json& j, const Hardware& hw) {
   j = nlohmann::json{{"name", hw.name},
@@ -130,6 +224,14 @@ void to_json(nlohmann::json& j, const Hardware& hw) {
                      {"link_latency_s", hw.link_latency_s},
                      {"inter_node_bandwidth", hw.inter_node_bandwidth},
                      {"inter_node_latency_s", hw.inter_node_latency_s}};
+  // Written only when set, so a description without them writes the file it always wrote.
+  if (!hw.matmul_efficiency_by_rows.empty())
+    j["matmul_efficiency_by_rows"] = hw.matmul_efficiency_by_rows;
+  if (!hw.weight_grad_efficiency_by_rows.empty())
+    j["weight_grad_efficiency_by_rows"] = hw.weight_grad_efficiency_by_rows;
+  if (!hw.attention_efficiency_by_length.empty())
+    j["attention_efficiency_by_length"] = hw.attention_efficiency_by_length;
+  if (hw.memory_bandwidth > 0) j["memory_bandwidth"] = hw.memory_bandwidth;
 }
 
 void from_json(const nlohmann::json& j, Hardware& hw) {
@@ -147,6 +249,10 @@ void from_json(const nlohmann::json& j, Hardware& hw) {
   hw.inter_node_latency_s = hw.link_latency_s;
   f.get_optional("inter_node_bandwidth", hw.inter_node_bandwidth);
   f.get_optional("inter_node_latency_s", hw.inter_node_latency_s);
+  f.get_optional("matmul_efficiency_by_rows", hw.matmul_efficiency_by_rows);  // absent: flat
+  f.get_optional("weight_grad_efficiency_by_rows", hw.weight_grad_efficiency_by_rows);
+  f.get_optional("attention_efficiency_by_length", hw.attention_efficiency_by_length);
+  f.get_optional("memory_bandwidth", hw.memory_bandwidth);  // absent: element-wise work left out
   f.finish();
   hw.validate();
 }

@@ -8,6 +8,7 @@
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/cost/cost_model.h"
+#include "support/a800_cost.h"
 #include "support/error_of.h"
 
 namespace infinipipe {
@@ -27,6 +28,12 @@ CostModel model(const std::string& name, int stages, const ParallelLayout& l = {
   return CostModel::analytic(ModelShape::builtin(name), Hardware::builtin("a800"), stages, l);
 }
 
+// Without size curves, so that d_s divides every slice's work exactly (with them a rank's GEMMs
+// run at its share of the rows: cost_model_test.cc, UnderSequenceParallelismAGemmSeesTheRanksRows).
+CostModel flat_model(const std::string& name, int stages, const ParallelLayout& l = {}) {
+  return CostModel::analytic(ModelShape::builtin(name), test_support::flat_a800(), stages, l);
+}
+
 Chunk whole(int64_t tokens) { return Chunk{{Slice{0, 0, tokens, tokens}}}; }
 
 TEST(CostModelParallel, AlltoallTimeIsTheUlyssesFormula) {
@@ -44,7 +51,7 @@ TEST(CostModelParallel, AlltoallTimeIsTheUlyssesFormula) {
 }
 
 TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {
-  const CostModel one = model("llama-13b", 4), sp = model("llama-13b", 4, layout(8));
+  const CostModel one = flat_model("llama-13b", 4), sp = flat_model("llama-13b", 4, layout(8));
   const Chunk chunk{{Slice{0, 4096, 8192, 20000}, Slice{1, 0, 3000, 3000}}};
   const double b = one.coefficients().b;
   // The launch overhead b stays per rank; the slices' work divides by 8.
@@ -69,7 +76,7 @@ TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {
 }
 
 TEST(CostModelParallel, ActivationsAndBuffersPerRankAreOneOverDsPlusTheOutputCopy) {
-  const CostModel one = model("llama-13b", 4), sp = model("llama-13b", 4, layout(8));
+  const CostModel one = flat_model("llama-13b", 4), sp = flat_model("llama-13b", 4, layout(8));
   const Chunk chunk{{Slice{0, 4096, 8192, 20000}, Slice{1, 0, 3000, 3000}}};
   // Under SP a full layer also keeps the attention output twice (head-sharded for flash
   // backward, token-sharded as the o-projection's input): one hidden vector per token more.

@@ -8,14 +8,17 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/core/error.h"
+#include "support/a800_cost.h"
 #include "support/error_of.h"
 #include "support/temp_file.h"
 
 namespace infinipipe {
 namespace {
 
+using test_support::flat_a800;
+
 CostModel llama7b(int stages) {
-  return CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"), stages);
+  return CostModel::analytic(ModelShape::builtin("llama-7b"), flat_a800(), stages);
 }
 
 // A chunk of `n` random slices; with probability 1/2 the first is a slice of a split sequence.
@@ -38,8 +41,7 @@ using test_support::error_of;
 
 TEST(CostCoefficients, Llama7bFlopsMatchHandCount) {
   const ModelShape shape = ModelShape::builtin("llama-7b");
-  const Hardware hw = Hardware::builtin("a800");
-  const CostCoefficients c = CostCoefficients::analytic(shape, hw);
+  const CostCoefficients c = CostCoefficients::analytic(shape, flat_a800());
   const double matmul_rate = 312e12 * 0.52, attention_rate = 312e12 * 0.5;
   // 2 FLOPs per GEMM weight per token: 2 * (202,383,360 - 8,192 norm gains) = 404,750,336.
   EXPECT_NEAR((c.a2 - 2 * 4096 / attention_rate) * matmul_rate, 404750336.0, 1e-3);
@@ -306,6 +308,82 @@ TEST(CostModel, MeasuredLayerBackwardReplacesTheRatioForLayersOnly) {
       1e-12);
 }
 
+// LLaMA-7B's GEMM FLOPs per token per layer (Llama7bFlopsMatchHandCount) and its element-wise
+// bytes per token per layer in bf16: (12h + 2kv + 5f) * 2 with h = kv = 4096, f = 11008.
+constexpr double kLlama7bGemmFlops = 404750336.0;
+constexpr double kLlama7bElementwiseBytes = (12 * 4096 + 2 * 4096 + 5 * 11008) * 2.0;
+
+// One 7B layer's forward over a chunk of one sequence of n tokens (context 0) on the H100, from
+// the published points themselves: XLA's sm_90 GEMM table (m = n rows, n = k = 4096; clamped at
+// 4096 rows) and FlashAttention-2's H100 causal forward+backward bars (hardware.cc).
+double h100_layer_forward(double n, double gemm_tflops, double attention_tflops) {
+  const double peak = 989e12;
+  const double a1 = 2 * 4096 / (peak * attention_tflops * 1e12 / peak);
+  return 16 * 3e-6 + n * kLlama7bGemmFlops / (gemm_tflops * 1e12) + a1 * n * n +
+         n * (2 * 4096 / (328e12) + kLlama7bElementwiseBytes / 3.35e12);
+}
+
+TEST(CostModel, SmallChunksUnderUseTheGpuAsTheSourcesSay) {
+  const CostModel h100 =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("h100"), 1);
+  const Chunk small{{{0, 0, 512, 512}}}, large{{{0, 0, 8192, 8192}}};
+  // 512 rows: 644.12 TFLOP/s for the GEMMs, 163 for attention; 8192 rows: the GEMMs at the
+  // table's largest, 783.33, attention 308.
+  EXPECT_NEAR(h100.layer_forward_time(small) / h100_layer_forward(512, 644.12, 163), 1, 1e-12);
+  EXPECT_NEAR(h100.layer_forward_time(large) / h100_layer_forward(8192, 783.33, 308), 1, 1e-12);
+  // Per token, a 512-token chunk's GEMMs cost 783.33 / 644.12 = 1.216 times an 8K chunk's, on
+  // the A800 too (its GEMM curve is the H100's shape, hardware.cc).
+  for (const char* name : {"a800", "h100"}) {
+    const CostCoefficients c =
+        CostCoefficients::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin(name));
+    EXPECT_NEAR(c.gemm_s_per_token.at(512) / c.gemm_s_per_token.at(8192), 783.33 / 644.12, 1e-12)
+        << name;
+  }
+  // Attention per pair: 512 against 16K tokens, 328/163 on the H100, 189/99 on the A800.
+  const CostCoefficients a800 =
+      CostCoefficients::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"));
+  const CostCoefficients& h = h100.coefficients();
+  EXPECT_NEAR(h.attention_a1_by_length.at(512) / h.a1, 328.0 / 163, 1e-12);
+  EXPECT_NEAR(a800.attention_a1_by_length.at(512) / a800.a1, 189.0 / 99, 1e-12);
+}
+
+TEST(CostModel, BackwardPricesInputAndWeightGradientsApart) {
+  const CostModel m =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("h100"), 1);
+  const Chunk chunk{{{0, 0, 256, 256}}};
+  // 256 rows: the input gradient at the forward's 412.03 TFLOP/s, the weight gradient (a sum over
+  // the 256 rows) at 392.16; attention's backward 2.5 times its forward FLOPs at 163 - 512 is
+  // the curve's first point, and 256 is below it (clamped).
+  const double n = 256, peak = 989e12;
+  const double expected =
+      2 * 16 * 3e-6 + n * kLlama7bGemmFlops / 412.03e12 + n * kLlama7bGemmFlops / 392.16e12 +
+      2.5 * 2 * 4096 / 163e12 * n * n +
+      n * (2.5 * 2 * 4096 / (peak * (328e12 / peak)) + 2 * kLlama7bElementwiseBytes / 3.35e12);
+  EXPECT_NEAR(m.layer_backward_time(chunk) / expected, 1, 1e-12);
+}
+
+TEST(CostModel, UnderSequenceParallelismAGemmSeesTheRanksRows) {
+  // What a chunk's size adds beyond the full-size cost: with d_s = 8 a rank's GEMMs multiply 512
+  // of a 4096-token chunk's rows, so they pay what one 512-token chunk's GEMMs pay on one rank;
+  // its attention stays at length 4096, over 8 ranks' heads.
+  ParallelLayout sp8;
+  sp8.sequence = 8;
+  const ModelShape shape = ModelShape::builtin("llama-7b");
+  const CostModel alone = CostModel::analytic(shape, Hardware::builtin("a800"), 1);
+  const CostModel split = CostModel::analytic(shape, Hardware::builtin("a800"), 1, sp8);
+  const CostCoefficients& c = alone.coefficients();
+  auto penalty = [&](const CostModel& m, int64_t n) {
+    return m.layer_forward_time(Chunk{{{0, 0, n, n}}}) - c.b -
+           m.slice_layer_time(0, n) / m.layout().sequence;
+  };
+  const double gemm_512 = 512 * (c.gemm_s_per_token.at(512) - c.gemm_s_per_token.last());
+  auto attention = [&](double n) { return (c.attention_a1_by_length.at(n) - c.a1) * n * n; };
+  EXPECT_GT(gemm_512, 0);
+  EXPECT_NEAR(penalty(alone, 512), gemm_512 + attention(512), 1e-15);
+  EXPECT_NEAR(penalty(split, 4096), gemm_512 + attention(4096) / 8, 1e-15);
+  EXPECT_NEAR(penalty(alone, 4096), attention(4096), 1e-15);  // 4096 rows: the table's largest
+}
+
 TEST(CostModel, Llama13bModelStateSplitsOverStages) {
   const CostModel m =
       CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 8);
@@ -343,6 +421,20 @@ class CostModelFile : public test_support::TempFileTest {
  protected:
   CostModelFile() : TempFileTest("cost_model_test.json") {}
 };
+
+TEST_F(CostModelFile, SizeCurvesSurviveSaveAndLoad) {
+  CostModel m = CostModel::analytic(ModelShape::builtin("llama-13b"), Hardware::builtin("a800"), 4);
+  save_cost_model(m, path_);
+  const CostModel back = load_cost_model(path_);
+  const Chunk chunk{{{0, 3000, 3700, 9000}, {1, 0, 300, 300}}};
+  EXPECT_EQ(back.forward_time(chunk, 3), m.forward_time(chunk, 3));
+  EXPECT_EQ(back.backward_time(chunk, 1, 2), m.backward_time(chunk, 1, 2));
+  // Curves and a1 regimes measured by a profiler both price attention by size: one at a time.
+  nlohmann::json j = m;
+  j["coefficients"]["attention_query_cuts"] = {512};
+  j["coefficients"]["a1_by_query"] = {1e-12, 1e-12};
+  EXPECT_NE(error_of([&] { j.get<CostModel>(); }).find("keep one"), std::string::npos);
+}
 
 TEST_F(CostModelFile, SaveThenLoadGivesTheSameModel) {
   for (const std::string& name : {"llama-7b", "llama-30b", "tiny"}) {

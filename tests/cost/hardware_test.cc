@@ -18,7 +18,7 @@ TEST(Hardware, BuiltinsValidateAndRoundTripThroughJson) {
     EXPECT_EQ(back.peak_flops, hw.peak_flops);
     EXPECT_EQ(back.link_latency_s, hw.link_latency_s);
   }
-  EXPECT_THROW(Hardware::builtin("h100"), Error);
+  EXPECT_THROW(Hardware::builtin("b200"), Error);
 }
 
 TEST(Hardware, ValidateRejectsImpossibleValues) {
@@ -68,6 +68,55 @@ TEST(Hardware, InterNodeLinkIsOptionalInJson) {
   EXPECT_EQ(old.inter_node_latency_s, a800.link_latency_s);
   j["inter_node_bandwidth"] = 0;
   EXPECT_THROW(j.get<Hardware>(), Error);
+}
+
+TEST(Hardware, GpuCurvesAreTheirSourcesPoints) {
+  // hardware.cc cites each: XLA's sm_90 matmul table, FlashAttention-2's benchmark bars, the
+  // best A100 GEMM of stas00/ml-engineering, the datasheets' peaks.
+  const Hardware h100 = Hardware::builtin("h100"), a800 = Hardware::builtin("a800");
+  EXPECT_DOUBLE_EQ(h100.matmul_efficiency_by_rows.at(512) * 989e12, 644.12e12);
+  EXPECT_DOUBLE_EQ(h100.matmul_efficiency_by_rows.at(4096) * 989e12, 783.33e12);
+  EXPECT_DOUBLE_EQ(h100.weight_grad_efficiency_by_rows.at(256) * 989e12, 392.16e12);
+  EXPECT_DOUBLE_EQ(h100.attention_efficiency_by_length.at(8192) * 989e12, 308e12);
+  EXPECT_DOUBLE_EQ(h100.matmul_efficiency, h100.matmul_efficiency_by_rows.at(1e6));
+  EXPECT_DOUBLE_EQ(a800.matmul_efficiency * 312e12, 271.2e12);
+  EXPECT_DOUBLE_EQ(a800.matmul_efficiency_by_rows.at(512) * 312e12, 644.12 / 783.33 * 271.2e12);
+  EXPECT_DOUBLE_EQ(a800.attention_efficiency_by_length.at(512) * 312e12, 99e12);
+  EXPECT_DOUBLE_EQ(a800.attention_efficiency * 312e12, 189e12);
+  for (const Hardware& hw : {h100, a800}) {
+    for (const SizeCurve* c : {&hw.matmul_efficiency_by_rows, &hw.weight_grad_efficiency_by_rows,
+                               &hw.attention_efficiency_by_length})
+      for (size_t i = 1; i < c->values.size(); ++i) EXPECT_GT(c->values[i], c->values[i - 1]);
+  }
+  EXPECT_TRUE(Hardware::builtin("cpu").matmul_efficiency_by_rows.empty());
+}
+
+TEST(Hardware, FilesWithFlatFractionsStillLoad) {
+  nlohmann::json j = Hardware::builtin("a800");
+  for (const char* key : {"matmul_efficiency_by_rows", "weight_grad_efficiency_by_rows",
+                          "attention_efficiency_by_length", "memory_bandwidth"})
+    j.erase(key);
+  j["matmul_efficiency"] = 0.52;
+  const Hardware old = j.get<Hardware>();
+  EXPECT_EQ(old.matmul_efficiency, 0.52);
+  EXPECT_TRUE(old.matmul_efficiency_by_rows.empty());
+  EXPECT_EQ(old.memory_bandwidth, 0);
+  EXPECT_EQ(nlohmann::json(old).count("memory_bandwidth"), 0u);
+}
+
+TEST(Hardware, AFlatFractionBesideItsCurveMustBeTheCurvesLast) {
+  Hardware hw = Hardware::builtin("h100");
+  hw.attention_efficiency = 0.5;
+  try {
+    hw.validate();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_efficiency"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("last value"), std::string::npos) << e.what();
+  }
+  hw = Hardware::builtin("h100");
+  hw.weight_grad_efficiency_by_rows.sizes.back() = 8192;
+  EXPECT_THROW(hw.validate(), Error);
 }
 
 }  // namespace

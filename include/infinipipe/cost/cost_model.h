@@ -33,6 +33,7 @@
 #include "infinipipe/cost/hardware.h"
 #include "infinipipe/cost/model_shape.h"
 #include "infinipipe/cost/parallel_layout.h"
+#include "infinipipe/cost/size_curve.h"
 
 namespace infinipipe {
 
@@ -85,6 +86,22 @@ struct CostCoefficients {
   // uses.
   std::vector<int64_t> attention_query_cuts;
   std::vector<double> a1_by_query, backward_a1_by_query;
+  // Size-aware GEMMs and attention (CostCoefficients::analytic from a hardware with efficiency
+  // curves; a GPU profile could fill them the same way). Empty: every size costs the same. When
+  // set, a1 and a2 (a1', a2') price every slice at the curves' largest size, which is what the
+  // chunking balances with (slice_layer_time, prefix_layer_time), and a chunk's layer time adds
+  // what its size costs beyond that (CostModel::layer_forward_time):
+  //   (tokens/d_s) * (G(tokens/d_s) - G_last) + sum_i (A(2c_i + s_i) - A_last) s_i(2c_i + s_i)/d_s
+  // with G the layer's GEMM seconds per token by the rows one rank multiplies (its tokens of the
+  // chunk: a packed chunk is one GEMM), and A the attention's a1 by 2c + s, the length whose
+  // causal self-attention has a slice's mean keys per query (c + s/2) at the published
+  // benchmarks' fixed 16K tokens per launch.
+  SizeCurve gemm_s_per_token, backward_gemm_s_per_token;
+  SizeCurve attention_a1_by_length, backward_attention_a1_by_length;
+  bool has_size_curves() const {
+    return !gemm_s_per_token.empty() || !backward_gemm_s_per_token.empty() ||
+           !attention_a1_by_length.empty() || !backward_attention_a1_by_length.empty();
+  }
   // r: what checkpointing a layer adds net, over the recorded forward the model charges
   // (T_fwd): its first forward without autograd (T_ng) and, in the backward, its recorded
   // forward again with its own backward at once (T_rec), less the recorded forward and backward
@@ -173,7 +190,8 @@ class CostModel {
   // with x: what the chunking cuts sequences by. slice_layer_time(0, x), bit for bit, when the
   // model has no query-length regimes (CostCoefficients::attention_query_cuts).
   double prefix_layer_time(int64_t tokens) const;
-  // One layer's compute on one chunk: sum of its slices (over d_s) plus b. No all-to-all.
+  // One layer's compute on one chunk: sum of its slices (over d_s) plus b, plus what the chunk's
+  // size adds with size curves (CostCoefficients). No all-to-all.
   double layer_forward_time(const Chunk& chunk) const;
   // One layer's forward all-to-alls on the stage (its backward has as many); 0 with d_s = 1.
   double layer_alltoall_time(const Chunk& chunk, int stage) const;
@@ -273,6 +291,9 @@ class CostModel {
   double compute_forward_time(const Chunk& chunk, int stage, double layer_forward,
                               bool with_head = true) const;
   double recompute_time(int checkpointed_layers, double layer_forward, double layer_alltoall) const;
+  // What the chunk's size adds to one layer's time beyond the full-size a1 and a2 (0 without
+  // curves): its GEMMs at its rows per rank, its slices' attention at their lengths.
+  double size_penalty(const Chunk& chunk, const SizeCurve& gemm, const SizeCurve& a1) const;
   void set_links();  // alltoall_link_ and p2p_link_ from the layout (cost_model_parallel.cc)
 
   ModelShape shape_;
