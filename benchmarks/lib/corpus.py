@@ -1,16 +1,20 @@
 """The Wikipedia corpus's lengths beside the checkout (../shared/data/wikipedia_lengths.txt, not in
 the repository; the built-in "wikipedia" distribution is fitted to it) and the plan tool's
-`--lengths` sampling of it reproduced in Python: what the SP and FlexSP studies share."""
+`--lengths` sampling of it reproduced in Python: what the SP and FlexSP studies share. The code
+corpus (../code_lengths.txt, the built-in "code" distribution's) is made on the machine by
+benchmarks/tools/code_lengths.py."""
 
 from lib.results import ROOT
 
 CORPUS = ROOT.parent / "shared" / "data" / "wikipedia_lengths.txt"
 SHOWN = "../shared/data/wikipedia_lengths.txt"  # the path as the pages show it, from the checkout
+CODE_CORPUS = ROOT.parent / "code_lengths.txt"
+CODE_SHOWN = "../code_lengths.txt"
 
 
-def lengths():
+def lengths(path=CORPUS):
     """The corpus's lengths, or None when it is not there."""
-    return [int(x) for x in CORPUS.read_text().split()] if CORPUS.exists() else None
+    return [int(x) for x in path.read_text().split()] if path.exists() else None
 
 
 class Mt19937_64:

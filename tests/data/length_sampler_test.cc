@@ -46,20 +46,36 @@ TEST(SampleLengths, EveryLengthIsWithinOneAndContext) {
   EXPECT_GT(std::count(clamped.begin(), clamped.end(), 512), 1000);
 }
 
+// 200,000 draws of a corpus's table against the corpus's own quantiles (numpy.quantile(...,
+// method="inverted_cdf"), as benchmarks/tools/fit_length_table.py prints them); returns the draws.
+std::vector<int64_t> expect_corpus_quantiles(const std::string& name, double median, double p90,
+                                             double p99) {
+  const auto lengths = sample_lengths(name, 200000, int64_t{1} << 22, 2024);
+  EXPECT_NEAR(quantile(lengths, 0.5) / median, 1.0, 0.03) << name;
+  EXPECT_NEAR(quantile(lengths, 0.9) / p90, 1.0, 0.03) << name;
+  EXPECT_NEAR(quantile(lengths, 0.99) / p99, 1.0, 0.05) << name;
+  return lengths;
+}
+
 TEST(SampleLengths, WikipediaMatchesTheDataQuantiles) {
-  // From /work/shared/data/wikipedia_lengths.txt (1M lengths), numpy.quantile(...,
-  // method="inverted_cdf"), as printed by benchmarks/fit_length_table.py.
-  const double median = 347, p90 = 2112, p99 = 10919;
-  const auto lengths = sample_lengths("wikipedia", 200000, int64_t{1} << 22, 2024);
-  EXPECT_NEAR(quantile(lengths, 0.5) / median, 1.0, 0.03);
-  EXPECT_NEAR(quantile(lengths, 0.9) / p90, 1.0, 0.03);
-  EXPECT_NEAR(quantile(lengths, 0.99) / p99, 1.0, 0.05);
+  // /work/shared/data/wikipedia_lengths.txt (1M lengths).
+  const auto lengths = expect_corpus_quantiles("wikipedia", 347, 2112, 10919);
   // The long tail is there: the data has 1% above p99 and lengths up to 1.8M.
   EXPECT_GT(*std::max_element(lengths.begin(), lengths.end()), 50000);
 }
 
+TEST(SampleLengths, CodeMatchesTheDataQuantiles) {
+  // benchmarks/tools/code_lengths.py's 31,469 lengths (docs/notes/2026-11-29-code-lengths.md).
+  const auto lengths = expect_corpus_quantiles("code", 893, 8087, 35188);
+  // Longer than Wikipedia's from the first percentile up: 31 files (0.1%) are over 120,648
+  // tokens, the longest 843,616.
+  EXPECT_GT(*std::max_element(lengths.begin(), lengths.end()), 120648);
+  EXPECT_EQ(lengths, sample_lengths("code", 200000, int64_t{1} << 22, 2024));
+  EXPECT_NE(lengths, sample_lengths("wikipedia", 200000, int64_t{1} << 22, 2024));
+}
+
 TEST(SampleLengths, LognormalHasTheFittedLogMoments) {
-  // Log-mean and log-std of the same data file, printed by benchmarks/fit_length_table.py.
+  // Log-mean and log-std of the Wikipedia lengths, printed by benchmarks/tools/fit_length_table.py.
   const auto lengths = sample_lengths("lognormal", 200000, int64_t{1} << 40, 5);
   double sum = 0, sum_sq = 0;
   for (int64_t len : lengths) {
