@@ -248,7 +248,14 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     // processor's chunks, whose packing serves memory first.
     for (Method baseline : {Method::kSeq1F1B, Method::kChunkFlow}) {
       if (!options.baseline_chunkings) break;
-      for (Setting setting : candidate_settings(baseline, longest)) {
+      std::vector<Setting> settings = candidate_settings(baseline, longest);
+      for (int64_t other : options.baseline_longest) {
+        if (other <= longest) continue;
+        for (const Setting& setting : candidate_settings(baseline, other))
+          if (std::find(settings.begin(), settings.end(), setting) == settings.end())
+            settings.push_back(setting);
+      }
+      for (Setting setting : settings) {
         check_not_cancelled(options);
         if (setting.k > options.max_k) continue;
         setting.chunker = baseline;

@@ -257,6 +257,13 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   const ip::tools::ReplicaSteps split = ip::tools::split_steps(steps, cost, replicas);
   const int planned = static_cast<int>(split.planned.size());
 
+  // The baselines size their caps from the longest sequence of all the steps they are compared
+  // on; EPP tries their chunkings sized so too.
+  int64_t longest = 0;
+  for (const auto& step : split.planned)
+    for (int64_t length : step) longest = std::max(longest, length);
+  options.baseline_longest = {longest};
+
   std::vector<ip::PlanResult> epp(planned);
   std::vector<ip::BaselineComparison> baselines;
   // The choice planned every share with EPP on the chosen split already (the same data split,

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
+
+from plan_rows import plan_rows
 
 RECORD = pathlib.Path(__file__).with_name("plan_fingerprints.json")
 PROFILED = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cost_cpu.json"
@@ -65,15 +66,8 @@ CASES = {
 
 
 def fingerprints(tool: str, args: list[str]) -> list[str]:
-    out = subprocess.run(
-        [tool, *args, *COMMON, "--method", "all", "--json"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
     rows = []
-    for line in out.splitlines():
-        row = json.loads(line)
+    for row in plan_rows(tool, [*args, *COMMON]):
         kind = "epp" if row["method"] == "epp" else ("static" if row.get("static") else "per-step")
         # repr() of the float keeps every bit: byte-identical predictions, not just close ones.
         rows.append(

@@ -44,6 +44,11 @@ struct PlannerOptions {
   // EPP: also weigh the baselines' chunkings (Setting::chunker); false keeps to the sequence
   // processor's (the paper's search alone, for ablations).
   bool baseline_chunkings = true;
+  // EPP: with baseline_chunkings, the baselines' settings as they are sized from these longest
+  // sequences too, besides the step's own (candidate_settings: caps of 1-4 times the longest).
+  // A baseline planned over several steps sizes its caps from their longest sequence: the plan
+  // tool passes it, so that EPP's search holds every chunking the baselines' per-step bests try.
+  std::vector<int64_t> baseline_longest;
   // EPP: try several waves overlapped too (ScheduleOptions::overlap_waves), keeping the faster;
   // false keeps waves back to back (the paper's schedule, for ablations).
   bool overlap_waves = true;
