@@ -40,10 +40,21 @@ void CostModel::set_links() {
   const int d_p = num_stages();
   alltoall_link_.assign(d_p, alltoall_in_node);
   p2p_link_.assign(d_p, in_node);
+  gradient_link_.assign(d_p, in_node);
   for (int p = 0; p < d_p; ++p) {
     if (layout_.sequence_group_crosses_nodes(p, d_p)) alltoall_link_[p] = between_nodes;
     if (p + 1 < d_p && layout_.boundary_crosses_nodes(p, d_p)) p2p_link_[p] = between_nodes;
+    if (layout_.gradient_group_crosses_nodes(p, d_p)) gradient_link_[p] = between_nodes;
   }
+}
+
+double CostModel::gradient_sync_time(int stage) const {
+  check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
+  const double n = layout_.gradient_group();
+  if (n == 1 || layout_.zero == 3) return 0;
+  const Link& link = gradient_link_[stage];
+  const double bytes = stage_params(stage) * shape_.bytes_per_element;
+  return 2 * (n - 1) / n * bytes / link.bandwidth + 2 * link.latency_s;
 }
 
 bool CostModel::chunk_costs_alike(int a, int b) const {
@@ -101,8 +112,7 @@ double CostModel::p2p_time(const Chunk& chunk, int boundary) const {
   return rows * coefficients_.p2p_bytes_per_token / link.bandwidth + link.latency_s;
 }
 
-double CostModel::model_state_bytes(int stage) const {
-  check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
+double CostModel::stage_params(int stage) const {
   double params = double(layers(stage)) * double(shape_.params_per_layer());
   if (stage == 0) params += double(shape_.embedding_params());
   // Untied LM head as in LLaMA, and the final RMSNorm gain (a share of it on every stage in the
@@ -112,6 +122,12 @@ double CostModel::model_state_bytes(int stage) const {
     params += head_params / num_stages();
   else if (stage == num_stages() - 1)
     params += head_params;
+  return params;
+}
+
+double CostModel::model_state_bytes(int stage) const {
+  check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
+  const double params = stage_params(stage);
   double bytes = model_state_bytes_per_rank(params, coefficients_.model_state_bytes_per_param,
                                             shape_.bytes_per_element, layout_);
   if (layout_.zero == 3 && layout_.gradient_group() > 1) {

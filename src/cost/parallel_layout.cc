@@ -97,6 +97,17 @@ bool ParallelLayout::sequence_group_crosses_nodes(int stage, int stages) const {
   return false;
 }
 
+bool ParallelLayout::gradient_group_crosses_nodes(int stage, int stages) const {
+  if (data == 1) return sequence_group_crosses_nodes(stage, stages);
+  const long long g = gpus_per_node;
+  const long long first = group_start(*this, 0, stage, stages);
+  for (int r = 0; r < data; ++r) {
+    const long long start = group_start(*this, r, stage, stages);
+    if (start / g != first / g || (start + sequence - 1) / g != first / g) return true;
+  }
+  return false;
+}
+
 bool ParallelLayout::boundary_crosses_nodes(int stage, int stages) const {
   const long long g = gpus_per_node;
   // SP rank s of the next stage is d_s ranks further on; with d_s >= g every send leaves the

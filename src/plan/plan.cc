@@ -1,5 +1,7 @@
 #include "infinipipe/plan/plan.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -232,6 +234,10 @@ void to_json(nlohmann::json& j, const Plan& plan) {
                     {"stage_p2p_s", plan.stage_p2p_s},
                     {"checkpoint_solver", plan.checkpoint_solver},
                     {"plan_ms", plan.plan_ms}};
+  // Only where there is any, so plans without a gradient group write what they always wrote.
+  const auto& sync = plan.stage_gradient_sync_s;
+  if (std::any_of(sync.begin(), sync.end(), [](double s) { return s > 0; }))
+    j["predicted"]["stage_gradient_sync_s"] = sync;
   j["planner"] = plan.planner;
 }
 
@@ -304,6 +310,7 @@ void from_json(const nlohmann::json& j, Plan& plan) {
     read_optional(p, "peak_memory_bytes", plan.peak_memory_bytes);
     read_optional(p, "stage_alltoall_s", plan.stage_alltoall_s);  // absent in older plans
     read_optional(p, "stage_p2p_s", plan.stage_p2p_s);
+    read_optional(p, "stage_gradient_sync_s", plan.stage_gradient_sync_s);
     read_optional(p, "checkpoint_solver", plan.checkpoint_solver);
     read_optional(p, "plan_ms", plan.plan_ms);
   }
@@ -351,6 +358,7 @@ void Plan::set_prediction(const SimResult& sim) {
   peak_memory_bytes = sim.peak_memory_bytes;
   stage_alltoall_s = sim.alltoall_s;
   stage_p2p_s = sim.p2p_s;
+  stage_gradient_sync_s = sim.gradient_sync_s;
 }
 
 void Plan::validate() const {

@@ -544,11 +544,17 @@ SimResult Simulation::run() {
     if (done == before) deadlock();
   }
 
-  for (int p = 0; p < d_; ++p) result_.step_time_s = std::max(result_.step_time_s, clock_[p]);
+  // Each stage synchronises its gradients once its last action is done; the step ends with the
+  // last of them. Not a bubble: the stage is busy communicating.
+  result_.gradient_sync_s.assign(d_, 0.0);
+  for (int p = 0; p < real_stages; ++p) result_.gradient_sync_s[p] = cost_.gradient_sync_time(p);
+  for (int p = 0; p < d_; ++p)
+    result_.step_time_s = std::max(result_.step_time_s, clock_[p] + result_.gradient_sync_s[p]);
   result_.bubble_fraction.assign(d_, 0.0);
   for (int p = 0; p < d_; ++p)
     if (result_.step_time_s > 0)
-      result_.bubble_fraction[p] = 1 - result_.busy_s[p] / result_.step_time_s;
+      result_.bubble_fraction[p] =
+          1 - (result_.busy_s[p] + result_.gradient_sync_s[p]) / result_.step_time_s;
   for (int p = 0; p < real_stages; ++p) measure_memory(p);
   if (result_.over_budget)
     result_.over_budget_message +=

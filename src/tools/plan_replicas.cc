@@ -54,6 +54,7 @@ void add_layout_fields(nlohmann::json& row, const ReplicaResult& result, const C
   row["model_state_gib_per_rank"] = state;
   row["alltoall_s_per_stage"] = plan.stage_alltoall_s;
   row["p2p_s_per_stage"] = plan.stage_p2p_s;
+  row["gradient_sync_s_per_stage"] = plan.stage_gradient_sync_s;
   if (split.replicas == 1) return;
   nlohmann::json replicas = nlohmann::json::array();
   const auto& indices = split.indices.at(step);

@@ -166,6 +166,9 @@ void print_row(std::ostream& out, const Row& row, double budget) {
   const auto& a2a = plan.stage_alltoall_s;
   if (std::any_of(a2a.begin(), a2a.end(), [](double s) { return s > 0; }))
     out << "      all-to-all s per stage " << list(a2a, 3) << "\n";
+  const auto& sync = plan.stage_gradient_sync_s;
+  if (std::any_of(sync.begin(), sync.end(), [](double s) { return s > 0; }))
+    out << "      gradient sync s/stage  " << list(sync, 3) << "\n";
 }
 
 nlohmann::json candidates_json(const ip::LayerSplitChoice& choice) {

@@ -50,6 +50,24 @@ TEST(CostModelParallel, AlltoallTimeIsTheUlyssesFormula) {
   EXPECT_EQ(model("llama-13b", 4).layer_alltoall_time(whole(8192), 0), 0);
 }
 
+TEST(CostModelParallel, GradientSyncIsARingOverTheGradientGroupsLink) {
+  // LLaMA-13B on 4 stages, stage 1: 10 layers of bf16 gradients. d_s = 8 in a node, ZeRO-1:
+  // reduce-scatter + all-gather, 2 x 7/8 of the bytes over NVLink (200 GB/s), two latencies.
+  const CostModel sp8 = model("llama-13b", 4, layout(8));
+  const double bytes = 10.0 * sp8.shape().params_per_layer() * 2;
+  EXPECT_NEAR(sp8.gradient_sync_time(1), 2 * 7.0 / 8 * bytes / 200e9 + 2 * 1e-5, 1e-15);
+  // Two replicas: 16 ranks on two nodes, over InfiniBand (25 GB/s, 20 us).
+  const CostModel dp2 = model("llama-13b", 4, layout(8, 2));
+  EXPECT_NEAR(dp2.gradient_sync_time(1), 2 * 15.0 / 16 * bytes / 25e9 + 2 * 2e-5, 1e-15);
+  // ZeRO-0 all-reduces the same bytes; the end stages sync their embedding and head too.
+  EXPECT_EQ(model("llama-13b", 4, layout(8, 1, 0)).gradient_sync_time(1),
+            sp8.gradient_sync_time(1));
+  EXPECT_GT(sp8.gradient_sync_time(3), sp8.gradient_sync_time(1));
+  // Nothing to sync alone; ZeRO-3's per-chunk collectives are not priced.
+  EXPECT_EQ(model("llama-13b", 4).gradient_sync_time(1), 0);
+  EXPECT_EQ(model("llama-13b", 4, layout(8, 1, 3)).gradient_sync_time(1), 0);
+}
+
 TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {
   const CostModel one = flat_model("llama-13b", 4), sp = flat_model("llama-13b", 4, layout(8));
   const Chunk chunk{{Slice{0, 4096, 8192, 20000}, Slice{1, 0, 3000, 3000}}};

@@ -97,6 +97,16 @@ TEST(ParallelLayout, NodeCrossingsFollowTheRankOrder) {
   EXPECT_TRUE(layout(1, 3).boundary_crosses_nodes(1, 3));
 }
 
+TEST(ParallelLayout, AGradientGroupCrossesNodesWhenItsReplicasDo) {
+  // Without replicas the gradient group is the SP group.
+  EXPECT_FALSE(layout(8).gradient_group_crosses_nodes(0, 4));
+  EXPECT_TRUE(layout(16).gradient_group_crosses_nodes(0, 2));
+  // d_s = 4 x d_p = 4 x d_r = 2: stage 0 is ranks 0-3 and 16-19, two nodes.
+  EXPECT_TRUE(layout(4, 2).gradient_group_crosses_nodes(0, 4));
+  // d_s = 2 x d_p = 1 x d_r = 2: ranks 0-1 and 2-3, one node.
+  EXPECT_FALSE(layout(2, 2).gradient_group_crosses_nodes(0, 1));
+}
+
 TEST(ParallelLayout, ModelStatePerRankFollowsTheZeroEquations) {
   // 1000 parameters at 16 bytes (bf16 weight 2, gradient 2, optimizer 12), N = 8 x 2 = 16.
   const double psi = 1000;

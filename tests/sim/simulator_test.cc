@@ -462,6 +462,30 @@ TEST(Simulator, SequenceParallelismAddsAlltoallsAndDividesCompute) {
   EXPECT_GT(r8.step_time_s, r1.step_time_s / 8);
 }
 
+TEST(Simulator, TheStepEndsWithTheLastStagesGradientSync) {
+  // One stage of LLaMA-7B on d_s = 8 ranks: the step is its compute and all-to-alls, then its
+  // gradient sync (ZeRO-1); under ZeRO-3 (not priced) the same step without it.
+  ParallelLayout zero1, zero3;
+  zero1.sequence = zero3.sequence = 8;
+  zero3.zero = 3;
+  const ModelShape shape = ModelShape::builtin("llama-7b");
+  const Hardware hw = Hardware::builtin("a800");
+  const CostModel with = CostModel::analytic(shape, hw, 1, zero1),
+                  without = CostModel::analytic(shape, hw, 1, zero3);
+  const std::vector<Chunk> chunks = test::equal_chunks(2, 4096);
+  const Schedule s = test::one_f_one_b(1, 2);
+  const SimResult r1 = simulate(s, chunks, with, {{0, 0}}, {});
+  const SimResult r3 = simulate(s, chunks, without, {{0, 0}}, {});
+  ASSERT_GT(with.gradient_sync_time(0), 0);
+  EXPECT_EQ(r1.gradient_sync_s[0], with.gradient_sync_time(0));
+  EXPECT_EQ(r3.gradient_sync_s[0], 0);
+  EXPECT_NEAR(r1.step_time_s, r3.step_time_s + with.gradient_sync_time(0), 1e-12);
+  EXPECT_EQ(r1.busy_s[0], r3.busy_s[0]);
+  // Communicating is not idling: the bubble stays what it was, as a share of the longer step.
+  EXPECT_NEAR(r1.bubble_fraction[0] * r1.step_time_s, r3.bubble_fraction[0] * r3.step_time_s,
+              1e-12);
+}
+
 // The simulator takes a chunk's forward and backward costs from the stage before (after) when
 // the two stages' costs are alike (CostModel::chunk_costs_alike) rather than asking the cost
 // model again: every stage's busy, recompute and all-to-all time is still the sum of the cost

@@ -227,6 +227,14 @@ class CostModel {
   // All-to-all seconds of the chunk on the stage over its forward and backward, recompute
   // included (parts of forward_time and backward_time).
   double alltoall_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
+  // The stage's gradient synchronisation at the end of the step, of one rank, once its last
+  // backward is done: over its gradient group (d_s x d_r ranks), ZeRO-0 all-reduces the stage's
+  // gradients, ZeRO-1 and 2 reduce-scatter them and all-gather the updated weights; either way
+  // each rank sends and receives 2 (n-1)/n of the gradients' bytes (a ring; NCCL's bus bandwidth
+  // factors, nccl-tests doc/PERFORMANCE.md), at the training precision, plus two latencies, over
+  // the group's link. 0 for a group of one, and for ZeRO-3, whose per-chunk gathers and
+  // reduce-scatters are not priced (docs/planning.md, "Parallel layout").
+  double gradient_sync_time(int stage) const;
   // Sending the chunk's activation (or gradient) across the boundary between `boundary` and
   // `boundary + 1`: each SP rank sends its tokens to the same SP rank of the other stage, over
   // the inter-node link when the layout puts the two stages on different nodes.
@@ -294,7 +302,8 @@ class CostModel {
   // What the chunk's size adds to one layer's time beyond the full-size a1 and a2 (0 without
   // curves): its GEMMs at its rows per rank, its slices' attention at their lengths.
   double size_penalty(const Chunk& chunk, const SizeCurve& gemm, const SizeCurve& a1) const;
-  void set_links();  // alltoall_link_ and p2p_link_ from the layout (cost_model_parallel.cc)
+  void set_links();                      // the links from the layout (cost_model_parallel.cc)
+  double stage_params(int stage) const;  // parameters the stage holds (its layers, embedding, head)
 
   ModelShape shape_;
   std::vector<int> layers_per_stage_;
@@ -302,6 +311,7 @@ class CostModel {
   ParallelLayout layout_;
   std::vector<Link> alltoall_link_;  // per stage: its SP group's link
   std::vector<Link> p2p_link_;       // per boundary p -> p + 1 (the last entry unused)
+  std::vector<Link> gradient_link_;  // per stage: its gradient group's link
   bool ideal_even_head_ = false;     // with_ideal_even_head
 };
 

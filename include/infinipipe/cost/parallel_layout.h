@@ -33,6 +33,9 @@ struct ParallelLayout {
   // Whether the SP group of `stage` (of `stages`) spans two nodes in some replica: its
   // all-to-all then runs over the inter-node link.
   bool sequence_group_crosses_nodes(int stage, int stages) const;
+  // Whether the gradient group of `stage` (its SP group in every replica) spans two nodes: its
+  // gradient collectives then run over the inter-node link.
+  bool gradient_group_crosses_nodes(int stage, int stages) const;
   // Whether a send from `stage` to `stage + 1` crosses nodes in some replica (for some SP rank).
   bool boundary_crosses_nodes(int stage, int stages) const;
 

@@ -91,13 +91,14 @@ struct Plan {
   std::vector<int> layers_per_stage;
   // --- prediction ---
   double step_time_s = 0;
-  double recompute_s = 0;                 // summed over stages
-  std::vector<double> stage_recompute_s;  // per stage
-  std::vector<double> busy_s;             // per stage
-  double bubble_fraction = 0;             // mean over stages
-  std::vector<double> peak_memory_bytes;  // per stage, of one rank (the cost model's layout)
-  std::vector<double> stage_alltoall_s;   // per stage: one rank's SP all-to-alls (in busy_s)
-  std::vector<double> stage_p2p_s;        // per stage: one rank's sends to its neighbours
+  double recompute_s = 0;                     // summed over stages
+  std::vector<double> stage_recompute_s;      // per stage
+  std::vector<double> busy_s;                 // per stage
+  double bubble_fraction = 0;                 // mean over stages
+  std::vector<double> peak_memory_bytes;      // per stage, of one rank (the cost model's layout)
+  std::vector<double> stage_alltoall_s;       // per stage: one rank's SP all-to-alls (in busy_s)
+  std::vector<double> stage_p2p_s;            // per stage: one rank's sends to its neighbours
+  std::vector<double> stage_gradient_sync_s;  // per stage: one rank's gradient sync at step end
   std::string checkpoint_solver;
   double plan_ms = 0;  // wall clock of the planning call
   PlannerReport planner;

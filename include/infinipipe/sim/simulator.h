@@ -56,6 +56,9 @@ struct SimResult {
   // 0 without sequence parallelism) and the sends it made (not part of busy_s).
   std::vector<double> alltoall_s;
   std::vector<double> p2p_s;
+  // Per stage, of one rank: its gradient synchronisation after its last action
+  // (CostModel::gradient_sync_time; not part of busy_s, not a bubble).
+  std::vector<double> gradient_sync_s;
   std::vector<double> peak_memory_bytes;  // per stage
   // Per stage: (time, bytes) at every memory moment, in time order; kept only with
   // SimOptions::record_events (peak_memory_bytes is always there).
