@@ -85,6 +85,8 @@ def summarise(rows, steps):
         "recompute_s": mean([r["recompute_s"] for r in rows]),
         # one rank's all-to-all seconds per step on its busiest stage
         "alltoall_s": mean([max(r["alltoall_s_per_stage"]) for r in rows]),
+        # one rank's gradient sync at the end of the step, on the stage that ends it last
+        "gradient_sync_s": mean([max(r["gradient_sync_s_per_stage"]) for r in rows]),
         "peak_gib": max(max(r["peak_memory_gib_per_rank"]) for r in rows),
         "model_state_gib": max(max(r["model_state_gib_per_rank"]) for r in rows),
         "settings": sorted({r["setting_text"] for r in rows}),

@@ -63,7 +63,8 @@ def steps_of(context, base):
 
 
 def zero3_traffic_s(model, micro_batches):
-    """A lower bound on ZeRO-3's collectives per step, not in any step time: per micro-batch an
+    """ZeRO-3's collectives per step in full, as if none overlapped the compute (the step times
+    charge only what compute does not hide, CostModel::layer_gather_time): per micro-batch an
     all-gather of the bf16 weights for the forward, one for the backward and a reduce-scatter of
     the gradients, each moving (N-1)/N of 2 Psi bytes into every node over its GPUs' NICs
     together (gpus_per_node x the cost model's inter-node link)."""

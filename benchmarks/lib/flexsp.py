@@ -87,8 +87,12 @@ class GroupCost:
         self.fixed_bytes = p_lo - lo * self.bytes_per_token
         self.token_capacity = max(0, int((budget_bytes - self.fixed_bytes) / self.bytes_per_token))
         # A packed chunk's time is a fixed part (per-layer overheads, all-to-all latencies) plus
-        # each sequence's own: the fixed part is what packing two sequences saves.
-        self.fixed_s = self.seconds(lo) + self.seconds(hi) - self.evaluate([lo, hi])[0]
+        # each sequence's own. With a size-aware GPU a sequence's own part depends on the chunk
+        # it joins (a bigger GEMM runs faster): it is taken as what it adds to a chunk of `hi`
+        # tokens, so that a short sequence is not charged the penalty of running alone.
+        self.reference = hi
+        self._work = {}
+        self.fixed_s = self.seconds(hi) - self.work(hi)
 
     def evaluate(self, lengths):
         """(seconds, peak bytes) of one rank running these sequences as one packed chunk."""
@@ -104,8 +108,11 @@ class GroupCost:
         return self._time[n]
 
     def work(self, n):
-        """A sequence's part of a packed chunk's time."""
-        return self.seconds(n) - self.fixed_s
+        """A sequence's part of a packed chunk's time: what it adds to a chunk of `reference`
+        tokens; cached."""
+        if n not in self._work:
+            self._work[n] = self.evaluate([self.reference, n])[0] - self.seconds(self.reference)
+        return self._work[n]
 
     def fits(self, tokens):
         return tokens <= self.token_capacity

@@ -175,9 +175,14 @@ def sp_values(data):
     shares = [
         100 * c["methods"]["epp"]["alltoall_s"] / c["methods"]["epp"]["step_time_s"] for c in ok
     ]
+    syncs = [
+        100 * c["methods"]["epp"].get("gradient_sync_s", 0) / c["methods"]["epp"]["step_time_s"]
+        for c in ok
+    ]
     out.update(
         sp_batch_range="%.2f-%.2fx" % (min(ratios), max(ratios)) if ratios else NA,
         sp_a2a_range="%.1f-%.1f%%" % (min(shares), max(shares)) if shares else NA,
+        sp_sync_range="%.1f-%.1f%%" % (min(syncs), max(syncs)) if syncs else NA,
     )
     big = [c for c in ok if (c["model"], c["sp"], c["context"]) == ("llama-30b", 4, 98304)]
     m = big[0]["methods"] if big else None
@@ -205,7 +210,7 @@ def flexsp_tables(cases):
         "FlexSP / EPP",
         "best Ulysses / EPP",
         "FlexSP's bound",
-        "ZeRO-3 traffic (not in step)",
+        "ZeRO-3 traffic (all of it, not overlapped)",
     )
     for c in cases:
         m = c["methods"]

@@ -422,7 +422,8 @@ double CostModel::compute_forward_time(const Chunk& chunk, int stage, double lay
                                        bool with_head) const {
   check_stage(*this, stage);
   const double d_s = layout_.sequence;
-  double t = layers(stage) * layer_forward;
+  // max(x, 0.0) is x: without ZeRO-3 the layers' time to the bit.
+  double t = layers(stage) * std::max(layer_forward, gather_s_[stage]);
   const double tokens = double(chunk.tokens());
   if (stage == 0) t += tokens * coefficients_.embedding_s_per_token / d_s;
   if (with_head && ideal_even_head_)
@@ -483,8 +484,9 @@ double CostModel::backward_time_with(const Chunk& chunk, int stage, int checkpoi
   const double forward = compute_forward_time(chunk, stage, layer_forward, with_head);
   if (!coefficients_.has_layer_backward()) return g * forward + recompute + alltoall;
   // The embedding's and the head's backward stay g times their forward.
-  const double extras = forward - layers(stage) * layer_forward;
-  return layers(stage) * layer_backward_time(chunk) + g * extras + recompute + alltoall;
+  const double extras = forward - layers(stage) * std::max(layer_forward, gather_s_[stage]);
+  return layers(stage) * std::max(layer_backward_time(chunk), 2 * gather_s_[stage]) + g * extras +
+         recompute + alltoall;
 }
 
 namespace {

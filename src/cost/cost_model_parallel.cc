@@ -46,6 +46,13 @@ void CostModel::set_links() {
     if (p + 1 < d_p && layout_.boundary_crosses_nodes(p, d_p)) p2p_link_[p] = between_nodes;
     if (layout_.gradient_group_crosses_nodes(p, d_p)) gradient_link_[p] = between_nodes;
   }
+  gather_s_.assign(d_p, 0.0);
+  const double n = layout_.gradient_group();
+  if (layout_.zero == 3 && n > 1)
+    for (int p = 0; p < d_p; ++p)
+      gather_s_[p] = (n - 1) / n * double(shape_.params_per_layer()) * shape_.bytes_per_element /
+                         gradient_link_[p].bandwidth +
+                     gradient_link_[p].latency_s;
 }
 
 double CostModel::gradient_sync_time(int stage) const {
@@ -67,7 +74,7 @@ bool CostModel::chunk_costs_alike(int a, int b) const {
   const bool same_link =
       layout_.sequence == 1 || (alltoall_link_[a].bandwidth == alltoall_link_[b].bandwidth &&
                                 alltoall_link_[a].latency_s == alltoall_link_[b].latency_s);
-  return layers(a) == layers(b) && same_link;
+  return layers(a) == layers(b) && same_link && gather_s_[a] == gather_s_[b];
 }
 
 double CostModel::layer_alltoall_time(const Chunk& chunk, int stage) const {

@@ -68,6 +68,27 @@ TEST(CostModelParallel, GradientSyncIsARingOverTheGradientGroupsLink) {
   EXPECT_EQ(model("llama-13b", 4, layout(8, 1, 3)).gradient_sync_time(1), 0);
 }
 
+TEST(CostModelParallel, ZeroThreeGathersEachLayerPerChunkOverlappedWithItsCompute) {
+  // LLaMA-7B, one stage, d_s = 8 x d_r = 4: 32 ranks on 4 nodes, ZeRO-3. A layer's gather moves
+  // 31/32 of its bf16 weights over InfiniBand (25 GB/s) plus 20 us.
+  const CostModel z3 = model("llama-7b", 1, layout(8, 4, 3));
+  const CostModel z1 = model("llama-7b", 1, layout(8, 4, 1));
+  const double gather = 31.0 / 32 * z3.shape().params_per_layer() * 2 / 25e9 + 2e-5;
+  EXPECT_NEAR(z3.layer_gather_time(0), gather, 1e-15);
+  EXPECT_EQ(z1.layer_gather_time(0), 0);
+  EXPECT_EQ(z3.gradient_sync_time(0), 0);
+  // A short chunk waits for its weights; a long one hides them behind its compute.
+  const Chunk small = whole(256), large = whole(98304);
+  ASSERT_LT(z3.layer_forward_time(small), gather);
+  EXPECT_NEAR(z3.forward_time(small, 0) - z1.forward_time(small, 0),
+              32 * (gather - z1.layer_forward_time(small)), 1e-12);
+  ASSERT_GT(z3.layer_forward_time(large), gather);
+  EXPECT_EQ(z3.forward_time(large, 0), z1.forward_time(large, 0));
+  ASSERT_GT(z3.layer_backward_time(large), 2 * gather);
+  EXPECT_EQ(z3.backward_time(large, 0, 0), z1.backward_time(large, 0, 0));
+  EXPECT_GT(z3.backward_time(small, 0, 0), z1.backward_time(small, 0, 0));
+}
+
 TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {
   const CostModel one = flat_model("llama-13b", 4), sp = flat_model("llama-13b", 4, layout(8));
   const Chunk chunk{{Slice{0, 4096, 8192, 20000}, Slice{1, 0, 3000, 3000}}};

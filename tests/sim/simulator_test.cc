@@ -463,27 +463,18 @@ TEST(Simulator, SequenceParallelismAddsAlltoallsAndDividesCompute) {
 }
 
 TEST(Simulator, TheStepEndsWithTheLastStagesGradientSync) {
-  // One stage of LLaMA-7B on d_s = 8 ranks: the step is its compute and all-to-alls, then its
-  // gradient sync (ZeRO-1); under ZeRO-3 (not priced) the same step without it.
-  ParallelLayout zero1, zero3;
-  zero1.sequence = zero3.sequence = 8;
-  zero3.zero = 3;
-  const ModelShape shape = ModelShape::builtin("llama-7b");
-  const Hardware hw = Hardware::builtin("a800");
-  const CostModel with = CostModel::analytic(shape, hw, 1, zero1),
-                  without = CostModel::analytic(shape, hw, 1, zero3);
-  const std::vector<Chunk> chunks = test::equal_chunks(2, 4096);
-  const Schedule s = test::one_f_one_b(1, 2);
-  const SimResult r1 = simulate(s, chunks, with, {{0, 0}}, {});
-  const SimResult r3 = simulate(s, chunks, without, {{0, 0}}, {});
-  ASSERT_GT(with.gradient_sync_time(0), 0);
-  EXPECT_EQ(r1.gradient_sync_s[0], with.gradient_sync_time(0));
-  EXPECT_EQ(r3.gradient_sync_s[0], 0);
-  EXPECT_NEAR(r1.step_time_s, r3.step_time_s + with.gradient_sync_time(0), 1e-12);
-  EXPECT_EQ(r1.busy_s[0], r3.busy_s[0]);
-  // Communicating is not idling: the bubble stays what it was, as a share of the longer step.
-  EXPECT_NEAR(r1.bubble_fraction[0] * r1.step_time_s, r3.bubble_fraction[0] * r3.step_time_s,
-              1e-12);
+  // One stage of LLaMA-7B on d_s = 8 ranks, never idle: the step is its compute and all-to-alls,
+  // then its gradient sync (ZeRO-1), which is not a bubble.
+  ParallelLayout sp8;
+  sp8.sequence = 8;
+  const CostModel cost =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"), 1, sp8);
+  const SimResult r =
+      simulate(test::one_f_one_b(1, 2), test::equal_chunks(2, 4096), cost, {{0, 0}}, {});
+  ASSERT_GT(cost.gradient_sync_time(0), 0);
+  EXPECT_EQ(r.gradient_sync_s[0], cost.gradient_sync_time(0));
+  EXPECT_NEAR(r.step_time_s, r.busy_s[0] + cost.gradient_sync_time(0), 1e-12);
+  EXPECT_NEAR(r.bubble_fraction[0], 0, 1e-12);
 }
 
 // The simulator takes a chunk's forward and backward costs from the stage before (after) when

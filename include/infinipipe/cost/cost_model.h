@@ -232,9 +232,15 @@ class CostModel {
   // gradients, ZeRO-1 and 2 reduce-scatter them and all-gather the updated weights; either way
   // each rank sends and receives 2 (n-1)/n of the gradients' bytes (a ring; NCCL's bus bandwidth
   // factors, nccl-tests doc/PERFORMANCE.md), at the training precision, plus two latencies, over
-  // the group's link. 0 for a group of one, and for ZeRO-3, whose per-chunk gathers and
-  // reduce-scatters are not priced (docs/planning.md, "Parallel layout").
+  // the group's link. 0 for a group of one, and for ZeRO-3, whose gathers and reduce-scatters
+  // are priced per chunk instead (layer_gather_time).
   double gradient_sync_time(int stage) const;
+  // ZeRO-3 (a gradient group of more than one): one layer's all-gather of its weights, (n-1)/n of
+  // its bf16 parameters over the group's link plus a latency; 0 otherwise. Gathered before each
+  // chunk's forward and again for its backward, whose gradients are reduce-scattered as many
+  // bytes; with the next layer's gather prefetched while this one computes (FSDP's default), a
+  // layer takes max(compute, gather) forward and max(compute, 2 gathers) backward.
+  double layer_gather_time(int stage) const { return gather_s_.at(stage); }
   // Sending the chunk's activation (or gradient) across the boundary between `boundary` and
   // `boundary + 1`: each SP rank sends its tokens to the same SP rank of the other stage, over
   // the inter-node link when the layout puts the two stages on different nodes.
@@ -312,6 +318,7 @@ class CostModel {
   std::vector<Link> alltoall_link_;  // per stage: its SP group's link
   std::vector<Link> p2p_link_;       // per boundary p -> p + 1 (the last entry unused)
   std::vector<Link> gradient_link_;  // per stage: its gradient group's link
+  std::vector<double> gather_s_;     // per stage: layer_gather_time
   bool ideal_even_head_ = false;     // with_ideal_even_head
 };
 

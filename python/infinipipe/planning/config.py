@@ -45,7 +45,7 @@ class PlanConfig:
         a fixed setting: "batch" (token_cap), "seq1f1b" (token_cap, k), "chunkflow" (chunk_tokens).
     memory budget per stage, model state included: memory_budget_gib or memory_budget_bytes
         (at most one); neither means the hardware's memory divided by the stages on this host.
-    hardware: built-in hardware of the analytic cost model ("cpu", "a800"), or cost_model: a
+    hardware: built-in hardware of the analytic cost model ("cpu", "a800", "h100"), or cost_model: a
         cost JSON file (for example from the profiler) whose layer split must be the trainer's,
         or "profile": the trainer profiles its model's layer on this machine at start-up and
         caches the result (profiling/profiled_cost.py).
