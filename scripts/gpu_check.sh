@@ -23,6 +23,8 @@
 #   import        imports the module, lists the libraries it loads, the attention kernel chosen
 #   kernels_cuda  tests/kernels/test_chunk_attention_cuda.py (1 GPU)
 #   nccl_parity   tests/python/gpu (2 GPUs: skips, saying so, on fewer)
+#   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
+#                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
 #   kernels_cpu   tests/kernels/test_chunk_attention.py with this build, on the CPU
 # Tests run from BUILD/tree, so their ranks, which import the repo's python/ first, get this build.
 # A step after build where no module is built yet (a fresh machine) runs deps and build first.
@@ -34,7 +36,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=(deps build import kernels_cuda nccl_parity kernels_cpu)
+STEPS=(deps build import kernels_cuda nccl_parity efficiency kernels_cpu)
 
 step_info() {  # name -> "time limit in s|what it is"
   case $1 in
@@ -43,6 +45,7 @@ step_info() {  # name -> "time limit in s|what it is"
     import) echo "60|import the module" ;;
     kernels_cuda) echo "240|chunk attention on CUDA" ;;
     nccl_parity) echo "300|2 ranks over NCCL against the unpipelined model" ;;
+    efficiency) echo "180|GEMM and attention TFLOP/s by size against the cited curves" ;;
     kernels_cpu) echo "240|chunk attention tests on the CPU" ;;
     *) return 1 ;;
   esac
@@ -286,6 +289,11 @@ pytest_step() {  # name, paths...
 step_kernels_cuda() { pytest_step kernels_cuda tests/kernels/test_chunk_attention_cuda.py; }
 step_nccl_parity() { pytest_step nccl_parity tests/python/gpu; }
 step_kernels_cpu() { pytest_step kernels_cpu tests/kernels/test_chunk_attention.py; }
+step_efficiency() {
+  use_prefix
+  need_module
+  tree_python benchmarks/experiments/gpu_efficiency.py --out "$OUT_DIR/gpu_efficiency.json"
+}
 
 source "$REPO/scripts/torch_build.sh"
 for s in "${SELECTED[@]}"; do
@@ -300,7 +308,7 @@ for s in "${SELECTED[@]}"; do
   set +e
   # exported so that the step, run in a child bash under timeout, sees the script's functions
   export -f "step_$s" pytest_step tree_python need_module use_prefix torch_cuda_toolkit copy_python_package
-  export REPO PY BUILD PREFIX TREE LOGS DEPS JOBS
+  export REPO PY BUILD PREFIX TREE LOGS DEPS JOBS OUT_DIR
   timeout --kill-after=10 "$limit" bash -eo pipefail -c "step_$s" 2>&1 | tee "$LOGS/$s.log"
   rc=${PIPESTATUS[0]}
   set -e

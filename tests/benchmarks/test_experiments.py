@@ -72,6 +72,27 @@ def test_flexsp_study_smoke():
     assert "| LLaMA-7B, 48K |" in page
 
 
+def test_gpu_efficiency_smoke_writes_every_size(tmp_path):
+    # The code path on the CPU (the GPU machine runs it for real through scripts/gpu_check.sh).
+    out = tmp_path / "gpu_efficiency.json"
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "gpu_efficiency.py"), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [p["rows"] for p in data["gemm"]["tiny"]] == [16, 32]
+    assert all(
+        p["forward_tflops"] > 0 and p["weight_grad_tflops"] > 0 for p in data["gemm"]["tiny"]
+    )
+    assert [p["length"] for p in data["attention"]] == [16, 32]
+    # The curves it is compared with, as hardware.cc cites them (XLA's 412.03 TFLOP/s at 256 rows).
+    assert data["published"]["gemm_forward"][0] == [256.0, pytest.approx(412.03)]
+
+
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "trace.json"
