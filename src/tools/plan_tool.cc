@@ -1,5 +1,6 @@
 // infinipipe-plan: plans sampled or given steps with EPP and the baselines and prints what the
-// simulator predicts for each, as a table or as JSON lines.
+// simulator predicts for each, as a table or as JSON lines. Over 400 lines for a reason: the
+// command line, its checks and the run that reads them, one after the other.
 #include "plan_tool.h"
 
 #include <algorithm>
@@ -257,13 +258,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   const ip::tools::ReplicaSteps split = ip::tools::split_steps(steps, cost, replicas);
   const int planned = static_cast<int>(split.planned.size());
 
-  // The baselines size their caps from the longest sequence of all the steps they are compared
-  // on; EPP tries their chunkings sized so too.
-  int64_t longest = 0;
+  // The baselines size their caps from the longest sequence of all the steps; so does EPP's try.
+  options.baseline_longest = {0};
   for (const auto& step : split.planned)
-    for (int64_t length : step) longest = std::max(longest, length);
-  options.baseline_longest = {longest};
-
+    for (int64_t length : step)
+      options.baseline_longest[0] = std::max(options.baseline_longest[0], length);
   std::vector<ip::PlanResult> epp(planned);
   std::vector<ip::BaselineComparison> baselines;
   // The choice planned every share with EPP on the chosen split already (the same data split,

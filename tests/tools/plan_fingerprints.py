@@ -25,43 +25,27 @@ PROFILED = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results
 # answer within a wall-clock limit depends on the machine's load, so with it the same command
 # can print other plans (the greedy solvers are deterministic, and the trainer plans with them).
 COMMON = ["--steps", "5", "--checkpoint-seconds", "0"]
+# This machine's models: the analytic CPU hardware and a profiled cost file, which no GPU
+# hardware change may move.
+SMALL = [
+    "--distribution",
+    "wikipedia",
+    "--stages",
+    "2",
+    "--memory-gib",
+    "2",
+    "--batch",
+    "64",
+    "--context",
+    "8192",
+]
 CASES = {
     "wikipedia": ["--distribution", "wikipedia"],
     "uniform": ["--distribution", "uniform", "--batch", "128", "--context", "32768"],
     "lognormal": ["--distribution", "lognormal", "--batch", "128", "--context", "32768"],
     "extreme": ["--distribution", "extreme", "--batch", "128", "--context", "32768"],
-    # This machine's models: the analytic CPU hardware and a profiled cost file, which no GPU
-    # hardware change may move.
-    "cpu": [
-        "--distribution",
-        "wikipedia",
-        "--model",
-        "tiny",
-        "--hardware",
-        "cpu",
-        "--stages",
-        "2",
-        "--memory-gib",
-        "2",
-        "--batch",
-        "64",
-        "--context",
-        "8192",
-    ],
-    "cpu-profiled": [
-        "--distribution",
-        "wikipedia",
-        "--model",
-        str(PROFILED),
-        "--stages",
-        "2",
-        "--memory-gib",
-        "2",
-        "--batch",
-        "64",
-        "--context",
-        "8192",
-    ],
+    "cpu": ["--model", "tiny", "--hardware", "cpu", *SMALL],
+    "cpu-profiled": ["--model", str(PROFILED), *SMALL],
 }
 
 
