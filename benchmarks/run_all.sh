@@ -23,9 +23,9 @@ if [ "${1:-}" = "--smoke" ]; then
   $PY $E/cpu_simulated.py --cost-model "$OUT/cost_cpu.json" --batch 6 --context 1024 \
     --steps 1 --budget-mib 48 --horizon-steps 2 --horizon-budgets-mib 48 --output "$OUT/timeline.png" \
     --json "$OUT/timeline_cpu.json" --horizon-json "$OUT/cpu_horizon.json"
-  $PY $E/cluster_study.py build/infinipipe-plan --smoke
+  # The cluster studies' smoke runs and the planning pages' check are tests of their own
+  # (tests/benchmarks/test_experiments.py, test_planning_pages.py), run beside the others.
   $PY $E/planning_comparison.py build/infinipipe-plan --smoke --output "$OUT/planning_comparison.json"
-  $PY benchmarks/planning_report.py --check  # the planning pages are their results' rendering
   $PY benchmarks/report.py --results "$OUT" --docs "$OUT/docs"
   echo "benchmarks smoke: OK"
   exit 0
@@ -64,5 +64,6 @@ $PY $E/cluster_study.py build/infinipipe-plan
 $PY $E/balance_study.py build/infinipipe-plan
 $PY $E/cluster_sp_study.py build/infinipipe-plan
 $PY $E/flexsp_study.py build/infinipipe-plan
+$PY $E/corpus_study.py build/infinipipe-plan
 $PY benchmarks/planning_report.py
 $PY benchmarks/report.py

@@ -79,6 +79,9 @@ TORCH_OMITTED = (
 TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
 # Row lengths of the packed peer: the context and smaller powers of two (fractions of it).
 PACKED_ROW_FRACTIONS = (1, 2, 4, 8)
+# The smoke run tries one packed schedule per stage placement ("loop" and "v"): the search's code
+# path at a fifth of its time (CI's test command runs it).
+SMOKE_PACKED_SCHEDULES = ("1f1b", "zbv")
 # Methods whose loss differs from the others' by design: the packed peer's cut documents lose
 # the context before the cut.
 OWN_LOSS = ("torch_packed", "torch_packed_context")
@@ -400,7 +403,7 @@ def pick_packed_config(batches, config, args) -> tuple[dict, list]:
     rows = [args.context // f for f in PACKED_ROW_FRACTIONS]
     configs = [
         dict(schedule=s, row_length=r, checkpoint=c)
-        for s in SCHEDULES
+        for s in (SMOKE_PACKED_SCHEDULES if args.smoke else SCHEDULES)
         for c in (0, "all")
         for r in sorted(rows)
     ]

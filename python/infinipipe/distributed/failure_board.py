@@ -89,6 +89,14 @@ class FailureBoard:
                 )
             except Exception:  # noqa: BLE001 - gone already: its silence will say so
                 self._clients[r] = None
+        # Nobody leaves set-up before every rank has its connections: a rank that closed its
+        # board at once (a short run) made a slower peer retry the connect until its timeout,
+        # twice (10-40 s seen under load). Bounded: a rank gone meanwhile is not waited for.
+        self._publish(f"connected/rank{self.rank}", {"rank": self.rank}, skip=[])
+        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        keys = [f"connected/rank{r}" for r, c in self._clients.items() if c is not None]
+        while keys and not self._store.check(keys) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
 
     def close(self) -> None:
         """Drops the connections to the other boards and this rank's server, whose thread

@@ -296,6 +296,22 @@ def exits_without_closing() -> float:
     return trainer.step(make_batch([30, 12, 7], seed=1)).loss
 
 
+def closes_at_once(late: int) -> None:
+    """Builds a Trainer and closes it at once; rank `late` opens its connections to the other
+    ranks' failure boards a second after the others (a loaded machine's scheduling)."""
+    from infinipipe.distributed.failure_board import FailureBoard
+
+    if int(os.environ["RANK"]) == late:
+        connect = FailureBoard.connect
+
+        def late_connect(self, addresses):
+            time.sleep(1.0)
+            connect(self, addresses)
+
+        FailureBoard.connect = late_connect
+    infinipipe.Trainer(model_config("float32"), frozen_optimizer).close()
+
+
 def exits_before_setup(victim: int, timeout_s: float) -> float:
     """Rank `victim` exits before creating its Trainer; the others' setup must fail naming it.
     Returns (on the others) the seconds the setup took to fail."""

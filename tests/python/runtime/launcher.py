@@ -2,9 +2,9 @@
 
     results = run_ranks("bodies:parity", world_size=2, args={...}, timeout_s=120)
 
-Each rank is a fresh `python _worker.py` subprocess with torchrun's environment (RANK,
-WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port) and one
-intra-op thread. The body, `function(**args)` in a module of this directory, runs there; its
+Each rank is a process of its own with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port) and one intra-op thread, forked from
+a server that has imported torch and infinipipe once (_worker.py says why). The body, `function(**args)` in a module of this directory, runs there; its
 return value comes back through a file (torch.save), its exception as (type, message), along
 with the exit code, stdout, stderr and wall time of the process. A rank that outlives
 `timeout_s` is killed and reported with returncode None; so are the ranks still running once
@@ -13,12 +13,13 @@ every rank of `wait_for` has exited (for a rank that stopped itself with SIGSTOP
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import multiprocessing.context
 import os
 import pickle
 import re
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -71,6 +72,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _forked_rank(*args) -> None:
+    import _worker  # in the forked rank, where the server has imported it already
+
+    _worker.forked(*args)
+
+
+@functools.cache
+def _ranks() -> multiprocessing.context.ForkServerContext:
+    """The ranks' start method: forked from a server that imported _worker (torch and infinipipe)
+    once per test process, the server started on the first launch."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["_worker"])
+    return context
+
+
 def run_ranks(
     target: str,
     world_size: int,
@@ -103,47 +119,41 @@ def run_ranks(
                 PYTHONUNBUFFERED="1",
             )
             env.update(extra_env or {})
-            out = open(tmp_path / f"out{rank}.txt", "w+")
-            err = open(tmp_path / f"err{rank}.txt", "w+")
+            out, err = tmp_path / f"out{rank}.txt", tmp_path / f"err{rank}.txt"
             logs.append((out, err))
             procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(HERE / "_worker.py"), target, str(tmp_path)],
-                    env=env,
-                    stdout=out,
-                    stderr=err,
-                    cwd=str(HERE),
+                _ranks().Process(
+                    target=_forked_rank,
+                    args=(target, tmp, env, str(HERE), str(out), str(err)),
+                    name=f"rank {rank}",
                 )
             )
+            procs[-1].start()
         started = time.monotonic()
         ended: list[float | None] = [None] * world_size
         awaited = range(world_size) if wait_for is None else wait_for
         while any(ended[rank] is None for rank in awaited):
             now = time.monotonic()
             for rank, p in enumerate(procs):
-                if ended[rank] is None and p.poll() is not None:
+                if ended[rank] is None and p.exitcode is not None:
                     ended[rank] = now - started
             if now - started > timeout_s:
                 break
             time.sleep(0.05)
         results = []
         for rank, p in enumerate(procs):
-            returncode = p.poll()
+            returncode = p.exitcode
             if returncode is None:
                 p.kill()
-                p.wait()
+            p.join()
             out, err = logs[rank]
-            out.seek(0)
-            err.seek(0)
             result = RankResult(
                 rank,
                 returncode,
                 ended[rank] if ended[rank] is not None else timeout_s,
-                out.read(),
-                err.read(),
+                out.read_text(errors="replace") if out.exists() else "",
+                err.read_text(errors="replace") if err.exists() else "",
             )
-            out.close()
-            err.close()
             value_file = tmp_path / f"rank{rank}.pt"
             if value_file.exists():
                 payload = torch.load(value_file, weights_only=False)

@@ -121,6 +121,15 @@ def test_a_script_that_neither_closes_nor_destroys_exits_cleanly():
     assert results[0].value == results[1].value > 0
 
 
+def test_no_rank_leaves_setup_before_every_board_connection_is_open():
+    """A rank that connects to the others' failure boards late still finds them open: the others
+    wait for its word before they can close (without it, it retried each connect until its
+    timeout, tens of seconds, with c10d's connect errors in its log)."""
+    for r in run_ranks("bodies:closes_at_once", 3, dict(late=1), timeout_s=120):
+        assert r.returncode == 0 and r.error is None, r.describe()
+        assert "failed to connect" not in r.stderr, r.describe()
+
+
 @pytest.mark.parametrize("slow_reader", [None, tiered(2, fast=False)])
 def test_a_model_factory_that_raises_is_named_on_every_rank(slow_reader):
     results = run_ranks(
