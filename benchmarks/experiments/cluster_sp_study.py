@@ -31,8 +31,8 @@ MODELS = ["llama-7b", "llama-13b", "llama-30b"]
 CONTEXTS = [49152, 98304, 196608]
 LAYOUTS = [(8, 4), (4, 8)]  # (d_s, d_p): 32 GPUs on 8-GPU nodes
 METHODS = ["seq1f1b", "batch", "chunkflow"]
-# 8 steps: all 18 cases take about two minutes on the 2-core dev machine.
-STEPS = 8
+# 16 steps, as the other studies: all 18 cases take about four minutes on the 2-core dev machine.
+STEPS = 16
 BASE = dict(batch=512, hardware="a800", memory_gib=80, seed=0, steps=STEPS, gpus_per_node=8)
 SMOKE = dict(BASE, batch=32, steps=2)
 

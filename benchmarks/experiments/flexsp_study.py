@@ -41,7 +41,7 @@ CASES = [  # (model, context, EPP's d_s, d_p)
     ("llama-30b", 49152, 4, 8),
     ("llama-30b", 98304, 4, 8),
 ]
-BASE = dict(batch=512, steps=8, seed=0)
+BASE = dict(batch=512, steps=16, seed=0)
 SMOKE = dict(batch=32, steps=1, seed=0)
 SMOKE_CASES = [("llama-7b", 49152, 8, 4)]
 MILP_TIME_LIMIT_S = 1.0  # per micro-batch; CBC starts from the best homogeneous assignment

@@ -1,10 +1,11 @@
 """docs/cluster_study.md and docs/img/cluster_speedup.png from the results of cluster_study,
-balance_study, cluster_sp_study and flexsp_study, through benchmarks/templates/cluster_study.md."""
+balance_study, cluster_sp_study, flexsp_study and corpus_study, through
+benchmarks/templates/cluster_study.md."""
 
 import tempfile
 from pathlib import Path
 
-from lib import balance_study, results, sp_study_tables
+from lib import balance_study, corpus_tables, results, sp_study_tables
 from lib.cluster_tables import (
     case_name,
     detail_table,
@@ -21,7 +22,7 @@ from lib.plan_tool import BASELINES, LABELS
 from lib.simulated_case import traces_text
 
 PAPER_OVER_SEQ1F1B = (1.27, 1.40)  # the paper's measured speed-ups over Seq1F1B (on GPUs)
-STUDIES = ["cluster_study", "balance_study", "cluster_sp_study", "flexsp_study"]
+STUDIES = ["cluster_study", "balance_study", "cluster_sp_study", "flexsp_study", "corpus_study"]
 
 
 def detail_sections(cases):
@@ -75,16 +76,17 @@ def study_values(data):
 
 
 def render_page(studies):
-    """docs/cluster_study.md's text from the four studies' results (name -> JSON)."""
+    """docs/cluster_study.md's text from the studies' results (name -> JSON)."""
     values = study_values(studies["cluster_study"])
     values.update(balance_study.values(studies["balance_study"]))
     values.update(sp_study_tables.sp_values(studies["cluster_sp_study"]))
     values.update(sp_study_tables.flexsp_values(studies["flexsp_study"]))
+    values.update(corpus_tables.corpus_values(studies["corpus_study"]))
     return render("cluster_study.md", values)
 
 
 def load(res):
-    """The four studies' results from the folder `res`."""
+    """The studies' results from the folder `res`."""
     return {name: results.load(Path(res) / (name + ".json")) for name in STUDIES}
 
 

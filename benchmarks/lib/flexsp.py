@@ -22,6 +22,7 @@ a node and over InfiniBand otherwise, the per-layer overhead, embedding and LM h
 
 import json
 import math
+import sys
 
 from infinipipe import _C
 
@@ -226,7 +227,14 @@ def solve_milp(lengths, costs, n_gpus, bucket_count, time_limit_s):
     solver = pulp.PULP_CBC_CMD(
         msg=False, timeLimit=time_limit_s, threads=1, warmStart=start is not None
     )
-    prob.solve(solver)
+    try:
+        prob.solve(solver)
+    except pulp.PulpSolverError as e:
+        # Seen once in a 16-step run on a loaded 2-core machine: the CBC binary ended without a
+        # solution file. Solved again, cold; a second failure stops the study (dropping FlexSP's
+        # MILP would leave it weaker than it is).
+        print("flexsp: CBC failed (%s); solving again without the warm start" % e, file=sys.stderr)
+        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=1))
     if pulp.LpStatus[prob.status] != "Optimal" and T.value() is None:
         return None
     if any(v.value() is None for v in x.values()):

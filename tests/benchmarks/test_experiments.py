@@ -1,5 +1,5 @@
 """The benchmark scripts' smoke paths: cluster_study --smoke, balance_study --smoke, cluster_sp_study
---smoke, flexsp_study --smoke (each renders docs/cluster_study.md into a temporary directory with its
+--smoke, flexsp_study --smoke, corpus_study --smoke (each renders docs/cluster_study.md into a temporary directory with its
 own results), plot_timeline on a small trace, and measured_comparison --smoke under a parallel layout (4
 processes: pipeline 2 x SP 2 and pipeline 2 x data 2) with its docs subsection."""
 
@@ -70,6 +70,22 @@ def test_flexsp_study_smoke():
     page = written.read_text()
     assert "## Against FlexSP (simulated)" in page
     assert "| LLaMA-7B, 48K |" in page
+
+
+def test_corpus_study_smoke_renders_both_distributions_side_by_side():
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "corpus_study.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCHMARKS,
+    )
+    assert done.returncode == 0, done.stderr
+    page = Path(done.stdout.strip().splitlines()[-1].split()[1]).read_text()
+    section = page[page.index("## Code lengths") :]
+    assert "| SP 8 x 4 | 7B, 48K |" in section
+    assert "wikipedia: EPP (s)" in section and "code: EPP (s)" in section
+    assert "per distribution: wikipedia: Seq1F1B median" in section
 
 
 def test_gpu_efficiency_smoke_writes_every_size(tmp_path):
