@@ -14,13 +14,22 @@ trains, run one stage per process, its gradients clipped globally, and stepped; 
 `--eval-every` steps the held-out documents (every 20th) are evaluated. `--checkpoint-dir` saves the whole training state every `--save-every` steps and
 resumes from the latest checkpoint there. Rank 0 shows a progress bar; `--metrics FILE` writes a
 JSON Lines record per step, `--tensorboard DIR` TensorBoard scalars.
+
+`--config FILE.toml` sets any of these options from a file (torchtitan's convention: TOML, the
+names as below, `steps = 100`, `spread-head = true`); flags on the command line win over it.
+With `--checkpoint-dir` the options in effect are saved there as config.toml, and a run resumed
+from that directory reads them back (then --config, then the command line, win over them).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import sys
+import tomllib
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -37,11 +46,14 @@ from infinipipe.data import (
 )
 from infinipipe.models.llama import LlamaConfig
 
+SAVED_CONFIG = "config.toml"  # in the checkpoint directory: the options of the run that saved
 
-def parse_args() -> argparse.Namespace:
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--config", default=None, help="a TOML file of these options")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--data", default=None, help="documents (default: the Python reference)")
     p.add_argument("--tokenizer", default=None, help="a local tokenizer directory (default: bytes)")
@@ -80,7 +92,53 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--metrics", default=None, help="JSON Lines file of per-step records")
     p.add_argument("--tensorboard", default=None, help="TensorBoard log directory")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args()
+    given, _ = p.parse_known_args(argv)
+    files = [Path(given.checkpoint_dir) / SAVED_CONFIG] if given.checkpoint_dir else []
+    files = [f for f in files if f.exists()] + ([Path(given.config)] if given.config else [])
+    # Each file becomes the flags it stands for, before the command line's: argparse checks its
+    # values as it checks flags, and a later flag wins over an earlier one.
+    from_files = [flag for f in files for flag in config_flags(p, f)]
+    return p.parse_args(from_files + list(argv if argv is not None else sys.argv[1:]))
+
+
+def config_flags(parser: argparse.ArgumentParser, path: Path) -> list[str]:
+    """A TOML file's options as command-line flags; a usage error for an unknown name."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        parser.error(f"config file {path}: {e}")
+    options = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    flags = []
+    for name, value in table.items():
+        action = options.get(name.replace("-", "_"))
+        if action is None or action.dest == "config":
+            parser.error(
+                f"config file {path}: unknown option {name!r}; the options are "
+                + ", ".join(
+                    sorted(a.option_strings[0][2:] for a in options.values() if a.dest != "config")
+                )
+            )
+        if isinstance(action, argparse._StoreTrueAction):
+            flags += [action.option_strings[0]] if value else []
+        else:
+            flags += [action.option_strings[0], str(value)]
+    return flags
+
+
+def save_config(args: argparse.Namespace) -> None:
+    """The options in effect as the checkpoint directory's config.toml (written whole or not
+    at all: a resumed run reads it back)."""
+    import tomli_w  # only when saving
+
+    values = {
+        k.replace("_", "-"): v for k, v in vars(args).items() if v is not None and k != "config"
+    }
+    directory = Path(args.checkpoint_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / (SAVED_CONFIG + ".partial")
+    partial.write_text(tomli_w.dumps(values))
+    os.replace(partial, directory / SAVED_CONFIG)
 
 
 def main() -> None:
@@ -116,6 +174,8 @@ def main() -> None:
     loader = trainer.prefetching(batches)
     # The newest checkpoint there that is whole: a damaged one is passed over with a warning.
     resumed = trainer.resume_checkpoint(args.checkpoint_dir) if args.checkpoint_dir else None
+    if args.checkpoint_dir and dist.get_rank() == 0:
+        save_config(args)
     if resumed is not None:
         loader.load_state_dict(resumed[1]["data"])
         if dist.get_rank() == 0:

@@ -159,3 +159,119 @@ def test_train_llama_trains_alike_on_every_layout(tmp_path):
     for name in ("spread", "sequence", "replicas"):
         for step, loss in losses["pipeline"].items():
             assert losses[name][step] == pytest.approx(loss, rel=1e-4), (name, step)
+
+
+def agent(args: list[str], ranks: int, port: int, restarts: int = 0, nodes: int = 1, node: int = 0):
+    """A torchrun agent (not waited for): `ranks` workers of a c10d rendezvous at `port`."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}"]
+    command += [f"--nnodes={nodes}", f"--node-rank={node}", f"--max-restarts={restarts}"]
+    command += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "python"))
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def worker_pid(agent_pid: int, rank: int) -> int | None:
+    """The agent's worker process of global rank `rank` (its environment says RANK)."""
+    children = Path(f"/proc/{agent_pid}/task/{agent_pid}/children").read_text().split()
+    for pid in children:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # exited meanwhile
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def steps_done(metrics: Path) -> int:
+    """The last training step the metrics file has (0 before any)."""
+    done = []
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        try:
+            done.append(json.loads(line)["step"])
+        except ValueError:  # the line being written
+            pass
+    return max(done, default=0)
+
+
+@pytest.mark.parametrize("ranks, kills", [(2, 1), (4, 2)])
+def test_a_killed_rank_restarts_the_group_and_training_resumes(tmp_path, ranks, kills):
+    """torchrun --max-restarts 3: a rank SIGKILLed at a random step (after the first checkpoint)
+    makes the agent restart the group, and the example resumes by itself from the newest whole
+    checkpoint: every step's loss, before and after each restart, equals the uninterrupted run's
+    bit for bit. A kill can land while a checkpoint is being written: that one is never loaded."""
+    import random
+    import signal
+    import time
+
+    steps = 8
+    common = [str(REPO / "examples" / "train_llama.py"), "--steps", str(steps)]
+    common += ["--tokens-per-step", "1024", "--context", "512", "--eval-every", "100"]
+    common += ["--cost-model", "analytic"]  # the same plans whatever the machine's load
+    if ranks == 4:
+        common += ["--pipeline", "2", "--replicas", "2"]
+    whole = tmp_path / "whole.jsonl"
+    run([*common, "--metrics", str(whole)], ranks=ranks)
+    expected = records(whole)[0]
+
+    metrics, checkpoints = tmp_path / "restarted.jsonl", tmp_path / "checkpoints"
+    args = [*common, "--save-every", "2", "--checkpoint-dir", str(checkpoints)]
+    proc = agent([*args, "--metrics", str(metrics)], ranks, free_port(), restarts=3)
+    chosen = sorted(random.Random().sample(range(3, steps), kills))  # after step 2's checkpoint
+    killed = []
+    deadline = time.monotonic() + 600
+    for at in chosen:
+        while proc.poll() is None and steps_done(metrics) < at and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim = random.randrange(ranks)
+        pid = worker_pid(proc.pid, victim)
+        if pid is not None and proc.poll() is None:
+            os.kill(pid, signal.SIGKILL)
+            killed.append((at, victim))
+        while proc.poll() is None and steps_done(metrics) <= at and time.monotonic() < deadline:
+            time.sleep(0.05)  # the next kill after this one's restart has trained past it
+    try:
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, f"kills {killed}\n{launch_log(out, err)}"
+    assert len(killed) == kills, (chosen, killed)
+    assert out.count("resumed from ") == kills, (killed, out)
+    seen = [json.loads(line) for line in metrics.read_text().splitlines()]
+    losses = [(r["step"], float(r["loss"])) for r in seen if "loss" in r]
+    assert {step for step, _ in losses} == set(range(1, steps + 1)), (killed, losses)
+    for step, loss in losses:  # each attempt's steps, the repeated ones too
+        assert loss == expected[step], (killed, step, loss, expected[step])
+
+
+def test_two_agents_as_two_nodes_train_like_one(tmp_path):
+    """Two torchrun agents on this machine acting as two nodes of 2 processes each (`--nnodes 2`,
+    c10d rendezvous): pipeline 2 x SP 2, the SP groups inside a node and the pipeline across the
+    two (the layout's GPUs per node from LOCAL_WORLD_SIZE), and pipeline 2 x data 2: the losses
+    of one agent running all 4 processes."""
+    common = [str(REPO / "examples" / "train_llama.py"), "--steps", "3", "--eval-every", "100"]
+    common += ["--tokens-per-step", "1024", "--context", "512", "--cost-model", "analytic"]
+    for layout in (["--sequence", "2"], ["--replicas", "2"]):
+        one = tmp_path / ("one%s.jsonl" % layout[0])
+        run([*common, "--pipeline", "2", *layout, "--metrics", str(one)], ranks=4)
+        two = tmp_path / ("two%s.jsonl" % layout[0])
+        port = free_port()
+        agents = [
+            agent(
+                [*common, "--pipeline", "2", *layout, "--metrics", str(two)],
+                2,
+                port,
+                nodes=2,
+                node=node,
+            )
+            for node in (0, 1)
+        ]
+        outputs = [a.communicate(timeout=600) for a in agents]
+        for a, (out, err) in zip(agents, outputs):
+            assert a.returncode == 0, launch_log(out, err)
+        want, got = records(one)[0], records(two)[0]
+        assert sorted(got) == [1, 2, 3], got
+        for step, loss in want.items():
+            assert got[step] == pytest.approx(loss, rel=1e-4), (layout, step)

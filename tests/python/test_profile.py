@@ -185,6 +185,26 @@ def test_main_lists_commands():
     assert bad.returncode == 2 and "unknown command" in bad.stderr
 
 
+def test_version_names_the_torch_the_module_was_built_with():
+    proc = run_cli("--version", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    import infinipipe
+
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "infinipipe %s" % infinipipe.__version__
+    assert lines[1] == "built with torch %s, CUDA %s, NCCL %s" % (
+        torch.__version__,
+        torch.version.cuda or "none",
+        "none" if not torch.version.cuda else lines[1].rsplit(" ", 1)[-1],
+    )
+    assert lines[2] == "running torch %s" % torch.__version__
+    # one version: the package's (the wheel's, pyproject.toml reads it) and the C++ project's
+    assert (
+        "project(infinipipe VERSION %s " % infinipipe.__version__
+        in (ROOT / "CMakeLists.txt").read_text()
+    )
+
+
 def test_cpp_tool_quick_writes_loadable_cost_json(tmp_path):
     if not TOOL.exists():
         pytest.skip(f"{TOOL} is not built (cmake --build build --target infinipipe-profile)")
