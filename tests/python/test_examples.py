@@ -185,15 +185,17 @@ def worker_pid(agent_pid: int, rank: int) -> int | None:
     return None
 
 
-def steps_done(metrics: Path) -> int:
-    """The last training step the metrics file has (0 before any)."""
+def records_since(metrics: Path, seen: int) -> tuple[int, int]:
+    """(lines the metrics file has, the last training step among those after the first `seen`):
+    a kill waits for a step the group trained since the kill before it."""
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
     done = []
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+    for line in lines[seen:]:
         try:
             done.append(json.loads(line)["step"])
         except ValueError:  # the line being written
             pass
-    return max(done, default=0)
+    return len(lines), max(done, default=0)
 
 
 @pytest.mark.parametrize("ranks, kills", [(2, 1), (4, 2)])
@@ -220,18 +222,21 @@ def test_a_killed_rank_restarts_the_group_and_training_resumes(tmp_path, ranks, 
     args = [*common, "--save-every", "2", "--checkpoint-dir", str(checkpoints)]
     proc = agent([*args, "--metrics", str(metrics)], ranks, free_port(), restarts=3)
     chosen = sorted(random.Random().sample(range(3, steps), kills))  # after step 2's checkpoint
-    killed = []
+    killed, seen = [], 0
     deadline = time.monotonic() + 600
     for at in chosen:
-        while proc.poll() is None and steps_done(metrics) < at and time.monotonic() < deadline:
+        lines = seen
+        while proc.poll() is None and time.monotonic() < deadline:
+            lines, step = records_since(metrics, seen)
+            if step >= at:
+                break
             time.sleep(0.05)
         victim = random.randrange(ranks)
         pid = worker_pid(proc.pid, victim)
         if pid is not None and proc.poll() is None:
             os.kill(pid, signal.SIGKILL)
             killed.append((at, victim))
-        while proc.poll() is None and steps_done(metrics) <= at and time.monotonic() < deadline:
-            time.sleep(0.05)  # the next kill after this one's restart has trained past it
+        seen = lines
     try:
         out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
