@@ -79,9 +79,13 @@ TORCH_OMITTED = (
 TORCH_CONFIGS = [(mb, ckpt) for mb in (1, 2, 4) for ckpt in (0, "all")]
 # Row lengths of the packed peer: the context and smaller powers of two (fractions of it).
 PACKED_ROW_FRACTIONS = (1, 2, 4, 8)
-# The smoke run tries one packed schedule per stage placement ("loop" and "v"): the search's code
-# path at a fifth of its time (CI's test command runs it).
+# The smoke run (CI's test command) walks the searches' code paths on fewer configurations: the
+# padded peer's micro-batch of 1 without and with checkpointing (the first over the budget), the
+# packed peer's one schedule per stage placement ("loop" and "v") on rows of an eighth and a
+# quarter of the context.
+SMOKE_TORCH_CONFIGS = [(1, 0), (1, "all")]
 SMOKE_PACKED_SCHEDULES = ("1f1b", "zbv")
+SMOKE_PACKED_ROW_FRACTIONS = (4, 8)
 # Methods whose loss differs from the others' by design: the packed peer's cut documents lose
 # the context before the cut.
 OWN_LOSS = ("torch_packed", "torch_packed_context")
@@ -371,7 +375,10 @@ def pick_torch_config(batches, config, args) -> tuple[tuple, list]:
     microbatch of the same padded rows needs more memory."""
     args.memory_step = lambda bs: max(bs, key=lambda b: max(t.numel() for t in b))
     best, tried = pick_fastest(
-        [dict(microbatch_size=mb, checkpoint=ckpt) for mb, ckpt in TORCH_CONFIGS],
+        [
+            dict(microbatch_size=mb, checkpoint=ckpt)
+            for mb, ckpt in (SMOKE_TORCH_CONFIGS if args.smoke else TORCH_CONFIGS)
+        ],
         lambda c: torch_pipe(config, c["microbatch_size"], c["checkpoint"]),
         lambda c, over: any(
             t["checkpoint"] == c["checkpoint"] and t["microbatch_size"] < c["microbatch_size"]
@@ -400,7 +407,10 @@ def pick_packed_config(batches, config, args) -> tuple[dict, list]:
     the context and its halves to eighths, no or full checkpointing. Memory on the step with the
     most tokens (the most rows); longer rows of the same schedule and checkpointing need more."""
     args.memory_step = lambda bs: max(bs, key=lambda b: sum(t.numel() for t in b))
-    rows = [args.context // f for f in PACKED_ROW_FRACTIONS]
+    rows = [
+        args.context // f
+        for f in (SMOKE_PACKED_ROW_FRACTIONS if args.smoke else PACKED_ROW_FRACTIONS)
+    ]
     configs = [
         dict(schedule=s, row_length=r, checkpoint=c)
         for s in (SMOKE_PACKED_SCHEDULES if args.smoke else SCHEDULES)

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lib import peers  # noqa: E402
 
 
+@pytest.mark.slow  # 2 processes over every peer configuration (the benchmarks' smoke runs them too)
 def test_smoke_pipelined_matches_unpipelined():
     env = dict(
         os.environ,
@@ -189,6 +190,7 @@ def packed_rank(cases):
     return out
 
 
+@pytest.mark.slow  # 2 processes over every packed case
 def test_packed_peer_matches_unpipelined_reference():
     runtime = ROOT / "tests" / "python" / "runtime"  # the ranks' launcher, as the runtime tests'
     sys.path.insert(0, str(runtime))

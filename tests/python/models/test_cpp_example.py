@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+# The C++ trainer example end to end under torchrun, 2 and 4 processes: the slow tier, with the
+# Python examples (the C++ LLaMA stage's parity is in the fast tier: test_cpp_llama.py).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[3]
 
 
