@@ -84,6 +84,7 @@ def test_train_llama_trains_saves_and_resumes_exactly(tmp_path):
     first = tmp_path / "first.jsonl"
     train_llama(4, tmp_path / "resumed", first)
     assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == [
+        "config.toml",  # the options of the run, which the resumed run reads back
         "latest",
         "step-2",
         "step-4",
