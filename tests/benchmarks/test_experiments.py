@@ -35,30 +35,10 @@ def test_cluster_study_smoke(study):
     assert len(done.stdout.strip().splitlines()) == 1
 
 
-def test_cluster_sp_study_smoke():
+def rendered_page(study):
+    """`study --smoke` run from benchmarks/: the page it rendered into a temporary folder."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(EXPERIMENTS / "cluster_sp_study.py"),
-            str(TOOL),
-            "--smoke",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=BENCHMARKS,
-    )
-    assert done.returncode == 0, done.stderr
-    written = Path(done.stdout.strip().splitlines()[-1].split()[1])
-    page = written.read_text()
-    assert "## With sequence parallelism" in page
-    assert "| LLaMA-7B, 48K, d_s=8 x d_p=4 |" in page
-
-
-def test_flexsp_study_smoke():
-    pytest.importorskip("pulp")
-    done = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "flexsp_study.py"), str(TOOL), "--smoke"],
+        [sys.executable, str(EXPERIMENTS / (study + ".py")), str(TOOL), "--smoke"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -66,22 +46,24 @@ def test_flexsp_study_smoke():
         env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
     )
     assert done.returncode == 0, done.stderr
-    written = Path(done.stdout.strip().splitlines()[-1].split()[1])
-    page = written.read_text()
+    return Path(done.stdout.strip().splitlines()[-1].split()[1]).read_text()
+
+
+def test_cluster_sp_study_smoke():
+    page = rendered_page("cluster_sp_study")
+    assert "## With sequence parallelism" in page
+    assert "| LLaMA-7B, 48K, d_s=8 x d_p=4 |" in page
+
+
+def test_flexsp_study_smoke():
+    pytest.importorskip("pulp")
+    page = rendered_page("flexsp_study")
     assert "## Against FlexSP (simulated)" in page
     assert "| LLaMA-7B, 48K |" in page
 
 
 def test_corpus_study_smoke_renders_both_distributions_side_by_side():
-    done = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "corpus_study.py"), str(TOOL), "--smoke"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=BENCHMARKS,
-    )
-    assert done.returncode == 0, done.stderr
-    page = Path(done.stdout.strip().splitlines()[-1].split()[1]).read_text()
+    page = rendered_page("corpus_study")
     section = page[page.index("## Code lengths") :]
     assert "| SP 8 x 4 | 7B, 48K |" in section
     assert "wikipedia: EPP (s)" in section and "code: EPP (s)" in section
