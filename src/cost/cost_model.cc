@@ -418,6 +418,23 @@ double CostModel::layer_backward_time(const Chunk& chunk) const {
   return t;
 }
 
+double CostModel::weight_gradient_time(const Chunk& chunk, int stage) const {
+  check_stage(*this, stage);
+  const CostCoefficients& k = coefficients_;
+  const double rows = double(chunk.tokens()) / layout_.sequence;
+  double per_token = 0;
+  if (!k.backward_gemm_s_per_token.empty() && !k.gemm_s_per_token.empty()) {
+    // Size-aware: the backward's GEMM curve is the input gradient's (the forward's shape) plus
+    // the weight gradient's (CostCoefficients::analytic), each at this chunk's rows.
+    per_token = k.backward_gemm_s_per_token.at(rows) - k.gemm_s_per_token.at(rows);
+  } else {
+    // A GEMM's weight gradient has its input gradient's FLOPs: half the per-token term.
+    constexpr double kWeightShare = 0.5;
+    per_token = kWeightShare * (k.has_layer_backward() ? k.backward_a2 : k.backward_ratio * k.a2);
+  }
+  return layers(stage) * rows * per_token;
+}
+
 double CostModel::compute_forward_time(const Chunk& chunk, int stage, double layer_forward,
                                        bool with_head) const {
   check_stage(*this, stage);

@@ -140,16 +140,17 @@ std::string describe(Method method, const Setting& s) {
   if (method == Method::kEpp && s.chunker != Method::kEpp) {
     out << to_string(s.chunker) << " chunks ";
     describe_chunking(out, s.chunker, s);
-    return out.str();
+  } else {
+    describe_chunking(out, method, s);
+    if (method != Method::kEpp) {
+      out << " recompute=";
+      if (s.uniform_recompute < 0)
+        out << "auto";
+      else
+        out << s.uniform_recompute;
+    }
   }
-  describe_chunking(out, method, s);
-  if (method != Method::kEpp) {
-    out << " recompute=";
-    if (s.uniform_recompute < 0)
-      out << "auto";
-    else
-      out << s.uniform_recompute;
-  }
+  if (s.zero_bubble != ZeroBubble::kOff) out << " zero-bubble=" << to_string(s.zero_bubble);
   return out.str();
 }
 
@@ -176,6 +177,8 @@ void to_json(nlohmann::json& j, const Setting& s) {
                      {"drain_split", s.drain_split}};
   // Only an EPP plan on a baseline's chunks says so; every other setting reads as before.
   if (s.chunker != Method::kEpp) j["chunker"] = to_string(s.chunker);
+  // Likewise only a zero-bubble plan names its mode.
+  if (s.zero_bubble != ZeroBubble::kOff) j["zero_bubble"] = to_string(s.zero_bubble);
 }
 
 void from_json(const nlohmann::json& j, Setting& s) {
@@ -190,6 +193,9 @@ void from_json(const nlohmann::json& j, Setting& s) {
   std::string chunker = to_string(s.chunker);
   read_optional(j, "chunker", chunker);
   s.chunker = parse_method(chunker);
+  std::string zero_bubble = to_string(s.zero_bubble);
+  read_optional(j, "zero_bubble", zero_bubble);
+  s.zero_bubble = parse_zero_bubble(zero_bubble);
 }
 
 // An EPP plan on the sequence processor's chunks: its setting's knobs are EPP's own.

@@ -8,6 +8,7 @@
 #include "infinipipe/schedule/scheduler.h"
 #include "planner_support.h"
 #include "spread_plan.h"
+#include "zero_bubble_plan.h"
 
 namespace infinipipe {
 
@@ -34,10 +35,24 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   schedule_options.num_stages = options.num_stages;
   Schedule schedule = build_schedule(chunks, waves, schedule_options);
 
-  // A fixed recompute stays fixed; a chosen one is chosen again the same way when spread.
+  // A fixed recompute stays fixed; a chosen one is chosen again the same way when spread (or
+  // split into B and W).
   const std::vector<RecomputeMethod> spread_methods =
       setting.uniform_recompute >= 0 ? std::vector<RecomputeMethod>{}
                                      : std::vector<RecomputeMethod>{RecomputeMethod::kUniform};
+  // A baseline is zero-bubble only when forced (PlannerOptions::zero_bubble "h1": ablations).
+  auto finish = [&](Plan plan) {
+    std::string reason;
+    if (zero_bubble_choice(options) == ZeroBubbleChoice::kAlways &&
+        !split_backwards(plan, cost, options, spread_methods, true, reason))
+      return infeasible(std::string(to_string(method)) + " " + describe(method, plan.setting) +
+                        ": " + reason);
+    PlanResult result;
+    result.feasible = true;
+    result.plan = std::move(plan);
+    call.finish(result.plan, cost);
+    return result;
+  };
   // With the spread head, a setting that does not fit with the head on the last stage may fit
   // with it spread (the last stage then keeps no logits): `unspread` (its recompute, if fixed)
   // gets no prediction, so any spread plan that fits replaces it.
@@ -51,11 +66,7 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
                               cost, unknown, setting.uniform_recompute >= 0 ? "fixed" : "");
     spread_heads_if_faster(unspread, cost, options, spread_methods);
     if (unspread.step_time_s == kInfinity) return infeasible(reason + "; nor with the spread head");
-    PlanResult result;
-    result.feasible = true;
-    result.plan = std::move(unspread);
-    call.finish(result.plan, cost);
-    return result;
+    return finish(std::move(unspread));
   };
 
   Setting chosen = setting;
@@ -84,13 +95,10 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   if (setting.uniform_recompute >= 0 && sim.over_budget)
     return spread_or_infeasible(sim.over_budget_message, std::move(recompute));
 
-  PlanResult result;
-  result.feasible = true;
-  result.plan = make_plan(method, chosen, lengths, std::move(chunks), std::move(waves),
-                          std::move(schedule), std::move(recompute), cost, sim, solver);
-  spread_heads_if_faster(result.plan, cost, options, spread_methods);
-  call.finish(result.plan, cost);
-  return result;
+  Plan plan = make_plan(method, chosen, lengths, std::move(chunks), std::move(waves),
+                        std::move(schedule), std::move(recompute), cost, sim, solver);
+  spread_heads_if_faster(plan, cost, options, spread_methods);
+  return finish(std::move(plan));
 }
 
 }  // namespace infinipipe

@@ -19,6 +19,7 @@
 #include "recompute_choice.h"
 #include "spread_plan.h"
 #include "wave_grouping.h"
+#include "zero_bubble_plan.h"
 
 namespace infinipipe {
 
@@ -40,16 +41,25 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
   PlanResult result;
   result.feasible = true;
   result.plan = plan_of(std::move(best), lengths, cost);
+  // The recompute programs the search weighs (search_recompute), CBC's when allowed.
+  std::vector<RecomputeMethod> methods = {RecomputeMethod::kStageAwareGreedy,
+                                          RecomputeMethod::kUntiedGreedy};
+  if (options.recompute_time_limit_s > 0) methods.push_back(RecomputeMethod::kStageAware);
   if (options.spread_head) {
-    // The recompute programs the search weighs (search_recompute), CBC's when allowed.
-    std::vector<RecomputeMethod> methods = {RecomputeMethod::kStageAwareGreedy,
-                                            RecomputeMethod::kUntiedGreedy};
-    if (options.recompute_time_limit_s > 0) methods.push_back(RecomputeMethod::kStageAware);
     std::vector<Plan> others;
     for (Candidate& cand : runners_up)
       if (!same_chunks(cand.chunks, result.plan.chunks) || cand.waves != result.plan.waves)
         others.push_back(plan_of(std::move(cand), lengths, cost));
     result.plan = fastest_spread(std::move(result.plan), std::move(others), cost, options, methods);
+  }
+  const ZeroBubbleChoice zero_bubble = zero_bubble_choice(options);
+  if (zero_bubble != ZeroBubbleChoice::kOff) {
+    std::string reason;
+    const bool always = zero_bubble == ZeroBubbleChoice::kAlways;
+    // Tried and not fitting, the plan stays as it was.
+    if (!split_backwards(result.plan, cost, options, methods, always, reason) && always)
+      return infeasible("EPP's plan " + describe(Method::kEpp, result.plan.setting) + ": " +
+                        reason);
   }
   call.finish(result.plan, cost);
   return result;

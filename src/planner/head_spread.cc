@@ -149,6 +149,7 @@ Schedule spread_head_schedule(const std::vector<Chunk>& chunks, const std::vecto
   }
   ScheduleOptions with_virtual = options;
   with_virtual.num_stages = d + 1;
+  with_virtual.zero_bubble = ZeroBubble::kOff;  // W actions go onto the merged lists below
   const Schedule built = build_schedule(chunks, waves, with_virtual);
   SimOptions timing;
   timing.record_events = false;
@@ -162,7 +163,7 @@ Schedule spread_head_schedule(const std::vector<Chunk>& chunks, const std::vecto
     schedule.stages[p] = merged_list(built.stages[p], sim.start_s[p], built.stages[d],
                                      sim.start_s[d], at, head_stages, p, last);
   schedule.stages[last] = last_stage_list(built.stages[last], head_stages, last);
-  return schedule;
+  return with_weight_actions(schedule, options.zero_bubble);
 }
 
 }  // namespace infinipipe

@@ -15,6 +15,8 @@ PlannerOptions PlannerOptions::for_training(int num_stages, double memory_budget
   options.memory_budget_bytes = memory_budget_bytes;
   options.max_k = 32;
   options.recompute_time_limit_s = 0;
+  // The executor does not split a backward into B and W yet (executor.h): it refuses W actions.
+  options.zero_bubble = "off";
   return options;
 }
 

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "infinipipe/core/error.h"
+#include "zero_bubble_plan.h"
 
 namespace infinipipe::planning {
 
@@ -41,6 +42,7 @@ void check_inputs(const std::vector<int64_t>& lengths, const CostModel& cost,
         "the memory budget must be a finite positive number of bytes, got " +
             std::to_string(options.memory_budget_bytes));
   check(options.max_k >= 1, "max_k must be at least 1, got " + std::to_string(options.max_k));
+  zero_bubble_choice(options);  // Error on an unknown mode
 }
 
 void check_not_cancelled(const PlannerOptions& options) {

@@ -97,12 +97,17 @@ std::string MemoryCheck::describe(const MemoryViolation& violation,
     for (const Slice& s : chunks_[k].slices)
       if (longest == nullptr || s.seq_length > longest->seq_length) longest = &s;
 
+  // Zero bubble: chunks between their B and their W are fixed bytes too (memory_walk.h).
+  const std::vector<Action>& list = schedule_.stages[violation.stage];
+  const bool weights_pending = std::any_of(
+      list.begin(), list.end(), [](const Action& a) { return a.type == ActionType::kWeight; });
   std::string text = what_failed + ": stage " + std::to_string(violation.stage) + " at " +
                      action.text() + " (action " + std::to_string(moment.action_index) +
                      " of its list) needs " + gib_text(violation.bytes) + " against a budget of " +
                      gib_text(budget_) + " (" + gib_text(moment.fixed_bytes) +
-                     " of model state, K/V buffers and backward workspace; chunks in flight: " +
-                     std::to_string(moment.in_flight.size()) + ")";
+                     " of model state, K/V buffers, backward workspace" +
+                     (weights_pending ? " and chunks whose W is still to run" : "") +
+                     "; chunks in flight: " + std::to_string(moment.in_flight.size()) + ")";
   if (longest != nullptr)
     text += "; the longest sequence in flight is sequence " + std::to_string(longest->seq) + " (" +
             std::to_string(longest->seq_length) + " tokens)";

@@ -259,6 +259,8 @@ void Executor::Step::run_action(const Action& action) {
     case ActionType::kHead:
       head(action.chunk);
       break;
+    case ActionType::kWeight:  // refused by check_inputs
+      throw Error(stage_text(opt_.stage) + ": " + action.text() + " is not run by this executor");
   }
 }
 

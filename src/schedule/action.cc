@@ -29,6 +29,7 @@ constexpr TypeName kTypeNames[] = {
     {ActionType::kForward, "F"},
     {ActionType::kBackward, "B"},
     {ActionType::kHead, "H"},
+    {ActionType::kWeight, "W"},
 };
 
 const char* prefix_of(ActionType type) {
@@ -38,7 +39,7 @@ const char* prefix_of(ActionType type) {
 }
 
 const char* const kForms =
-    "F<k>, B<k>, SEND_F<k>, RECV_F<k>, SEND_B<k>, RECV_B<k>, H<k>, or SEND_H<k>@<s>, "
+    "F<k>, B<k>, W<k>, SEND_F<k>, RECV_F<k>, SEND_B<k>, RECV_B<k>, H<k>, or SEND_H<k>@<s>, "
     "RECV_H<k>@<s>, SEND_HG<k>@<s>, RECV_HG<k>@<s>; k a chunk id >= 0, s a stage >= 0";
 
 bool all_digits(const std::string& text) {

@@ -110,6 +110,41 @@ std::vector<Action> with_communication(const std::vector<Action>& computes, int 
 
 }  // namespace
 
+const char* to_string(ZeroBubble mode) { return mode == ZeroBubble::kH1 ? "h1" : "off"; }
+
+ZeroBubble parse_zero_bubble(const std::string& name) {
+  if (name == "off") return ZeroBubble::kOff;
+  if (name == "h1") return ZeroBubble::kH1;
+  throw Error("unknown zero-bubble mode \"" + name + "\": expected off or h1");
+}
+
+Schedule with_weight_actions(const Schedule& schedule, ZeroBubble mode) {
+  if (mode == ZeroBubble::kOff) return schedule;
+  Schedule out;
+  out.stages.resize(schedule.stages.size());
+  for (int p = 0; p < schedule.num_stages(); ++p) {
+    const std::vector<Action>& list = schedule.stages[p];
+    std::vector<Action>& result = out.stages[p];
+    result.reserve(list.size() + list.size() / 3);
+    const size_t held_back = static_cast<size_t>(p);  // ZB-H1's allowance (scheduler.h)
+    std::vector<int> pending;  // chunks whose B ran and whose W did not, oldest first
+    size_t next_due = 0;       // pending[next_due..] are still pending
+    auto run_due = [&](size_t keep) {
+      while (pending.size() - next_due > keep)
+        result.push_back({ActionType::kWeight, pending[next_due++]});
+    };
+    for (const Action& a : list) {
+      check(a.type != ActionType::kWeight,
+            "with_weight_actions: stage " + std::to_string(p) + " already has " + a.text());
+      if (a.is_compute()) run_due(held_back);
+      result.push_back(a);
+      if (a.type == ActionType::kBackward) pending.push_back(a.chunk);
+    }
+    run_due(0);
+  }
+  return out;
+}
+
 WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
                      const ScheduleOptions& options) {
   const int n = static_cast<int>(chunks.size());
@@ -213,6 +248,8 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
   Schedule schedule;
   schedule.stages.reserve(d);
   for (int p = 0; p < d; ++p) schedule.stages.push_back(with_communication(computes[p], p, d));
+  if (options.zero_bubble != ZeroBubble::kOff)
+    return with_weight_actions(schedule, options.zero_bubble);
   return schedule;
 }
 
@@ -226,7 +263,10 @@ bool waves_overlap(const Schedule& schedule, const std::vector<Wave>& waves) {
   for (const std::vector<Action>& stage : schedule.stages) {
     int latest = -1;
     for (const Action& a : stage) {
-      if (!a.is_compute() || a.chunk >= static_cast<int>(wave_of.size())) continue;
+      // W actions may run late by design (zero bubble): F and B say whether waves overlap.
+      const bool forward_or_backward =
+          a.type == ActionType::kForward || a.type == ActionType::kBackward;
+      if (!forward_or_backward || a.chunk >= static_cast<int>(wave_of.size())) continue;
       if (wave_of[a.chunk] < latest) return true;
       latest = std::max(latest, wave_of[a.chunk]);
     }

@@ -61,6 +61,10 @@ Positions check_structure(const Schedule& schedule, int num_chunks) {
         fail(schedule, p, i,
              name + " at " + at(p, i) + " runs before F" + chunk +
                  ": a chunk's backward needs its forward on the same stage");
+      if (a.type == ActionType::kWeight && !before(ActionType::kBackward))
+        fail(schedule, p, i,
+             name + " at " + at(p, i) + " runs before B" + chunk +
+                 ": a chunk's weight gradients need the output gradients its backward computes");
       if (a.type == ActionType::kSendForward && !before(ActionType::kForward))
         fail(schedule, p, i,
              name + " at " + at(p, i) + " sends an activation before F" + chunk + " computed it");

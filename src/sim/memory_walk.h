@@ -81,6 +81,16 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
           a.chunk < num_chunks)
         headed[a.chunk] = 1;
   double unkept = 0;
+  // Zero bubble: a chunk with a W on this stage keeps everything its backward used from its B to
+  // its W: all its layers' saved tensors, recomputed ones included (what autograd keeps of a
+  // graph whose weight gradients are still to come), whatever its recompute: fixed bytes
+  // (`awaiting_weights`) from its B's end, no longer a weight of the in-flight sum.
+  std::vector<char> has_weight_action(num_chunks, 0);
+  for (const Action& a : actions)
+    if (a.type == ActionType::kWeight && a.chunk >= 0 && a.chunk < num_chunks)
+      has_weight_action[a.chunk] = 1;
+  std::vector<double> awaiting(num_chunks, 0.0);  // per chunk: its bytes from B to W
+  double awaiting_weights = 0;
 
   const double model_state = stage_model_state_bytes(schedule, stage, cost);
   // Whole numbers of bytes (the analytic model's are) add up exactly in any order while every
@@ -155,13 +165,21 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       pushed_as[action.chunk] = pushes++;
       if (weights) weight_sum += weights[action.chunk];
       if (headed[action.chunk]) unkept += cost.head_logits_bytes(chunk);
-      visit(index, buffer_bytes() - unkept, in_flight, weight_sum);
+      visit(index, buffer_bytes() - unkept + awaiting_weights, in_flight, weight_sum);
       continue;
     }
 
     // H: the chunk's logits and loss are held while it runs, nothing in flight changes.
     if (action.type == ActionType::kHead) {
-      visit(index, buffer_bytes() - unkept + cost.head_logits_bytes(chunk), in_flight, weight_sum);
+      visit(index, buffer_bytes() - unkept + awaiting_weights + cost.head_logits_bytes(chunk),
+            in_flight, weight_sum);
+      continue;
+    }
+    // W: what its B left is held while it runs, then freed.
+    if (action.type == ActionType::kWeight) {
+      visit(index, buffer_bytes() - unkept + awaiting_weights, in_flight, weight_sum);
+      awaiting_weights -= awaiting[action.chunk];
+      awaiting[action.chunk] = 0;
       continue;
     }
 
@@ -171,8 +189,9 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
         state[s.seq] = BufferState::kKvAndGrad;
         open(grad_open, s.seq);
       }
-    visit(index, buffer_bytes() - unkept + cost.backward_workspace_bytes(chunk, stage), in_flight,
-          weight_sum);
+    visit(index,
+          buffer_bytes() - unkept + awaiting_weights + cost.backward_workspace_bytes(chunk, stage),
+          in_flight, weight_sum);
 
     // The chunk's latest entry leaves. The list is in forward order, so while no chunk has been
     // in it twice (a valid schedule's case) the entry is found by its forward's number.
@@ -186,6 +205,11 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       --times_held[action.chunk];
       if (weights) weight_sum -= weights[action.chunk];
       if (headed[action.chunk]) unkept -= cost.head_logits_bytes(chunk);
+      if (has_weight_action[action.chunk]) {
+        awaiting[action.chunk] = cost.activation_bytes(chunk, stage, 0) -
+                                 (headed[action.chunk] ? cost.head_logits_bytes(chunk) : 0.0);
+        awaiting_weights += awaiting[action.chunk];
+      }
     }
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && s.start == 0 && state[s.seq] != BufferState::kClosed) {
@@ -199,7 +223,8 @@ template <class Visit>
 void for_each_binding_moment(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,
                              const CostModel& cost, Visit&& visit,
                              const double* weights = nullptr) {
-  // Chunks join the in-flight set only at forwards and leave only right after backwards, so:
+  // Chunks join the in-flight set only at forwards and leave only right after backwards (H and W
+  // moments are treated as backwards': they change no set), so:
   // a forward's moment holds a subset of the next moment's set (rule 1), and a backward's moment
   // a subset of every moment since the last forward (rule 2). A moment whose set is a subset of
   // another's and whose fixed bytes are no larger never holds more bytes, whatever the

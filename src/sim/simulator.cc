@@ -68,6 +68,11 @@ class Simulation {
   }
   void record_event(int stage, const Action& action, const char* category, double start, double end,
                     const char* prefix);
+  // A compute (F, H or W) from `start` for `duration`: the stage's clock and busy time, the
+  // action's start, its memory moment (a forward's at its end, when its chunk is held; the others'
+  // at their start) and its event.
+  void computed(int stage, const Action& action, double start, double duration,
+                const char* category);
   void measure_memory(int stage);
   void report_peak(int stage, double peak, int peak_index);  // peak_index -1: no moment
 
@@ -100,9 +105,11 @@ class Simulation {
   std::vector<double> arrive_backward_;  // per (stage, chunk): when the output gradient is there
   std::vector<char> forwarded_;
   std::vector<char> backwarded_;
-  std::vector<int> head_stage_;           // per chunk: the stage of its H, or -1
-  std::vector<char> headed_;              // per chunk: its H has run
-  std::vector<double> arrive_head_;       // per chunk: its hidden state at its head stage
+  std::vector<char> has_weight_;     // per (stage, chunk): a W takes the weight gradients out of B
+  std::vector<char> weighted_;       // per (stage, chunk): its W has run
+  std::vector<int> head_stage_;      // per chunk: the stage of its H, or -1
+  std::vector<char> headed_;         // per chunk: its H has run
+  std::vector<double> arrive_head_;  // per chunk: its hidden state at its head stage
   std::vector<double> arrive_head_grad_;  // per chunk: that state's gradient at the last stage
   std::vector<double> layer_forward_;     // per chunk: its slices summed once, for every stage
   std::vector<char> alike_before_;        // per real stage: chunk_costs_alike(p, p - 1)
@@ -146,6 +153,15 @@ void Simulation::record_event(int stage, const Action& action, const char* categ
   result_.events.push_back(std::move(event));
 }
 
+void Simulation::computed(int p, const Action& a, double start, double duration,
+                          const char* category) {
+  clock_[p] = start + duration;
+  result_.busy_s[p] += duration;
+  if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
+  moment_time_[p][pc_[p]] = a.type == ActionType::kForward ? clock_[p] : start;
+  record(p, a, category, start, clock_[p]);
+}
+
 double Simulation::forward_cost(int p, int c) {
   if (!(forward_at_[c] == p - 1 && alike_before_[p]))
     forward_s_[c] = cost_.forward_time_with(chunks_[c], p, layer_forward_[c], with_head(p, c));
@@ -179,13 +195,9 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
         start = std::max(start, arrival);
       }
       if (forwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
-      const double duration = is_virtual(p) ? cost_.head_time(chunks_[c]) : forward_cost(p, c);
-      clock = start + duration;
-      result_.busy_s[p] += duration;
       forwarded_[cell(p, c)] = 1;
-      if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
-      moment_time_[p][pc_[p]] = clock;
-      record(p, a, "forward", start, clock);
+      computed(p, a, start, is_virtual(p) ? cost_.head_time(chunks_[c]) : forward_cost(p, c),
+               "forward");
       return Step::kDone;
     }
     case ActionType::kBackward: {
@@ -206,7 +218,10 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
         return Step::kDone;
       }
       const BackwardCost& costs = backward_cost(p, c);
-      const double duration = costs.duration, recompute = costs.recompute;
+      const double recompute = costs.recompute;
+      const double duration = has_weight_[cell(p, c)]
+                                  ? costs.duration - cost_.weight_gradient_time(chunks_[c], p)
+                                  : costs.duration;
       clock = start + duration;
       result_.busy_s[p] += duration;
       result_.recompute_s[p] += recompute;
@@ -235,6 +250,14 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       return execute_send(p, a);
     case ActionType::kHead:
       return execute_head(p, a);
+    case ActionType::kWeight: {
+      if (!backwarded_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs before its B");
+      if (weighted_[cell(p, c)]) fail(p, pc_[p], a.text() + " runs twice");
+      weighted_[cell(p, c)] = 1;
+      computed(p, a, clock, is_virtual(p) ? 0.0 : cost_.weight_gradient_time(chunks_[c], p),
+               "weight");
+      return Step::kDone;
+    }
   }
   return Step::kDone;
 }
@@ -274,13 +297,8 @@ Simulation::Step Simulation::execute_head(int p, const Action& a) {
     fail(p, pc_[p], a.text() + " runs before F" + std::to_string(c));
   }
   if (headed_[c]) fail(p, pc_[p], a.text() + " runs twice");
-  const double duration = cost_.head_time(chunks_[c]);
-  clock_[p] = start + duration;
-  result_.busy_s[p] += duration;
   headed_[c] = 1;
-  moment_time_[p][pc_[p]] = start;
-  if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
-  record(p, a, "head", start, clock_[p]);
+  computed(p, a, start, cost_.head_time(chunks_[c]), "head");
   return Step::kDone;
 }
 
@@ -483,6 +501,12 @@ SimResult Simulation::run() {
   arrive_backward_.assign(cells, kUnknown);
   forwarded_.assign(cells, 0);
   backwarded_.assign(cells, 0);
+  weighted_.assign(cells, 0);
+  has_weight_.assign(cells, 0);
+  for (int p = 0; p < d_; ++p)
+    for (const Action& a : schedule_.stages[p])
+      if (a.type == ActionType::kWeight && a.chunk >= 0 && a.chunk < n_)
+        has_weight_[cell(p, a.chunk)] = 1;
   layer_forward_.resize(n_);
   for (int c = 0; c < n_; ++c) layer_forward_[c] = cost_.layer_forward_time(chunks_[c]);
   // alike_before_[p + 1] is read for p = real_stages - 1 too (never alike: the last stage).

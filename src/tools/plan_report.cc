@@ -92,6 +92,7 @@ nlohmann::json row_json(const Row& row, const std::vector<int64_t>& lengths, dou
   j["chunks_by_kind"] = kinds;
   j["num_waves"] = plan.waves.size();
   j["waves_overlap"] = ip::waves_overlap(plan.schedule, plan.waves);
+  j["zero_bubble"] = ip::to_string(plan.setting.zero_bubble);
   const std::vector<int> heads = plan.schedule.head_stages(static_cast<int>(plan.chunks.size()));
   const std::vector<int> per_stage = heads_per_stage(heads, plan.schedule.num_stages());
   j["spread_head"] = per_stage.size() > 0;

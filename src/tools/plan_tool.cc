@@ -142,6 +142,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       "every method: run chunks' LM heads on the stages the planner assigns, where the "
       "simulator finds it faster (docs/design.md, \"Spread head\"); the table and the JSON "
       "name the heads per stage");
+  app.add_option("--zero-bubble", args.zero_bubble,
+                 "split backwards into B and W (ZB-H1, docs/design.md \"Zero bubble\"): try (EPP "
+                 "keeps it where the simulator finds it faster), h1 (every method, for "
+                 "ablations) or off; the executor does not run such plans yet")
+      ->check(CLI::IsMember({"off", "try", "h1"}))
+      ->capture_default_str();
   app.add_flag("--ideal-even-head", args.ideal_even_head,
                "what-if for studies: every stage runs 1/d of each chunk's head, logits and head "
                "parameters, with free communication (vocabulary parallelism's best case: the "
@@ -238,6 +244,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   options.search_work_limit = args.search_work;
   options.overlap_waves = !args.waves_back_to_back;
   options.spread_head = args.spread_head;
+  options.zero_bubble = args.zero_bubble;
   options.recompute_time_limit_s = args.recompute_seconds;
   const auto steps = load_steps(args);
   const int n = static_cast<int>(steps.size());

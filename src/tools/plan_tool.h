@@ -41,9 +41,10 @@ struct PlanToolArgs {
   int max_k = 0;            // set from PlannerOptions
   int64_t search_work = 0;  // set from PlannerOptions
   bool waves_back_to_back = false;
-  bool spread_head = false;      // --spread-head (PlannerOptions::spread_head)
-  bool ideal_even_head = false;  // --ideal-even-head (CostModel::with_ideal_even_head)
-  double recompute_seconds = 0;  // set from PlannerOptions
+  bool spread_head = false;         // --spread-head (PlannerOptions::spread_head)
+  std::string zero_bubble = "off";  // --zero-bubble (PlannerOptions::zero_bubble)
+  bool ideal_even_head = false;     // --ideal-even-head (CostModel::with_ideal_even_head)
+  double recompute_seconds = 0;     // set from PlannerOptions
   bool json = false;
   std::string plan_out;
   std::string trace_out;

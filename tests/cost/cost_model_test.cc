@@ -608,3 +608,53 @@ TEST_F(CostModelFile, NumbersInLayerListsMustBeIntegersThatFit) {
 
 }  // namespace
 }  // namespace infinipipe
+
+namespace infinipipe {
+namespace {
+
+TEST(CostModel, WeightGradientsAreTheBackwardsWeightGemms) {
+  const Chunk chunk{{{0, 1000, 3000, 5000}, {1, 0, 700, 700}}};  // 2700 tokens
+  // Flat analytic: half of g a2 per token and layer.
+  const CostModel flat =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), test_support::flat_a800(), 4);
+  const CostCoefficients& f = flat.coefficients();
+  EXPECT_NEAR(flat.weight_gradient_time(chunk, 1), 8 * 2700 * 0.5 * f.backward_ratio * f.a2, 1e-15);
+  // Size-aware (H100): exactly the weight-gradient GEMMs at the chunk's rows, 2700 rows per
+  // rank, and 1350 under SP 2 (each rank its half of the rows at their own efficiency).
+  const CostModel h100 =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("h100"), 4);
+  const CostCoefficients& h = h100.coefficients();
+  const Hardware hw = Hardware::builtin("h100");
+  for (size_t i = 0; i < hw.weight_grad_efficiency_by_rows.sizes.size(); ++i) {
+    const double rows = hw.weight_grad_efficiency_by_rows.sizes[i];
+    const Chunk at_point{{{0, 0, static_cast<int64_t>(rows), static_cast<int64_t>(rows)}}};
+    EXPECT_NEAR(h100.weight_gradient_time(at_point, 1) / (8 * rows) * hw.peak_flops *
+                    hw.weight_grad_efficiency_by_rows.values[i],
+                kLlama7bGemmFlops, 1e-9 * kLlama7bGemmFlops)
+        << rows << " rows";
+  }
+  const double per_token = h.backward_gemm_s_per_token.at(2700) - h.gemm_s_per_token.at(2700);
+  EXPECT_NEAR(h100.weight_gradient_time(chunk, 1), 8 * 2700 * per_token, 1e-15);
+  ParallelLayout sp;
+  sp.sequence = 2;
+  const CostModel h100_sp =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("h100"), 4, sp);
+  EXPECT_NEAR(h100_sp.weight_gradient_time(chunk, 1),
+              8 * 1350 * (h.backward_gemm_s_per_token.at(1350) - h.gemm_s_per_token.at(1350)),
+              1e-15);
+  // Measured backward: half its per-token term. Always less than the backward it comes out of.
+  CostCoefficients measured = f;
+  measured.backward_a1 = 3 * f.a1, measured.backward_a2 = 1.5 * f.a2;
+  const CostModel m(flat.shape(), flat.layers_per_stage(), measured);
+  EXPECT_NEAR(m.weight_gradient_time(chunk, 2), 8 * 2700 * 0.75 * f.a2, 1e-15);
+  std::mt19937_64 rng(5);
+  for (const CostModel* model : {&flat, &h100, &h100_sp, &m})
+    for (int trial = 0; trial < 50; ++trial) {
+      const Chunk c = random_chunk(rng, 1 + trial % 4);
+      for (int p = 0; p < 4; ++p)
+        EXPECT_LT(model->weight_gradient_time(c, p), model->backward_time(c, p, 0));
+    }
+}
+
+}  // namespace
+}  // namespace infinipipe

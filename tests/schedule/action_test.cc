@@ -17,7 +17,7 @@ const ActionType kAllTypes[] = {
     ActionType::kForward,      ActionType::kBackward,     ActionType::kSendForward,
     ActionType::kRecvForward,  ActionType::kSendBackward, ActionType::kRecvBackward,
     ActionType::kHead,         ActionType::kSendHead,     ActionType::kRecvHead,
-    ActionType::kSendHeadGrad, ActionType::kRecvHeadGrad};
+    ActionType::kSendHeadGrad, ActionType::kRecvHeadGrad, ActionType::kWeight};
 static_assert(sizeof(kAllTypes) / sizeof(kAllTypes[0]) == kActionTypes);
 
 // A head transfer carries its peer stage; every other action has none.
@@ -39,6 +39,8 @@ TEST(Action, TextFormsAreTheDocumentedOnes) {
   EXPECT_EQ((Action{ActionType::kRecvHead, 3, 7}).text(), "RECV_H3@7");
   EXPECT_EQ((Action{ActionType::kSendHeadGrad, 3, 7}).text(), "SEND_HG3@7");
   EXPECT_EQ((Action{ActionType::kRecvHeadGrad, 30, 0}).text(), "RECV_HG30@0");
+  EXPECT_EQ((Action{ActionType::kWeight, 3}).text(), "W3");
+  EXPECT_TRUE((Action{ActionType::kWeight, 3}).is_compute());
 }
 
 TEST(Action, TextRoundTripsForEveryType) {
@@ -55,7 +57,8 @@ TEST(Action, ParseRejectsWhatIsNotATextForm) {
        {"",         "F",         "B",           "SEND_F",      "X3",       "F-1",      "F+1",
         "F3x",      "f3",        "send_f3",     "SEND_3",      "SEND_X3",  " F3",      "F3 ",
         "F 3",      "RECV_F3.0", "F9999999999", "SEND_H3",     "RECV_HG3", "SEND_H3@", "SEND_H3@x",
-        "SEND_H@3", "H3@5",      "F3@5",        "SEND_HG3@-1", "h3"}) {
+        "SEND_H@3", "H3@5",      "F3@5",        "SEND_HG3@-1", "h3",       "W",        "w3",
+        "W3@5"}) {
     EXPECT_THROW(Action::parse(bad), Error) << '"' << bad << '"';
   }
   try {

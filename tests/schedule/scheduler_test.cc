@@ -273,3 +273,88 @@ TEST(BuildSchedule, ShortFirstPullsInTheForwardsALongerChainNeeds) {
 
 }  // namespace
 }  // namespace infinipipe
+
+namespace infinipipe {
+namespace {
+
+// ZB-H1 (ScheduleOptions::zero_bubble): every B gets its W on its stage, right before a compute
+// (after the B's SEND_B and the RECV posted after it), stage p holding back at most p of them;
+// without W actions the schedule is the same, and the W actions added change nothing else.
+void check_weight_actions(const Schedule& plain, const Schedule& split) {
+  ASSERT_EQ(plain.num_stages(), split.num_stages());
+  for (int p = 0; p < split.num_stages(); ++p) {
+    std::vector<Action> without;
+    int held = 0, most_held = 0;
+    std::map<int, int> backward_at;
+    const std::vector<Action>& list = split.stages[p];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      if (a.type != ActionType::kWeight) {
+        without.push_back(a);
+        if (a.type == ActionType::kBackward) backward_at[a.chunk] = static_cast<int>(i), ++held;
+        most_held = std::max(most_held, held);
+        continue;
+      }
+      --held;
+      ASSERT_TRUE(backward_at.count(a.chunk)) << a.text() << " before its B, stage " << p;
+      // Right before a compute or another W, or at the end of the list.
+      ASSERT_TRUE(i + 1 == list.size() || list[i + 1].is_compute())
+          << a.text() << " before " << list[i + 1].text() << ", stage " << p;
+    }
+    EXPECT_EQ(held, 0) << "stage " << p << " ends with W actions not run";
+    EXPECT_LE(most_held, p + 1) << "stage " << p << " holds back more than " << p;
+    EXPECT_EQ(without, plain.stages[p]) << "stage " << p;
+  }
+}
+
+TEST(ZeroBubble, H1GivesEveryBackwardItsWeightActionOnRandomSteps) {
+  std::mt19937_64 rng(39);
+  for (int trial = 0; trial < 120; ++trial) {
+    const Step step = testing::random_step(rng);
+    for (int d : {1, 2, 3, 4, 8}) {
+      for (bool overlap : {false, true}) {
+        ScheduleOptions options;
+        options.num_stages = d;
+        options.overlap_waves = overlap;
+        const Schedule plain = build_schedule(step.chunks, step.waves, options);
+        options.zero_bubble = ZeroBubble::kH1;
+        const Schedule split = build_schedule(step.chunks, step.waves, options);
+        ASSERT_NO_THROW(validate_schedule(split, step.chunks))
+            << "trial " << trial << " d=" << d << " overlap=" << overlap;
+        check_weight_actions(plain, split);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(ZeroBubble, H1OnTextbookPackedChunks) {
+  const Step step = testing::packed_step(4);
+  ScheduleOptions options;
+  options.num_stages = 3;
+  options.zero_bubble = ZeroBubble::kH1;
+  const Schedule s = build_schedule(step.chunks, {{0, 1, 2, 3}}, options);
+  // Stage 0 runs each W at once; stage 1 holds one back, the last stage two.
+  EXPECT_EQ(joined(computes_of(s.stages[0])), "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3");
+  EXPECT_EQ(joined(computes_of(s.stages[1])), "F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3");
+  EXPECT_EQ(joined(computes_of(s.stages[2])), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3");
+  // The W goes after the B's send and the receive posted after it.
+  EXPECT_NE(joined(s.stages[1]).find("B1 SEND_B1 RECV_B2 W0 F3 SEND_F3"), std::string::npos)
+      << joined(s.stages[1]);
+}
+
+TEST(ZeroBubble, ModesHaveTextFormsAndAScheduleIsSplitOnce) {
+  EXPECT_EQ(parse_zero_bubble(to_string(ZeroBubble::kH1)), ZeroBubble::kH1);
+  EXPECT_EQ(parse_zero_bubble(to_string(ZeroBubble::kOff)), ZeroBubble::kOff);
+  EXPECT_THROW(parse_zero_bubble("h2"), Error);
+  const Step step = testing::packed_step(2);
+  ScheduleOptions options;
+  options.num_stages = 2;
+  options.zero_bubble = ZeroBubble::kH1;
+  const Schedule split = build_schedule(step.chunks, {{0, 1}}, options);
+  EXPECT_THROW(with_weight_actions(split, ZeroBubble::kH1), Error);
+  EXPECT_EQ(with_weight_actions(split, ZeroBubble::kOff).text(), split.text());
+}
+
+}  // namespace
+}  // namespace infinipipe

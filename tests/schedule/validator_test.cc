@@ -104,6 +104,18 @@ TEST_F(Validator, CatchesABackwardBeforeItsForward) {
   expect_invalid_at(2, 0, "runs before F5");
 }
 
+TEST_F(Validator, CatchesAWeightActionBeforeItsBackwardOrTwice) {
+  schedule = with_weight_actions(schedule, ZeroBubble::kH1);
+  ASSERT_NO_THROW(validate_schedule(schedule, step.chunks));
+  erase_action(stage(1), "W2");
+  stage(1).insert(stage(1).begin(), Action::parse("W2"));
+  expect_invalid_at(1, 0, "runs before B2: a chunk's weight gradients need");
+  erase_action(stage(1), "W2");
+  const int w = index_of(stage(1), "W3");
+  stage(1).insert(stage(1).begin() + w + 1, Action::parse("W3"));
+  expect_invalid_at(1, w + 1, "W3 appears twice on stage 1");
+}
+
 TEST_F(Validator, CatchesBrokenSliceOrder) {
   // Swap the names of chunks 0 and 1 (consecutive slices of one sequence) everywhere: all
   // sends still match, but chunk 1 now forwards before chunk 0 on every stage.

@@ -527,3 +527,80 @@ TEST(Simulator, ComputeCostsAreTheCostModelsBitForBit) {
 
 }  // namespace
 }  // namespace infinipipe
+
+namespace infinipipe {
+namespace {
+
+using test::B;
+using test::F;
+
+// Zero bubble on uniform stages: with the simple cost model a layer's weight gradients are half
+// its backward (CostModel::weight_gradient_time), so B = W = F = 0.1 s. ZB-H1's step is then
+// m (F + B + W) + (d - 1)(F + B - W) (Qi et al., ICLR 2024, section 3: 1F1B's bubble is
+// (d - 1)(F + B + W), ZB-H1's (d - 1)(F + B - W)), against 1F1B's (m + d - 1)(F + B + W).
+TEST(Simulator, ZeroBubbleH1MatchesThePublishedBubble) {
+  for (int d : {2, 3, 4, 8}) {
+    for (int m : {d, 2 * d, 3 * d + 1}) {
+      const CostModel cost = test::simple_cost(std::vector<int>(d, 2));
+      const std::vector<Chunk> chunks = test::equal_chunks(m, 50);
+      const double w = cost.weight_gradient_time(chunks[0], 0);
+      ASSERT_NEAR(w, 0.1, 1e-12);
+      const Schedule split = with_weight_actions(test::one_f_one_b(d, m), ZeroBubble::kH1);
+      const SimResult plain = simulate(test::one_f_one_b(d, m), chunks, cost, {}, {});
+      const SimResult zb = simulate(split, chunks, cost, {}, {});
+      EXPECT_NEAR(zb.step_time_s, m * 0.3 + (d - 1) * (0.1 + 0.1 - 0.1), 1e-9)
+          << "d=" << d << " m=" << m;
+      EXPECT_NEAR(plain.step_time_s, (m + d - 1) * 0.3, 1e-9);
+      for (int p = 0; p < d; ++p) EXPECT_NEAR(zb.busy_s[p], plain.busy_s[p], 1e-9);
+      // The W is an event of its own, the B shorter by as much.
+      const SimEvent* b0 = find_event(zb, 0, "B0");
+      const SimEvent* w0 = find_event(zb, 0, "W0");
+      ASSERT_TRUE(b0 && w0);
+      EXPECT_NEAR(b0->end_s - b0->start_s, 0.1, 1e-12);
+      EXPECT_NEAR(w0->end_s - w0->start_s, 0.1, 1e-12);
+      EXPECT_EQ(w0->category, "weight");
+    }
+  }
+}
+
+TEST(Simulator, AChunkHoldsAllItsLayersFromItsBackwardToItsWeightAction) {
+  // One stage of 2 layers, both recomputed: F0 holds the checkpoints only; from B0's end to W0
+  // the chunk holds every layer's tensors, recomputed ones included.
+  const CostModel cost = test::simple_cost({2});
+  const std::vector<Chunk> chunks = test::equal_chunks(2, 10);
+  Schedule s;
+  s.stages = {{F(0), F(1), B(0), B(1), {ActionType::kWeight, 1}, {ActionType::kWeight, 0}}};
+  const Recompute recompute = {{2, 2}};
+  const SimResult r = simulate(s, chunks, cost, recompute, {});
+  const double ms = cost.model_state_bytes(0), kept = cost.activation_bytes(chunks[0], 0, 2),
+               full = cost.activation_bytes(chunks[0], 0, 0),
+               ws = cost.backward_workspace_bytes(chunks[0], 0);
+  ASSERT_LT(kept, full);
+  const std::vector<double> expected = {ms + kept,          ms + 2 * kept,
+                                        ms + 2 * kept + ws, ms + kept + full + ws,
+                                        ms + 2 * full,      ms + full};
+  ASSERT_EQ(r.memory[0].size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_DOUBLE_EQ(r.memory[0][i].second, expected[i]) << s.stages[0][i].text();
+  EXPECT_DOUBLE_EQ(r.peak_memory_bytes[0], ms + 2 * full);
+  // Without W actions the same chunks never hold more than their checkpoints and a workspace.
+  Schedule plain;
+  plain.stages = {{F(0), F(1), B(0), B(1)}};
+  EXPECT_DOUBLE_EQ(simulate(plain, chunks, cost, recompute, {}).peak_memory_bytes[0],
+                   ms + 2 * kept + ws);
+}
+
+TEST(Simulator, AWeightActionBeforeItsBackwardIsAnError) {
+  const CostModel cost = test::simple_cost({2});
+  Schedule s;
+  s.stages = {{F(0), {ActionType::kWeight, 0}, B(0)}};
+  try {
+    simulate(s, test::equal_chunks(1, 10), cost, {}, {});
+    FAIL() << "W before B was simulated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("W0 runs before its B"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace infinipipe

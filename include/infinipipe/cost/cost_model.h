@@ -222,6 +222,16 @@ class CostModel {
   // neither the first stage (embedding) nor the last (head, logits) unless a == b. Lets a caller
   // asking about every chunk on every stage reuse one stage's answers (pipeline_bound).
   bool chunk_costs_alike(int a, int b) const;
+  // Zero bubble (scheduler.h): the part of the chunk's backward_time on the stage that a W
+  // action takes out of its B, the layers' weight-gradient GEMMs. With size curves, exactly
+  // those (the backward GEMM curve less the forward's, at the chunk's rows per rank); otherwise
+  // half of the backward's per-token term, since a GEMM's weight gradient has as many FLOPs as
+  // its input gradient (2MNK each; Narayanan et al. SC'21 count training as 3x the forward for
+  // that reason), which also gives W a half of the small linear attention and element-wise
+  // terms that term holds. Attention's quadratic part, the per-chunk overhead, recompute,
+  // all-to-alls and the embedding's and the head's backward stay with B (the executor runs them
+  // there). The same for every recompute count.
+  double weight_gradient_time(const Chunk& chunk, int stage) const;
   // Recomputing `checkpointed_layers` of the chunk's layers on the stage (part of backward_time).
   double recompute_time(const Chunk& chunk, int stage, int checkpointed_layers) const;
   // All-to-all seconds of the chunk on the stage over its forward and backward, recompute

@@ -54,6 +54,8 @@ struct Setting {
   int drain_split = 1;
   // EPP: whose chunking made the chunks (kEpp: the sequence processor)
   Method chunker = Method::kEpp;
+  // Any method: whether its backwards were split into B and W (PlannerOptions::zero_bubble).
+  ZeroBubble zero_bubble = ZeroBubble::kOff;
 
   // The knobs a user sets, each once (EPP's own are its search's to choose): the Python
   // PlanConfig's and plan_step's keywords are made from this list. visit(name, member, doc).
@@ -71,7 +73,8 @@ struct Setting {
     return k == o.k && token_cap == o.token_cap && chunk_tokens == o.chunk_tokens &&
            uniform_recompute == o.uniform_recompute && epp_k == o.epp_k &&
            epp_token_cap == o.epp_token_cap && strict_packing == o.strict_packing &&
-           drain_chunks == o.drain_chunks && drain_split == o.drain_split && chunker == o.chunker;
+           drain_chunks == o.drain_chunks && drain_split == o.drain_split && chunker == o.chunker &&
+           zero_bubble == o.zero_bubble;
   }
 };
 

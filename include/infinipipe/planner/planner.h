@@ -70,6 +70,13 @@ struct PlannerOptions {
   // kept when the simulator finds them faster.
   std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
   std::vector<int> drain_taper_splits = {2, 4};
+  // Zero bubble (ScheduleOptions::zero_bubble, docs/design.md "Zero bubble"): "try" gives EPP's
+  // finished plan ZB-H1's W actions (recompute solved again for the memory they hold) and keeps
+  // it where the simulator finds it faster within the budget; "h1" gives every method's plan
+  // them whatever the time (for ablations; a plan that then fits no recompute is infeasible);
+  // "off" never. Off by default: the executor does not run W actions yet (it refuses such a
+  // plan), and a plan made with the defaults must run.
+  std::string zero_bubble = "off";
   // Set from another thread to stop EPP's search between candidates with an Error (the Python
   // bindings set it on Ctrl-C); null: never stopped.
   const std::atomic<bool>* cancelled = nullptr;
@@ -103,6 +110,8 @@ struct PlannerOptions {
           "EPP: drain tapers tried on the winner: how many last chunks are cut finer");
     visit("drain_taper_splits", &PlannerOptions::drain_taper_splits,
           "EPP: drain tapers tried on the winner: into how many pieces");
+    visit("zero_bubble", &PlannerOptions::zero_bubble,
+          "zero-bubble W actions: 'try' (EPP, where faster), 'h1' (every method), 'off'");
   }
 
   // The options a trainer plans with, where every rank plans the step on its own, before the

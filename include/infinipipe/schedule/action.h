@@ -1,6 +1,8 @@
 #pragma once
 // A schedule is data: per stage, an ordered list of actions. Each action has a short text form:
 //   F3       forward of chunk 3            B3       backward of chunk 3
+//   W3       weight gradients of chunk 3 (zero-bubble: B3 then computes only what the previous
+//            stage needs, its input gradient; without a W3 on the stage, B3 computes both)
 //   SEND_F3  send chunk 3's activation to the next stage
 //   RECV_F3  post the receive of chunk 3's activation from the previous stage
 //   SEND_B3  send chunk 3's input gradient to the previous stage
@@ -36,9 +38,10 @@ enum class ActionType {
   kRecvHead,      // head stage <- last stage
   kSendHeadGrad,  // head stage -> last stage: that hidden state's gradient
   kRecvHeadGrad,  // last stage <- head stage
+  kWeight,        // zero-bubble: the weight gradients its B left (docs/design.md, "Zero bubble")
 };
 
-constexpr int kActionTypes = 11;  // the values of ActionType
+constexpr int kActionTypes = 12;  // the values of ActionType
 
 struct Action {
   ActionType type = ActionType::kForward;
@@ -47,7 +50,7 @@ struct Action {
 
   bool is_compute() const {
     return type == ActionType::kForward || type == ActionType::kBackward ||
-           type == ActionType::kHead;
+           type == ActionType::kHead || type == ActionType::kWeight;
   }
   bool is_send() const {
     return type == ActionType::kSendForward || type == ActionType::kSendBackward ||

@@ -17,6 +17,7 @@
 // other's message, so its RECV is already posted. Posting just before the compute deadlocks there;
 // one ahead passed the validator's deadlock check on ~190k random instances (1-16 stages, up to 30
 // chains of 1-10 chunks, 1-5 waves; 1F1B, short-first and GPipe).
+#include <string>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -32,6 +33,22 @@ enum class ScheduleKind {
   kGPipe,     // all forwards of a wave, then all backwards (reverse order)
 };
 
+// Zero bubble (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): a backward is split
+// into B, its input gradient, which the previous stage waits for, and W, the weight gradients,
+// which no one waits for; W actions are then placed where they delay nothing on the critical
+// path (docs/design.md, "Zero bubble").
+enum class ZeroBubble {
+  kOff,  // no W: each B computes the input and the weight gradients
+  // ZB-H1: stage p of d runs each W right before its next compute, except that it may hold back
+  // up to p of them, which run at the end of its list. 1F1B keeps w_p + 1 chunks in flight on
+  // stage p (w_p = (d-1-p) + (k_max-1) warm-up forwards), so with chunks held until their W the
+  // stages keep about stage 0's count: the paper's ZB-H1, which needs no more memory than 1F1B's
+  // first stage and leaves the downstream stages' W off the backward's critical path.
+  kH1,
+};
+const char* to_string(ZeroBubble mode);                 // "off", "h1"
+ZeroBubble parse_zero_bubble(const std::string& name);  // Error listing the valid names
+
 struct ScheduleOptions {
   int num_stages = 1;
   ScheduleKind kind = ScheduleKind::kOneFOneB;
@@ -40,6 +57,8 @@ struct ScheduleOptions {
   // 1F1B only: start each wave during the previous one's cool-down (see above). Saves a fill and
   // a drain per wave, but both waves hold chunks at once there: the memory check decides.
   bool overlap_waves = false;
+  // Split backwards into B and W (with_weight_actions) after the schedule is built.
+  ZeroBubble zero_bubble = ZeroBubble::kOff;
 };
 
 // The order chunks go forward in one wave, and the order they go backward.
@@ -53,7 +72,13 @@ WaveOrder order_wave(const std::vector<Chunk>& chunks, const Wave& wave,
 Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave>& waves,
                         const ScheduleOptions& options);
 
-// True when some stage computes a chunk of a later wave before one of an earlier wave.
+// The pass that gives a built schedule its W actions: every B c gets a W c on its stage, placed
+// as `mode` says, always after B c's SEND_B and the RECV posted after it, right before a compute
+// (so the W delays no send and no receive's posting). kOff: the schedule as it is. Error when the
+// schedule already has W actions.
+Schedule with_weight_actions(const Schedule& schedule, ZeroBubble mode);
+
+// True when some stage runs F or B of a chunk of a later wave before one of an earlier wave.
 bool waves_overlap(const Schedule& schedule, const std::vector<Wave>& waves);
 
 }  // namespace infinipipe

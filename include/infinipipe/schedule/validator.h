@@ -10,6 +10,9 @@ namespace infinipipe {
 
 // Throws Error when the schedule is wrong, with the schedule grid and the bad step marked:
 // - every chunk forwarded and backwarded exactly once on every stage, forward before backward;
+// - zero bubble: a W at most once per chunk and stage, after that stage's B (B then computes the
+//   input gradient only; the step ends with every stage's list, so every W runs before the
+//   optimizer); W waits for nothing, so it adds no deadlock;
 // - slice order: on every stage, a chunk holding a later slice of a sequence forwards after,
 //   and backwards before, the chunks holding its earlier slices;
 // - every compute has its input: a RECV_F before F (not on stage 0), a RECV_B before B (not on

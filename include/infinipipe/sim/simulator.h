@@ -42,7 +42,8 @@ struct SimOptions {
 struct SimEvent {
   int stage = 0;
   std::string name;      // the action's text, e.g. "F3", or "recompute B3"
-  std::string category;  // "forward", "backward", "recompute", "head", "send", "recv"
+  std::string category;  // "forward", "backward", "recompute", "head", "weight",
+                         // "send", "recv"
   double start_s = 0;
   double end_s = 0;
 };

@@ -107,6 +107,8 @@ void check_slice_order(const Plan& plan, const std::vector<std::vector<int>>& or
                                      std::to_string(act.chunk));
         continue;
       }
+      // H and W follow their chunk's F and B: the validator checks them, slice order does not.
+      if (act.type != ActionType::kForward && act.type != ActionType::kBackward) continue;
       int& at = act.type == ActionType::kForward ? fwd[act.chunk] : bwd[act.chunk];
       if (at != -1)
         found.add("slice order", "stage " + std::to_string(p) + " runs " + act.text() + " twice");

@@ -230,6 +230,14 @@ def bad_inputs() -> dict:
         [30, 12, 7], other_split, float(trainer.planner.memory_budget_bytes), "epp"
     )
     results["plan_for_other_split"] = _outcome(lambda: trainer.step(good, plan=foreign))
+    # A zero-bubble plan (W actions): the executor refuses it on every rank before it runs.
+    own_split = _C.plan.CostModel.analytic(
+        model_shape_json(trainer.config, trainer.config.dtype), "cpu", [4, 4]
+    )
+    split_backwards = _C.plan.plan_step(
+        [30, 12, 7], own_split, float(trainer.planner.memory_budget_bytes), "epp", zero_bubble="h1"
+    )
+    results["zero_bubble_plan"] = _outcome(lambda: trainer.step(good, plan=split_backwards))
     # After all that, a good step runs.
     results["good_loss"] = trainer.step(good).loss
     # Rank 1 configured a different method: the configurations differ.
