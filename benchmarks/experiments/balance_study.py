@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """How close does EPP come to the physical limit (each step's compute spread evenly over the
-stages) when the layers are split by per-stage cost, and when the LM head is spread over the
-stages, and what does that do to its speed-up over the baselines?
+stages) when the layers are split by per-stage cost, when the LM head is spread over the stages,
+and when backwards are split into B and W (zero bubble), and what does that do to its speed-up
+over the baselines?
 
 Runs the built `infinipipe-plan` at LLaMA-7B, LLaMA-13B and LLaMA-3-8B, 96K context, 8 stages,
 Wikipedia lengths, batch 512, 80 GiB per stage, 16 steps: every method on the even layer split
 and on the split `--layers-per-stage balanced` chooses (the same split for every method); then
 LLaMA-13B and LLaMA-3-8B on both with `--spread-head`, and on the even split with
-`--ideal-even-head` (the ceiling of any head balancing). At LLaMA-13B, where EPP's step goes
+`--ideal-even-head` (the ceiling of any head balancing); at LLaMA-13B each head placement again
+with `--zero-bubble try`. At LLaMA-13B, where EPP's step goes
 (compute, recompute, fill, drain, stalls) from each step's simulated timeline. Writes
 benchmarks/results/balance_study.json; benchmarks/planning_report.py renders docs/cluster_study.md
 ("Balanced stages") from it. `--smoke` runs every case at batch 32 for 2 steps and renders the page
@@ -25,7 +27,16 @@ from pathlib import Path
 # The benchmarks' shared code (benchmarks/lib) is one folder up.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import cluster_page, plan_tool, results, step_breakdown
-from lib.balance_study import IDEAL, MODELS, SPLITS, SPREAD, SPREAD_MODELS, TARGET
+from lib.balance_study import (
+    IDEAL,
+    MODELS,
+    SPLITS,
+    SPREAD,
+    SPREAD_MODELS,
+    TARGET,
+    ZERO_BUBBLE,
+    ZERO_BUBBLE_HEADS,
+)
 from lib.markdown import machine
 from lib.plan_tool import tool_args
 from lib.simulated_case import run_case
@@ -42,7 +53,13 @@ def plans():
         for m in SPREAD_MODELS
         for split, extra in SPLITS.items()
     ]
-    return out + [(m, "even" + IDEAL, ["--ideal-even-head"]) for m in SPREAD_MODELS]
+    out += [(m, "even" + IDEAL, ["--ideal-even-head"]) for m in SPREAD_MODELS]
+    # Zero bubble tried by EPP (the baselines are planned as without), per head placement.
+    flags = {"even": [], "even" + SPREAD: ["--spread-head"], "even" + IDEAL: ["--ideal-even-head"]}
+    return out + [
+        (TARGET["model"], head + ZERO_BUBBLE, flags[head] + ["--zero-bubble", "try"])
+        for head in ZERO_BUBBLE_HEADS
+    ]
 
 
 def run(tool, base, stages=8, context=98304):

@@ -1,6 +1,7 @@
 """docs/cluster_study.md's "Balanced stages" from benchmarks/results/balance_study.json: EPP and the
 baselines on the even layer split and on the split `infinipipe-plan --layers-per-stage balanced`
-chooses, with the spread head and with the ideal even head, against the physical limit (each
+chooses, with the spread head, with the ideal even head and with zero bubble, against the
+physical limit (each
 step's compute without recompute spread evenly over the stages). The cases and what they mean:
 benchmarks/experiments/balance_study.py; the prose: benchmarks/templates/cluster_study.md."""
 
@@ -19,6 +20,10 @@ SPREAD = " + spread head"
 # The ceiling of any head balancing: the head's work, logits and parameters shared evenly by the
 # stages with free communication (`--ideal-even-head`, a what-if), on the even split.
 IDEAL = " + ideal even head"
+# Zero bubble (docs/design.md, "Zero bubble"): EPP may split its backwards into B and W where the
+# simulator finds it faster (`--zero-bubble try`), at the target model, with each head placement.
+ZERO_BUBBLE = " + zero bubble"
+ZERO_BUBBLE_HEADS = ["even", "even" + SPREAD, "even" + IDEAL]
 # The head's parameters (LM head and final norm gain, hidden x vocabulary + hidden; shapes of
 # src/cost/model_shape.cc) at 16 bytes each (bf16 weights and gradients, fp32 Adam state and
 # master weights: CostCoefficients::model_state_bytes_per_param): the replica a stage running
@@ -120,7 +125,8 @@ def targets(cases):
     """The issue's two targets at the target model: on which splits and head placements each is
     met ("none" when on none)."""
     near, fast = [], []
-    for split in ("even", "balanced", "even" + SPREAD, "balanced" + SPREAD, "even" + IDEAL):
+    splits = ["even", "balanced", "even" + SPREAD, "balanced" + SPREAD, "even" + IDEAL]
+    for split in splits + [h + ZERO_BUBBLE for h in ZERO_BUBBLE_HEADS]:
         c = _find(cases, TARGET["model"], split)
         if not _epp(c).get("feasible"):
             continue
@@ -280,10 +286,63 @@ def ideal_table(cases):
     return out
 
 
+def zero_bubble_table(cases):
+    """At the target model, per head placement: EPP with zero bubble tried and without."""
+    out = table_head(
+        "head",
+        "EPP with zero bubble (s)",
+        "without (s)",
+        "gain",
+        "steps split",
+        "over limit (without)",
+        "recompute s (without)",
+        "bubble (without)",
+        "vs static Seq1F1B (without)",
+    )
+    for head in ZERO_BUBBLE_HEADS:
+        c = _find(cases, TARGET["model"], head + ZERO_BUBBLE)
+        plain = _find(cases, TARGET["model"], head)
+        e, p = _epp(c), _epp(plain)
+        name = HEAD_NAMES[head]
+        if not (e.get("feasible") and p.get("feasible")):
+            out.append("| %s | infeasible ||||||||" % name)
+            continue
+        s = c["result"]["methods"]["seq1f1b static"]
+        ps = plain["result"]["methods"]["seq1f1b static"]
+        out.append(
+            "| %s | %.3f | %.3f | %.3fx | %d of %d | %s (%s) | %.2f (%.2f) | %s (%s) | %s (%s) |"
+            % (
+                name,
+                e["mean_step_s"],
+                p["mean_step_s"],
+                p["mean_step_s"] / e["mean_step_s"],
+                e["zero_bubble_steps"],
+                c["steps"],
+                pct(_over(c)[0]),
+                pct(_over(plain)[0]),
+                e["recompute_s"],
+                p["recompute_s"],
+                pct(e["bubble_fraction"]),
+                pct(p["bubble_fraction"]),
+                "%.2fx" % s["speedup"] if s.get("feasible") else "-",
+                "%.2fx" % ps["speedup"] if ps.get("feasible") else "-",
+            )
+        )
+    return out
+
+
+HEAD_NAMES = {
+    "even": "head on the last stage",
+    "even" + SPREAD: "spread head",
+    "even" + IDEAL: "ideal even head",
+}
+
+
 def breakdown_table(cases):
-    """Where EPP's step goes at the target model, per head placement, over stages and steps."""
-    names = {"even": "head on the last stage", "even" + SPREAD: "spread head"}
-    names["even" + IDEAL] = "ideal even head"
+    """Where EPP's step goes at the target model, per head placement (with zero bubble tried
+    and without), over stages and steps."""
+    names = dict(HEAD_NAMES)
+    names.update({h + ZERO_BUBBLE: HEAD_NAMES[h] + ", zero bubble" for h in ZERO_BUBBLE_HEADS})
     out = table_head("head", "step (s)", "compute", "recompute", "fill", "drain", "stalls")
     for split, name in names.items():
         b = _find(cases, TARGET["model"], split)["result"].get("epp_breakdown")
@@ -321,6 +380,7 @@ def values(data):
         ),
         spread_table=lines(spread_table(cases)),
         ideal_table=lines(ideal_table(cases)),
+        zero_bubble_table=lines(zero_bubble_table(cases)),
         breakdown_table=lines(breakdown_table(cases)),
         b_tool_command=meta["tool_command"],
         b_seconds="%.0f" % meta["seconds"],

@@ -35,6 +35,8 @@ def summarise(by_step, steps, method, kind):
         "bubble_fraction": mean([r["bubble_fraction"] for r in rows]),
         "recompute_s": mean([r["recompute_s"] for r in rows]),
         "peak_memory_gib": max(max(r["peak_memory_gib"]) for r in rows),
+        # Steps whose plan splits backwards into B and W (`--zero-bubble`).
+        "zero_bubble_steps": sum(r.get("zero_bubble", "off") != "off" for r in rows),
         "setting": settings[0] if kind == "static" else "per step (%d distinct)" % len(settings),
     }
 

@@ -18,6 +18,8 @@ COLOURS = {
     "forward": "#4c72b0",
     "backward": "#55a868",
     "recompute": "#c44e52",
+    "weight": "#dd8452",  # zero bubble's W actions
+    "head": "#937860",  # spread head's H actions
     "send": "#8172b2",
     "recv": "#ccb974",
 }

@@ -104,3 +104,30 @@ def test_the_old_name_of_the_recompute_time_limit_warns_and_is_used():
     with pytest.warns(DeprecationWarning, match="give recompute_time_limit_s"):
         config = PlanConfig(checkpoint_time_limit_s=0.25)
     assert config.recompute_time_limit_s == 0.25 and config.checkpoint_time_limit_s is None
+
+
+def test_zero_bubble_is_off_for_training_and_names_itself_when_asked_for():
+    import torch
+
+    from infinipipe import _C
+    from infinipipe.models.llama import LlamaConfig
+    from infinipipe.planning.cost_model import model_shape_json
+
+    # The executor does not run W actions yet: the trainer's plans never have them.
+    assert PlanConfig().zero_bubble == _C.plan.PlannerOptions.for_training(1, 1).zero_bubble
+    assert PlanConfig().zero_bubble == "off"
+    shape = model_shape_json(LlamaConfig.tiny(), torch.float32)
+    cost = _C.plan.CostModel.analytic(shape, "cpu", [2] * 4)
+    lengths = [4096, 3000, 900, 700]
+    plain = _C.plan.plan_step(lengths, cost, 2**30, "epp")
+    split = _C.plan.plan_step(lengths, cost, 2**30, "epp", zero_bubble="h1")
+
+    def weights(plan):
+        return sum(a.startswith("W") for stage in plan.schedule for a in stage)
+
+    assert weights(plain) == 0 and "zero-bubble" not in plain.summary()["setting"]
+    assert weights(split) == 4 * len(split.chunks)  # every chunk's W on every stage
+    assert plain.summary()["setting"] + " zero-bubble=h1" == split.summary()["setting"]
+    assert '"zero_bubble":"h1"' in split.to_json() and "zero_bubble" not in plain.to_json()
+    with pytest.raises(Exception, match='zero_bubble is "h2": expected "try"'):
+        _C.plan.plan_step(lengths, cost, 2**30, "epp", zero_bubble="h2")
