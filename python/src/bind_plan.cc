@@ -227,7 +227,7 @@ void bind_fields(py::class_<Options>& cls, const Options& defaults) {
 Plan build_plan(const std::vector<int64_t>& lengths,
                 const std::vector<std::vector<std::tuple<int, int64_t, int64_t>>>& chunk_slices,
                 const std::vector<std::vector<int>>& waves, const CostModel& cost,
-                const Recompute& recompute, bool overlap_waves) {
+                const Recompute& recompute, bool overlap_waves, const std::string& zero_bubble) {
   check_lengths(lengths);
   Plan plan;
   plan.method = Method::kEpp;
@@ -246,6 +246,8 @@ Plan build_plan(const std::vector<int64_t>& lengths,
   ScheduleOptions options;
   options.num_stages = cost.num_stages();
   options.overlap_waves = overlap_waves;
+  options.zero_bubble = parse_zero_bubble(zero_bubble);
+  plan.setting.zero_bubble = options.zero_bubble;
   plan.schedule = build_schedule(plan.chunks, plan.waves, options);
   plan.layers_per_stage = cost.layers_per_stage();
   plan.recompute = recompute.empty()
@@ -478,9 +480,11 @@ void bind_plan(py::module_& root) {
       "layers_per_stage, name and every candidate weighed.");
   m.def("build_plan", &build_plan, py::arg("lengths"), py::arg("chunks"), py::arg("waves"),
         py::arg("cost"), py::arg("recompute") = Recompute{}, py::arg("overlap_waves") = false,
+        py::arg("zero_bubble") = "off",
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
         "ids), scheduled 1F1B (each wave starting during the previous one's cool-down with "
-        "overlap_waves) and validated; for tests and experiments.");
+        "overlap_waves; backwards split into B and W with zero_bubble 'h1') and validated; for "
+        "tests and experiments.");
   m.def(
       "epp_chunks",
       [](const std::vector<int64_t>& lengths, int k, const CostModel& cost) {

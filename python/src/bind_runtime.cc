@@ -128,6 +128,9 @@ py::dict stats_dict(const StepStats& s) {
   d["peak_checkpoint_bytes"] = s.peak_checkpoint_bytes;
   d["peak_held_bytes"] = s.peak_held_bytes;
   d["recomputed_layers"] = s.recomputed_layers;
+  d["weight_s"] = s.weight_s;
+  d["split_graphs"] = s.split_graphs;
+  d["unsplit_graphs"] = s.unsplit_graphs;
   d["all_to_all_s"] = s.all_to_all_s;
   d["all_to_all_bytes"] = s.all_to_all_bytes;
   return d;
@@ -456,7 +459,8 @@ void bind_runtime(py::module_& root) {
           "Every rank's bytes `mine`, in rank order, over the executor's group (its timeout "
           "applies). No tensor of it is left with the backend for Python to release.")
       .def("held_tensors", &Executor::held_tensors,
-           "K/V buffers and checkpointed-layer inputs held right now (for memory probes).")
+           "K/V buffers, checkpointed-layer inputs and the gradients kept for W actions held "
+           "right now (for memory probes).")
       .def("set_after_action", &Executor::set_after_action, py::arg("probe"),
            "probe(action_text) is called after every action (None to remove).")
       .def_property_readonly("stage", [](const Executor& ex) { return ex.options().stage; })

@@ -564,6 +564,20 @@ double CostModel::backward_workspace_bytes(const Chunk& chunk, int stage) const 
          layout_.sequence;
 }
 
+double CostModel::weight_gradient_bytes(const Chunk& chunk, int stage, bool with_head) const {
+  check_stage(*this, stage);
+  const double h = shape_.hidden, f = shape_.ffn;
+  const double kv_dim = double(shape_.kv_heads) * shape_.head_dim();
+  double per_token = layers(stage) * (5 * h + 2 * kv_dim + 2 * f);
+  const double head = h + shape_.vocab;
+  if (with_head && ideal_even_head_)
+    per_token += head / num_stages();
+  else if (with_head && stage == num_stages() - 1)
+    per_token += head;
+  // Each SP rank multiplies its own rows.
+  return double(chunk.tokens()) * per_token * shape_.bytes_per_element / layout_.sequence;
+}
+
 double CostModel::kv_buffer_bytes(int64_t seq_length, int stage) const {
   check_stage(*this, stage);
   // An SP rank keeps the K/V of its kv_heads / d_s heads over the whole sequence.

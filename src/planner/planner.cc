@@ -15,7 +15,7 @@ PlannerOptions PlannerOptions::for_training(int num_stages, double memory_budget
   options.memory_budget_bytes = memory_budget_bytes;
   options.max_k = 32;
   options.recompute_time_limit_s = 0;
-  // The executor does not split a backward into B and W yet (executor.h): it refuses W actions.
+  // As the default, stated so that a change of the default does not change training unseen.
   options.zero_bubble = "off";
   return options;
 }

@@ -91,9 +91,57 @@ void Executor::Step::send(const Action& action) {
     if (forward_only_) ex_.chunks_.erase(it);
   } else {
     ex_.pipes_.send(message_tag(action.chunk, Direction::kGradient), st.input_grad, peer);
-    // The backward is over on this stage: nothing of the chunk is needed any more.
-    ex_.chunks_.erase(it);
+    st.input_grad = at::Tensor();
+    st.input_grad_sent = true;
+    release_if_done(action.chunk);
   }
+}
+
+void Executor::Step::release_if_done(int chunk) {
+  auto it = ex_.chunks_.find(chunk);
+  if (it == ex_.chunks_.end()) return;
+  const ChunkState& st = *it->second;
+  // The backward is over on this stage: nothing of the chunk is needed any more.
+  if (st.backward_done && st.weights_done && (st.input_grad_sent || opt_.stage == 0))
+    ex_.chunks_.erase(it);
+}
+
+at::Tensor Executor::Step::backward_graph(ChunkState& st, const at::Tensor& output,
+                                          const at::Tensor& input, const at::Tensor& grad) {
+  // The first stage sends no input gradient: its B computes everything, its W nothing (the
+  // chunk is held until then all the same, as the memory walk counts it).
+  if (!st.weights_done && opt_.stage > 0) {
+    if (parameters_.empty()) parameters_ = ex_.module_->parameters();
+    SplitBackward split;
+    at::Tensor input_grad = split.input_gradient(output, input, grad, parameters_);
+    if (input_grad.defined()) {
+      st.weight_graphs.push_back(std::move(split));
+      ++stats_.split_graphs;
+      return input_grad;
+    }
+    ++stats_.unsplit_graphs;
+    return input.grad();  // the graph did not allow the split: its whole backward ran
+  }
+  if (grad.defined())
+    torch::autograd::backward({output}, {grad});
+  else
+    torch::autograd::backward({output});
+  return input.defined() ? input.grad() : at::Tensor();
+}
+
+void Executor::Step::weights(int chunk) {
+  auto it = ex_.chunks_.find(chunk);
+  check(it != ex_.chunks_.end() && it->second->backward_done && !it->second->weights_done,
+        stage_text(opt_.stage) + ": W" + std::to_string(chunk) + " without its B");
+  ChunkState& st = *it->second;
+  {
+    Timer backward(stats_.backward_s), weight(stats_.weight_s);
+    at::AutoGradMode grad_mode(true);
+    for (SplitBackward& graph : st.weight_graphs) graph.weights();
+  }
+  st.weight_graphs.clear();
+  st.weights_done = true;
+  release_if_done(chunk);
 }
 
 void Executor::Step::forward(int chunk) {
@@ -184,15 +232,12 @@ void Executor::Step::backward(int chunk) {
   }
   Timer t(stats_.backward_s);
   at::AutoGradMode grad_mode(true);
+  st.weights_done = !has_weight_[chunk];
   // The recorded part: from graph_input (or the embedding) to the output.
   if (st.output.is_same(st.graph_input)) {
     // Every layer is checkpointed and there is no head: the recorded part is the identity.
   } else {
-    if (grad.defined())
-      torch::autograd::backward({st.output}, {grad});
-    else
-      torch::autograd::backward({st.output});
-    grad = st.graph_input.defined() ? st.graph_input.grad() : at::Tensor();
+    grad = backward_graph(st, st.output, st.graph_input, grad);
   }
   st.output = at::Tensor();
   st.graph_input = at::Tensor();
@@ -205,8 +250,7 @@ void Executor::Step::backward(int chunk) {
       output = module.layer(l, input, *st.ctx);
     }
     ++stats_.recomputed_layers;
-    torch::autograd::backward({output}, {grad});
-    grad = input.grad();
+    grad = backward_graph(st, output, input, grad);
     st.checkpoint_inputs.pop_back();
   }
   if (st.embed_out.defined()) {
@@ -223,13 +267,9 @@ void Executor::Step::backward(int chunk) {
   // The backward of a sequence's first slice completes its K/V buffers' use on this stage.
   for (const Slice& s : plan_.chunks[chunk].slices)
     if (split_[s.seq] && s.start == 0) ex_.kv_.erase(s.seq);
-  // The first stage sends nothing back: the chunk is done.
-  if (opt_.stage == 0) {
-    ex_.chunks_.erase(it);
-  } else {
-    st.ctx->module_state.reset();
-    st.ctx.reset();
-  }
+  st.ctx->module_state.reset();
+  st.ctx.reset();
+  release_if_done(chunk);
 }
 
 void Executor::Step::run_action(const Action& action) {
@@ -259,8 +299,9 @@ void Executor::Step::run_action(const Action& action) {
     case ActionType::kHead:
       head(action.chunk);
       break;
-    case ActionType::kWeight:  // refused by check_inputs
-      throw Error(stage_text(opt_.stage) + ": " + action.text() + " is not run by this executor");
+    case ActionType::kWeight:
+      weights(action.chunk);
+      break;
   }
 }
 
@@ -290,7 +331,7 @@ StepStats Executor::Step::run() {
     const bool backward_action =
         action.type == ActionType::kRecvBackward || action.type == ActionType::kSendBackward ||
         action.type == ActionType::kBackward || action.type == ActionType::kRecvHeadGrad ||
-        action.type == ActionType::kSendHeadGrad;
+        action.type == ActionType::kSendHeadGrad || action.type == ActionType::kWeight;
     if (forward_only_ && backward_action) continue;
     run_action(action);
     sample_memory();
@@ -442,8 +483,10 @@ std::vector<at::Tensor> Executor::held_tensors() const {
   for (const auto& [seq, buffers] : kv_)
     for (const auto& b : buffers)
       for (const at::Tensor* t : {&b->k, &b->v, &b->dk, &b->dv}) held.push_back(*t);
-  for (const auto& [chunk, st] : chunks_)
+  for (const auto& [chunk, st] : chunks_) {
     for (const at::Tensor& x : st->checkpoint_inputs) held.push_back(x);
+    for (const SplitBackward& graph : st->weight_graphs) graph.kept_gradients(held);
+  }
   return held;
 }
 

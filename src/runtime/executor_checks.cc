@@ -99,13 +99,9 @@ void Executor::Step::check_inputs() {
   for (const Action& a : plan_.schedule.stages[stage])
     check(a.chunk >= 0 && a.chunk < n,
           where + "action " + a.text() + " names a chunk the plan does not have");
-  // Every stage's list, so that every rank refuses such a plan alike.
-  for (const std::vector<Action>& list : plan_.schedule.stages)
-    for (const Action& a : list)
-      check(a.type != ActionType::kWeight,
-            where + "the plan splits backwards into B and W (zero bubble: " + a.text() +
-                "), which this executor does not run yet; plan with the planner option "
-                "zero_bubble \"off\" (PlannerOptions::for_training, the trainer's, does)");
+  has_weight_.assign(n, 0);
+  for (const Action& a : plan_.schedule.stages[stage])
+    if (a.type == ActionType::kWeight) has_weight_[a.chunk] = 1;
   head_stage_ = plan_.schedule.head_stages(n);
   check_head_actions(where);
   check_message_order(where);

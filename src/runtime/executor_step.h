@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "infinipipe/runtime/executor.h"
+#include "split_backward.h"
 
 namespace infinipipe::runtime {
 
@@ -47,6 +48,12 @@ struct Executor::ChunkState {
   at::Tensor head_grad;
   bool head_done = false;
   bool backward_done = false;
+  // Zero bubble (a W for the chunk on this stage): what B kept for W, one per recorded graph (the
+  // recorded part, each recomputed layer). The chunk is done once its input gradient is sent
+  // (the first stage sends none) and its W has run.
+  std::vector<SplitBackward> weight_graphs;
+  bool input_grad_sent = false;
+  bool weights_done = true;
 
   ~ChunkState() {
     // Drop the module's per-chunk state first: it may refer back to the context.
@@ -84,6 +91,13 @@ class Executor::Step {
   // executor.cc
   void forward(int chunk);
   void backward(int chunk);
+  // B's backward of one recorded graph from `output` (given its gradient; undefined for the loss)
+  // to `input`: all of it, or with the chunk's W, the input gradient only. Returns d/d(input).
+  at::Tensor backward_graph(ChunkState& st, const at::Tensor& output, const at::Tensor& input,
+                            const at::Tensor& grad);
+  void weights(int chunk);
+  // Erases the chunk once nothing of it is needed any more (ChunkState::weight_graphs).
+  void release_if_done(int chunk);
   void send(const Action& action);
   void recv(const Action& action);
   void run_action(const Action& action);
@@ -104,10 +118,12 @@ class Executor::Step {
   const Plan& plan_;
   const std::vector<at::Tensor>& sequences_;
   const bool last_stage_;
-  const bool forward_only_;      // evaluate(): forwards only, no grad, nothing kept for a backward
-  std::vector<bool> split_;      // per sequence: cut into several slices
-  std::vector<int> head_stage_;  // per chunk: the stage of its H action, -1 for none
-  int64_t loss_tokens_;          // the loss denominator (check_inputs: the plan's when 0)
+  const bool forward_only_;       // evaluate(): forwards only, no grad, nothing kept for a backward
+  std::vector<bool> split_;       // per sequence: cut into several slices
+  std::vector<int> head_stage_;   // per chunk: the stage of its H action, -1 for none
+  std::vector<char> has_weight_;  // per chunk: this stage's list has its W (zero bubble)
+  std::vector<at::Tensor> parameters_;  // the module's, asked once per step for split backwards
+  int64_t loss_tokens_;                 // the loss denominator (check_inputs: the plan's when 0)
   int64_t target_tokens_ = 0;
   double loss_sum_ = 0;  // sum of the losses of the chunks whose head ran here
   StepStats stats_;

@@ -122,7 +122,8 @@ Schedule with_weight_actions(const Schedule& schedule, ZeroBubble mode) {
   if (mode == ZeroBubble::kOff) return schedule;
   Schedule out;
   out.stages.resize(schedule.stages.size());
-  for (int p = 0; p < schedule.num_stages(); ++p) {
+  out.stages[0] = schedule.stages[0];  // the first stage's backwards stay whole (scheduler.h)
+  for (int p = 1; p < schedule.num_stages(); ++p) {
     const std::vector<Action>& list = schedule.stages[p];
     std::vector<Action>& result = out.stages[p];
     result.reserve(list.size() + list.size() / 3);

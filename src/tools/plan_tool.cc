@@ -145,7 +145,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   app.add_option("--zero-bubble", args.zero_bubble,
                  "split backwards into B and W (ZB-H1, docs/design.md \"Zero bubble\"): try (EPP "
                  "keeps it where the simulator finds it faster), h1 (every method, for "
-                 "ablations) or off; the executor does not run such plans yet")
+                 "ablations) or off")
       ->check(CLI::IsMember({"off", "try", "h1"}))
       ->capture_default_str();
   app.add_flag("--ideal-even-head", args.ideal_even_head,

@@ -552,9 +552,11 @@ TEST(Simulator, ZeroBubbleH1MatchesThePublishedBubble) {
           << "d=" << d << " m=" << m;
       EXPECT_NEAR(plain.step_time_s, (m + d - 1) * 0.3, 1e-9);
       for (int p = 0; p < d; ++p) EXPECT_NEAR(zb.busy_s[p], plain.busy_s[p], 1e-9);
-      // The W is an event of its own, the B shorter by as much.
-      const SimEvent* b0 = find_event(zb, 0, "B0");
-      const SimEvent* w0 = find_event(zb, 0, "W0");
+      // The W is an event of its own, the B shorter by as much (on the first stage, B is whole).
+      const SimEvent* b0 = find_event(zb, 1, "B0");
+      const SimEvent* w0 = find_event(zb, 1, "W0");
+      EXPECT_NEAR(find_event(zb, 0, "B0")->end_s - find_event(zb, 0, "B0")->start_s, 0.2, 1e-12);
+      EXPECT_EQ(find_event(zb, 0, "W0"), nullptr);
       ASSERT_TRUE(b0 && w0);
       EXPECT_NEAR(b0->end_s - b0->start_s, 0.1, 1e-12);
       EXPECT_NEAR(w0->end_s - w0->start_s, 0.1, 1e-12);
@@ -564,8 +566,8 @@ TEST(Simulator, ZeroBubbleH1MatchesThePublishedBubble) {
 }
 
 TEST(Simulator, AChunkHoldsAllItsLayersFromItsBackwardToItsWeightAction) {
-  // One stage of 2 layers, both recomputed: F0 holds the checkpoints only; from B0's end to W0
-  // the chunk holds every layer's tensors, recomputed ones included.
+  // One stage of 2 layers, both recomputed: F0 holds the checkpoints only; at B0's end and until
+  // W0 the chunk holds every layer's tensors, recomputed ones included, and W's gradients.
   const CostModel cost = test::simple_cost({2});
   const std::vector<Chunk> chunks = test::equal_chunks(2, 10);
   Schedule s;
@@ -573,16 +575,17 @@ TEST(Simulator, AChunkHoldsAllItsLayersFromItsBackwardToItsWeightAction) {
   const Recompute recompute = {{2, 2}};
   const SimResult r = simulate(s, chunks, cost, recompute, {});
   const double ms = cost.model_state_bytes(0), kept = cost.activation_bytes(chunks[0], 0, 2),
-               full = cost.activation_bytes(chunks[0], 0, 0),
+               full = cost.activation_bytes(chunks[0], 0, 0) +
+                      cost.weight_gradient_bytes(chunks[0], 0),
                ws = cost.backward_workspace_bytes(chunks[0], 0);
   ASSERT_LT(kept, full);
-  const std::vector<double> expected = {ms + kept,          ms + 2 * kept,
-                                        ms + 2 * kept + ws, ms + kept + full + ws,
-                                        ms + 2 * full,      ms + full};
+  // A split B's moment is its end: the chunk whole, its workspace, its K/V still open.
+  const std::vector<double> expected = {ms + kept,          ms + 2 * kept, ms + kept + full + ws,
+                                        ms + 2 * full + ws, ms + 2 * full, ms + full};
   ASSERT_EQ(r.memory[0].size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_DOUBLE_EQ(r.memory[0][i].second, expected[i]) << s.stages[0][i].text();
-  EXPECT_DOUBLE_EQ(r.peak_memory_bytes[0], ms + 2 * full);
+  EXPECT_DOUBLE_EQ(r.peak_memory_bytes[0], ms + 2 * full + ws);
   // Without W actions the same chunks never hold more than their checkpoints and a workspace.
   Schedule plain;
   plain.stages = {{F(0), F(1), B(0), B(1)}};

@@ -297,6 +297,11 @@ class CostModel {
   // What checkpointing one more layer of this chunk saves: activation_bytes(c) -
   // activation_bytes(c+1).
   double checkpoint_saving_bytes(const Chunk& chunk, int stage) const;
+  // Zero bubble: what a split B keeps for its W besides the saved tensors, the gradients that
+  // reach the nodes feeding parameters: per token and layer the outputs of q, k, v, o, gate, up
+  // and down and of the two norms' weight products (5h + 2 kv_dim + 2 ffn), on the last stage
+  // with `with_head` also the final norm's and the logits' (h + vocab), in the model's dtype.
+  double weight_gradient_bytes(const Chunk& chunk, int stage, bool with_head = true) const;
   // Transient during the chunk's backward: one layer's activations (recomputed or being
   // differentiated) and their gradients.
   double backward_workspace_bytes(const Chunk& chunk, int stage) const;

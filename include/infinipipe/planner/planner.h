@@ -74,8 +74,8 @@ struct PlannerOptions {
   // finished plan ZB-H1's W actions (recompute solved again for the memory they hold) and keeps
   // it where the simulator finds it faster within the budget; "h1" gives every method's plan
   // them whatever the time (for ablations; a plan that then fits no recompute is infeasible);
-  // "off" never. Off by default: the executor does not run W actions yet (it refuses such a
-  // plan), and a plan made with the defaults must run.
+  // "off" never. Off by default until measured faster on hardware (docs/design.md, "Zero
+  // bubble"); the executor runs W actions.
   std::string zero_bubble = "off";
   // Set from another thread to stop EPP's search between candidates with an Error (the Python
   // bindings set it on Ctrl-C); null: never stopped.

@@ -95,8 +95,13 @@ struct StepStats {
   // Until its last action and sends were done, before the step's closing collectives (where a
   // stage that finished early waits for the others).
   double actions_s = 0;
-  double forward_s = 0;    // forwards (recorded and checkpointed layers, head, loss)
-  double backward_s = 0;   // backwards, recompute included
+  double forward_s = 0;   // forwards (recorded and checkpointed layers, head, loss)
+  double backward_s = 0;  // backwards, recompute and W actions included
+  double weight_s = 0;    // zero bubble: W actions (part of backward_s)
+  // Zero bubble: recorded graphs whose backward B and W ran apart, and those whose graph did not
+  // allow it (a parameter reached other than on the way to the input), which B ran whole.
+  int split_graphs = 0;
+  int unsplit_graphs = 0;
   double recompute_s = 0;  // re-running checkpointed layers
   double wait_s = 0;       // blocked on receives and sends
   int64_t bytes_sent = 0;
@@ -141,8 +146,9 @@ class Executor {
   // Sum of `value` over every rank of the group (e.g. squared gradient norms), with the timeout.
   double all_reduce_sum(double value, const std::string& what);
 
-  // Tensors held right now outside autograd's saved tensors: K/V buffers and the inputs kept by
-  // checkpointed layers. For memory measurement (a probe may call it during run()).
+  // Tensors held right now outside autograd's saved tensors: K/V buffers, the inputs kept by
+  // checkpointed layers and the gradients a split B kept for its W. For memory measurement (a
+  // probe may call it during run()).
   std::vector<at::Tensor> held_tensors() const;
 
   // Every rank's `mine`, in rank order, over the executor's group (Pipes::all_gather_text).

@@ -74,8 +74,10 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
 
 // The pass that gives a built schedule its W actions: every B c gets a W c on its stage, placed
 // as `mode` says, always after B c's SEND_B and the RECV posted after it, right before a compute
-// (so the W delays no send and no receive's posting). kOff: the schedule as it is. Error when the
-// schedule already has W actions.
+// (so the W delays no send and no receive's posting). The first stage is left as it is: it sends
+// no input gradient, so none of its B is waited for, and ZB-H1 would run each W right after its
+// B anyway; its B computes both (and holds nothing longer). kOff: the schedule as it is. Error
+// when the schedule already has W actions.
 Schedule with_weight_actions(const Schedule& schedule, ZeroBubble mode);
 
 // True when some stage runs F or B of a chunk of a later wave before one of an earlier wave.

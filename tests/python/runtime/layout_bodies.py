@@ -35,7 +35,9 @@ def _spec_plan(trainer: infinipipe.Trainer, batch: list[torch.Tensor], spec: dic
             waves.append([c])
         for q in seqs:
             wave_of[q] = len(waves) - 1
-    return _C.plan.build_plan(share, plan.chunks, waves, trainer.cost)
+    return _C.plan.build_plan(
+        share, plan.chunks, waves, trainer.cost, zero_bubble=spec.get("zero_bubble", "off")
+    )
 
 
 def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
@@ -70,6 +72,8 @@ def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[d
                 replica=trainer.layout.replica,
                 sequence_rank=trainer.layout.sequence_rank,
                 memory={k: v for k, v in result.stats.items() if "activation" in k},
+                split_graphs=result.stats["split_graphs"],
+                unsplit_graphs=result.stats["unsplit_graphs"],
             )
         )
     return records

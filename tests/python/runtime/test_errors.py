@@ -57,14 +57,6 @@ def test_bad_batch_is_rejected_on_every_rank(bad_inputs, case, text):
         assert kind == "BatchError" and text in message, (rank, kind, message)
 
 
-def test_a_zero_bubble_plan_is_refused_on_every_rank_before_it_runs(bad_inputs):
-    # The executor does not split backwards yet; the good step after it still runs.
-    for _, kind, message in raised_on_every_rank(bad_inputs, "zero_bubble_plan"):
-        assert kind == "Error", (kind, message)
-        assert "splits backwards into B and W (zero bubble: W0)" in message, message
-        assert 'plan with the planner option zero_bubble "off"' in message, message
-
-
 def test_bad_batch_on_one_rank_stops_every_rank(bad_inputs):
     kind, message = bad_inputs[1]["one_rank_bad"]
     assert kind == "BatchError" and "token id 1000" in message

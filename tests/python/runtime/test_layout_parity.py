@@ -39,6 +39,14 @@ CASES = [
     case("waves", "float64", PRESSURE, dict(epp_k=2, wave_per_group=True)),
     case("planner-checkpoint", "float64", PRESSURE, dict(search="recompute")),
     case("sliced-checkpoint", "float32", MIX, dict(epp_k=4, recompute="pattern"), seed=7),
+    # Zero bubble: each backward split into B and W (the all-to-alls run once, in B).
+    case(
+        "zero-bubble-sliced-checkpoint",
+        "float64",
+        MIX,
+        dict(epp_k=4, recompute="pattern", zero_bubble="h1"),
+        seed=7,
+    ),
 ]
 
 DATA2 = dict(pipeline=2, data=2)
@@ -121,6 +129,10 @@ def test_the_cases_exercise_what_they_name(layout_runs):
     assert all(r["recomputes"] for r in sliced if r["stage"] == 0)
     assert any(r["waves"] >= 2 for r in by_name["waves-float64"])
     assert any(r["recomputes"] for r in by_name["planner-checkpoint-float64"])
+    # Every stage but the first ran its B and W apart; no case without zero bubble did.
+    for r in by_name["zero-bubble-sliced-checkpoint-float64"]:
+        assert r["unsplit_graphs"] == 0 and (r["split_graphs"] > 0) == (r["stage"] > 0), r
+    assert all(r["split_graphs"] == 0 for n, rs in by_name.items() if "zero" not in n for r in rs)
 
 
 def reference_steps(batches: list[list[int]], lr: float) -> dict[str, torch.Tensor]:

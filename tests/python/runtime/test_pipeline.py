@@ -121,6 +121,36 @@ CASES = [
     mix_case("mix-seq1f1b-k4", dict(method="seq1f1b", k=4)),
     mix_case("mix-chunkflow-128", dict(method="chunkflow", chunk_tokens=128)),
     mix_case("mix-chunkflow-256", dict(method="chunkflow", chunk_tokens=256)),
+    mix_case("mix-seq1f1b-k4-zero-bubble", dict(method="seq1f1b", k=4, zero_bubble="h1")),
+    # Zero bubble (docs/design.md, "Zero bubble"): each backward split into B and W actions.
+    case("zero-bubble-short", "float64", SHORT, dict(OWN, zero_bubble="h1"), zero_bubble=True),
+    case(
+        "zero-bubble-long-sliced",
+        "float64",
+        LONG,
+        dict(method="chunkflow", chunk_tokens=128, zero_bubble="h1"),
+        kinds={"split"},
+        zero_bubble=True,
+    ),
+    case(
+        "zero-bubble-checkpoint-hybrid",
+        "float64",
+        HYBRID,
+        dict(OWN, recompute="pattern", zero_bubble="h1"),
+        recompute=True,
+        has_kind="hybrid",
+        zero_bubble=True,
+    ),
+    case(
+        "zero-bubble-checkpoint-overlapped",
+        "float64",
+        WAVES,
+        dict(OVERLAPPED_WAVES, recompute="pattern", zero_bubble="h1"),
+        recompute=True,
+        min_waves=3,
+        overlapped=True,
+        zero_bubble=True,
+    ),
     # float32
     case("short", "float32", SHORT, OWN),
     case("long-sliced", "float32", LONG, dict(method="chunkflow", chunk_tokens=128)),
@@ -187,6 +217,13 @@ def check_expectations(c: dict, per_rank: list[dict]) -> None:
         assert summary["waves"] >= expect["min_waves"], summary
     if "overlapped" in expect:
         assert summary["waves_overlap"] == expect["overlapped"], summary
+    if "zero_bubble" in expect or c["plan"].get("zero_bubble"):
+        # Every stage's list has a W per chunk, and every stage but the first (whose B runs its
+        # backward whole: it sends no input gradient) ran its graphs' B and W apart.
+        for r in per_rank:
+            assert r["stats"]["unsplit_graphs"] == 0, r["stage"]
+            assert (r["stats"]["split_graphs"] > 0) == (r["stage"] > 0), r["stage"]
+            assert r["stats"]["weight_s"] > 0 or r["stage"] == 0, r["stage"]
     if expect.get("recompute"):
         table = first["recompute"]
         flat = [n for row in table for n in row]

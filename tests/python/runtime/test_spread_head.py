@@ -69,6 +69,13 @@ PLANNED = [
         dict(method="seq1f1b", k=2, spread_head=True),
     ),
     case("planner-trainer-mix", test_pipeline.MIX, dict(trainer_plan=True), seed=7),
+    # The same spread plan with its backwards split into B and W (docs/design.md, "Zero bubble").
+    case(
+        "planner-seq1f1b-zero-bubble",
+        SHORT,
+        dict(method="seq1f1b", k=2, spread_head=True, zero_bubble="h1"),
+        zero_bubble=True,
+    ),
 ]
 CASES += PLANNED
 CASE_INDEX = {c["name"]: i for i, c in enumerate(CASES)}
@@ -108,6 +115,10 @@ def check_expectations(c: dict, per_rank: list[dict], world: int) -> None:
         assert any(0 <= h < world - 1 for h in heads), heads
     else:
         assert set(heads) == {world - 1}, heads
+    if expect.get("zero_bubble"):
+        for r in per_rank:
+            assert r["stats"]["unsplit_graphs"] == 0, r["stage"]
+            assert (r["stats"]["split_graphs"] > 0) == (r["stage"] > 0), r["stage"]
     if expect.get("every_stage"):
         assert set(heads) == set(range(world)), heads
     if "kind" in expect:
@@ -254,7 +265,11 @@ def test_spread_head_on_sequence_ranks_and_replicas(references, layout):
 
 def test_spread_head_with_cpp_stages(references):
     """The C++ LlamaStage's head replica on the first stage (models.cpp.build_stage)."""
-    cases = [CASES[CASE_INDEX["split-round-robin"]], CASES[CASE_INDEX["packed-round-robin"]]]
+    cases = [
+        CASES[CASE_INDEX["split-round-robin"]],
+        CASES[CASE_INDEX["packed-round-robin"]],
+        CASES[CASE_INDEX["planner-seq1f1b-zero-bubble"]],
+    ]
     body_cases = [{k: v for k, v in c.items() if k != "expect"} for c in cases]
     per_rank = check_all_ok(
         run_ranks("spread_bodies:parity", 2, dict(cases=body_cases, cpp_stages=True), 300)
