@@ -578,6 +578,17 @@ double CostModel::weight_gradient_bytes(const Chunk& chunk, int stage, bool with
   return double(chunk.tokens()) * per_token * shape_.bytes_per_element / layout_.sequence;
 }
 
+double CostModel::weight_input_bytes(const Chunk& chunk, int stage, bool with_head) const {
+  check_stage(*this, stage);
+  const double h = shape_.hidden, f = shape_.ffn;
+  double per_token = layers(stage) * (5 * h + f);
+  if (with_head && ideal_even_head_)
+    per_token += 2 * h / num_stages();
+  else if (with_head && stage == num_stages() - 1)
+    per_token += 2 * h;
+  return double(chunk.tokens()) * per_token * shape_.bytes_per_element / layout_.sequence;
+}
+
 double CostModel::kv_buffer_bytes(int64_t seq_length, int stage) const {
   check_stage(*this, stage);
   // An SP rank keeps the K/V of its kv_heads / d_s heads over the whole sequence.

@@ -51,6 +51,23 @@ Node* parameter_behind(const Edge& edge, const std::unordered_set<const Node*>& 
   return nullptr;
 }
 
+// Frees what the graph's nodes saved, from `root` down, but the nodes in `keep` and, with
+// `accumulators`, what lies behind their edges to parameters.
+void release_saved(Node* root, const std::unordered_set<const Node*>& keep,
+                   const std::unordered_set<const Node*>* accumulators) {
+  std::unordered_set<const Node*> seen;
+  std::vector<Node*> stack = {root};
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (!keep.count(node)) node->release_variables();
+    for (const Edge& edge : node->next_edges())
+      if (edge.is_valid() && !(accumulators && parameter_behind(edge, *accumulators)))
+        stack.push_back(edge.function.get());
+  }
+}
+
 }  // namespace
 
 at::Tensor SplitBackward::input_gradient(const at::Tensor& output, const at::Tensor& input,
@@ -130,7 +147,13 @@ at::Tensor SplitBackward::input_gradient(const at::Tensor& output, const at::Ten
   }
   root_ = torch::autograd::impl::gradient_edge(output).function;
   const variable_list grads = grad.defined() ? variable_list{grad} : variable_list{};
-  return torch::autograd::grad({output}, {input}, grads, /*retain_graph=*/true)[0];
+  at::Tensor input_grad = torch::autograd::grad({output}, {input}, grads, /*retain_graph=*/true)[0];
+  // W needs only the nodes feeding parameters (and their chains): every other node has run its
+  // last, so what it saved goes now, not at W.
+  std::unordered_set<const Node*> keep;
+  for (const auto& [node, weight] : found) keep.insert(node);
+  release_saved(root_.get(), keep, &accumulators);
+  return input_grad;
 }
 
 void SplitBackward::kept_gradients(std::vector<at::Tensor>& out) const {
@@ -158,17 +181,7 @@ void SplitBackward::weights() {
   }
   nodes_.clear();
   // Every node has run (B the ones on the way to the input, W the rest): free what they saved.
-  std::unordered_set<Node*> seen;
-  std::vector<Node*> stack;
-  if (root_) stack.push_back(root_.get());
-  while (!stack.empty()) {
-    Node* node = stack.back();
-    stack.pop_back();
-    if (!seen.insert(node).second) continue;
-    node->release_variables();
-    for (const Edge& edge : node->next_edges())
-      if (edge.is_valid()) stack.push_back(edge.function.get());
-  }
+  if (root_) release_saved(root_.get(), {}, nullptr);
   root_.reset();
 }
 

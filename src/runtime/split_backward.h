@@ -1,7 +1,8 @@
 #pragma once
 // Zero bubble's B and W over one recorded autograd graph (docs/design.md, "Zero bubble";
-// internal to the runtime part). B back-propagates to the graph's input only, keeping the graph
-// and the gradients that reach the nodes feeding the stage's parameters; W continues from those
+// internal to the runtime part). B back-propagates to the graph's input only, keeping the nodes
+// feeding the stage's parameters (what they saved: the GEMMs' and the norm products' inputs) and
+// the gradients that reach them, and frees what every other node saved; W continues from those
 // nodes into the parameters alone. Nothing is computed twice: attention's backward (which adds
 // to the earlier slices' dK/dV) and the sequence-parallel exchanges run once, in B.
 #include <memory>

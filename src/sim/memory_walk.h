@@ -81,11 +81,11 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
           a.chunk < num_chunks)
         headed[a.chunk] = 1;
   double unkept = 0;
-  // Zero bubble: a chunk with a W on this stage keeps everything its backward used from its B to
-  // its W: all its layers' saved tensors, recomputed ones included (what autograd keeps of a
-  // graph whose weight gradients are still to come), and the gradients W starts from
-  // (CostModel::weight_gradient_bytes), whatever its recompute: fixed bytes (`awaiting_weights`)
-  // from its B's end, no longer a weight of the in-flight sum.
+  // Zero bubble: a chunk with a W on this stage keeps, from its B (which frees each recorded
+  // graph's other saved tensors as it finishes it) until its W, what the nodes feeding parameters
+  // saved (CostModel::weight_input_bytes) and the gradients W starts from
+  // (weight_gradient_bytes), whatever its recompute: fixed bytes (`awaiting_weights`). Its B's
+  // moment holds them on top of what a whole backward holds.
   std::vector<char> has_weight_action(num_chunks, 0);
   for (const Action& a : actions)
     if (a.type == ActionType::kWeight && a.chunk >= 0 && a.chunk < num_chunks)
@@ -190,10 +190,22 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
         state[s.seq] = BufferState::kKvAndGrad;
         open(grad_open, s.seq);
       }
+    // Split: besides what a whole backward holds, the B keeps what its W needs, which the chunk
+    // then holds as fixed bytes until its W.
+    double kept = 0;
+    if (has_weight_action[action.chunk] && times_held[action.chunk] > 0)
+      kept = cost.weight_input_bytes(chunk, stage, !headed[action.chunk]) +
+             cost.weight_gradient_bytes(chunk, stage, !headed[action.chunk]);
+    visit(index,
+          buffer_bytes() - unkept + awaiting_weights + cost.backward_workspace_bytes(chunk, stage) +
+              kept,
+          in_flight, weight_sum);
+    awaiting[action.chunk] = kept;
+    awaiting_weights += kept;
+
     // The chunk's latest entry leaves. The list is in forward order, so while no chunk has been
     // in it twice (a valid schedule's case) the entry is found by its forward's number.
-    auto leave = [&] {
-      if (times_held[action.chunk] == 0) return;
+    if (times_held[action.chunk] > 0) {
       const auto held =
           !repeated
               ? std::lower_bound(in_flight.begin(), in_flight.end(), action.chunk,
@@ -203,23 +215,6 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       --times_held[action.chunk];
       if (weights) weight_sum -= weights[action.chunk];
       if (headed[action.chunk]) unkept -= cost.head_logits_bytes(chunk);
-    };
-    const double workspace = cost.backward_workspace_bytes(chunk, stage);
-    if (!has_weight_action[action.chunk]) {
-      visit(index, buffer_bytes() - unkept + awaiting_weights + workspace, in_flight, weight_sum);
-      leave();
-    } else {
-      // Split: the backward ends holding all the chunk's layers (recomputed ones kept for W)
-      // while its K/V buffers are still open; from then on, until W, they are fixed bytes.
-      const bool was_held = times_held[action.chunk] > 0;
-      leave();
-      if (was_held) {
-        awaiting[action.chunk] = cost.activation_bytes(chunk, stage, 0) +
-                                 cost.weight_gradient_bytes(chunk, stage, !headed[action.chunk]) -
-                                 (headed[action.chunk] ? cost.head_logits_bytes(chunk) : 0.0);
-        awaiting_weights += awaiting[action.chunk];
-      }
-      visit(index, buffer_bytes() - unkept + awaiting_weights + workspace, in_flight, weight_sum);
     }
     for (const Slice& s : chunk.slices)
       if (is_split[s.seq] && s.start == 0 && state[s.seq] != BufferState::kClosed) {

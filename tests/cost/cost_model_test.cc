@@ -658,3 +658,31 @@ TEST(CostModel, WeightGradientsAreTheBackwardsWeightGemms) {
 
 }  // namespace
 }  // namespace infinipipe
+
+namespace infinipipe {
+namespace {
+
+TEST(CostModel, WhatAWeightActionNeedsIsCountedPerTokenAndLayer) {
+  // LLaMA-7B in bf16 on 4 stages of 8 layers: h = kv_dim = 4096, ffn = 11008, vocab 32000.
+  const CostModel m =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"), 4);
+  const Chunk chunk{{{0, 0, 1000, 1000}}};
+  const double h = 4096, f = 11008, v = 32000;
+  EXPECT_DOUBLE_EQ(m.weight_input_bytes(chunk, 1), 1000 * 8 * (5 * h + f) * 2);
+  EXPECT_DOUBLE_EQ(m.weight_gradient_bytes(chunk, 1), 1000 * 8 * (5 * h + 2 * h + 2 * f) * 2);
+  // The last stage's head: its final norm's two inputs, the logits' and the norm's gradients.
+  EXPECT_DOUBLE_EQ(m.weight_input_bytes(chunk, 3) - m.weight_input_bytes(chunk, 1),
+                   1000 * 2 * h * 2);
+  EXPECT_DOUBLE_EQ(m.weight_gradient_bytes(chunk, 3) - m.weight_gradient_bytes(chunk, 1),
+                   1000 * (h + v) * 2);
+  // Without the head (an H runs it) the last stage is a middle one; SP ranks hold their rows.
+  EXPECT_DOUBLE_EQ(m.weight_input_bytes(chunk, 3, false), m.weight_input_bytes(chunk, 1));
+  ParallelLayout sp;
+  sp.sequence = 2;
+  const CostModel halves =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"), 4, sp);
+  EXPECT_DOUBLE_EQ(halves.weight_gradient_bytes(chunk, 1), m.weight_gradient_bytes(chunk, 1) / 2);
+}
+
+}  // namespace
+}  // namespace infinipipe

@@ -302,6 +302,12 @@ class CostModel {
   // and down and of the two norms' weight products (5h + 2 kv_dim + 2 ffn), on the last stage
   // with `with_head` also the final norm's and the logits' (h + vocab), in the model's dtype.
   double weight_gradient_bytes(const Chunk& chunk, int stage, bool with_head = true) const;
+  // Zero bubble: what those nodes saved, the rest of what a chunk holds from the end of its
+  // split B to its W (the executor frees every other saved tensor then): per token and layer
+  // the inputs of the GEMMs (the two norm products, the attention output, the MLP's product)
+  // and the two normalised inputs of the norms' weight products (5h + ffn), on the last stage
+  // with `with_head` the final norm's two (2h).
+  double weight_input_bytes(const Chunk& chunk, int stage, bool with_head = true) const;
   // Transient during the chunk's backward: one layer's activations (recomputed or being
   // differentiated) and their gradients.
   double backward_workspace_bytes(const Chunk& chunk, int stage) const;

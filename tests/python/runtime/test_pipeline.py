@@ -287,6 +287,11 @@ def memory_table(per_case: list[list[dict]]) -> list[tuple[str, int, dict]]:
 # Observed over 150 (case, stage) runs: min 0.80, median 0.98, max 1.000; the floor leaves room
 # for plans that checkpoint more (each plan change moves these cases).
 UPPER, FLOOR, MEDIAN_FLOOR = 1.02, 0.70, 0.90
+# A split B's moment (zero bubble) counts what W keeps on top of what a whole backward holds:
+# tight where every layer is recomputed, but where none is it counts the kept inputs twice (they
+# are among the layers' saved tensors until B ends), as the bound must hold either way.
+# Observed: 0.65-1.00.
+ZERO_BUBBLE_FLOOR = 0.60
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -320,7 +325,7 @@ def test_measured_activation_memory_against_prediction(runs, world, capsys):
     under = [
         (name, stage, round(s["activation_ratio"], 4))
         for name, stage, s in rows
-        if s["activation_ratio"] < FLOOR
+        if s["activation_ratio"] < (ZERO_BUBBLE_FLOOR if "zero-bubble" in name else FLOOR)
     ]
     assert not under, f"prediction not tight (below {FLOOR}): {under}"
     assert median >= MEDIAN_FLOOR, median
