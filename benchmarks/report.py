@@ -6,8 +6,8 @@ pages).
 
 The template holds the prose; every figure comes from a result file in --results (a section whose
 file is missing says so). The sections' numbers are computed by lib/calibration_page.py,
-lib/validation_page.py, lib/summary_page.py and the measured comparison's lib/measured_report.py and
-lib/layout_report.py.
+lib/validation_page.py, lib/summary_page.py, the measured comparison's lib/measured_report.py and
+lib/layout_report.py, and lib/zero_bubble_report.py.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from lib.summary_page import (
     timeline_section,
 )
 from lib.validation_page import time_outside_section, validation_section, with_repeats
+from lib.zero_bubble_report import zero_bubble_section
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -75,6 +76,7 @@ def render(results: Path, docs: Path) -> str:
         python_validation=text(validation_section(python)),
         measured=text(measured_section(measured, docs, packed_context)),
         layouts=text(layout_sections(results)),
+        zero_bubble=text(zero_bubble_section(results)),
         horizon=text(horizon_section(load(results / "cpu_horizon.json"))),
         timeline=timeline_section(load(results / "timeline_cpu.json")),
         cluster=text(cluster),

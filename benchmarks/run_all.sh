@@ -54,6 +54,15 @@ $TORCHRUN --nproc_per_node=4 $E/measured_comparison.py --sequence 2 \
   --cost-model "$R/cost_cpu.json" --output "$R/measured_sp2.json"
 $TORCHRUN --nproc_per_node=4 $E/measured_comparison.py --replicas 2 \
   --cost-model "$R/cost_cpu.json" --output "$R/measured_dp2.json"
+# Zero bubble against torch's zero-bubble schedules: 2 stages, and 4 (the 2-stage profile refitted
+# for 2 layers per stage, cost_cpu_4stages.json and cost_cpu_4stages.meta.json; the same budget
+# per stage: at half of it the forced mode found no plan that fits).
+$TORCHRUN --nproc_per_node=2 $E/zero_bubble_measured.py \
+  --cost-model "$R/cost_cpu.json" --output "$R/zero_bubble_measured.json"
+$PY -m infinipipe profile --layers-per-stage 2,2,2,2 --refit "$R/cost_cpu.meta.json" \
+  --output "$R/cost_cpu_4stages.json"
+$TORCHRUN --nproc_per_node=4 $E/zero_bubble_measured.py --cost-model "$R/cost_cpu_4stages.json" \
+  --output "$R/zero_bubble_measured_4.json"
 $PY $E/cpu_simulated.py --cost-model "$R/cost_cpu.json"
 $TORCHRUN --nproc_per_node=2 $E/planning_ahead.py --steps 20 --out "$R/planning_ahead.json"
 $TORCHRUN --nproc_per_node=2 $E/planning_ahead.py --steps 20 --hidden 64 --layers 2 --batch 64 \

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import cluster_page, plan_tool, results, step_breakdown
 from lib.balance_study import (
+    CODE,
     IDEAL,
     MODELS,
     SPLITS,
@@ -56,10 +57,15 @@ def plans():
     out += [(m, "even" + IDEAL, ["--ideal-even-head"]) for m in SPREAD_MODELS]
     # Zero bubble tried by EPP (the baselines are planned as without), per head placement.
     flags = {"even": [], "even" + SPREAD: ["--spread-head"], "even" + IDEAL: ["--ideal-even-head"]}
-    return out + [
+    out += [
         (TARGET["model"], head + ZERO_BUBBLE, flags[head] + ["--zero-bubble", "try"])
         for head in ZERO_BUBBLE_HEADS
     ]
+    # On the code lengths, the target model's splits and head placements (without zero bubble).
+    code = dict(
+        SPLITS, **{"even" + SPREAD: ["--spread-head"], "even" + IDEAL: ["--ideal-even-head"]}
+    )
+    return out + [(TARGET["model"], split + CODE, extra) for split, extra in code.items()]
 
 
 def run(tool, base, stages=8, context=98304):
@@ -68,8 +74,10 @@ def run(tool, base, stages=8, context=98304):
     out = []
     for model, split, extra in plans():
         case = dict(base, model=model, stages=stages, context=context)
+        if split.endswith(CODE):
+            case["distribution"] = "code"
         result = run_case(tool, case, extra)
-        if model == TARGET["model"] and split.startswith("even"):
+        if model == TARGET["model"] and split.startswith("even") and not split.endswith(CODE):
             result["epp_breakdown"] = step_breakdown.run(tool, case, extra)
         out.append(dict(case, split=split, result=result))
         print(

@@ -33,25 +33,34 @@ from infinipipe import _C
 N_GPUS = 32
 GPUS_PER_NODE = 8
 BUDGET_GIB = 80
-CASES = [  # (model, context, EPP's d_s, d_p)
-    ("llama-7b", 49152, 8, 4),
-    ("llama-7b", 98304, 8, 4),
-    ("llama-13b", 49152, 8, 4),
-    ("llama-13b", 98304, 8, 4),
-    ("llama-30b", 49152, 4, 8),
-    ("llama-30b", 98304, 4, 8),
+CASES = [  # (lengths, model, context, EPP's d_s, d_p)
+    ("wikipedia", "llama-7b", 49152, 8, 4),
+    ("wikipedia", "llama-7b", 98304, 8, 4),
+    ("wikipedia", "llama-13b", 49152, 8, 4),
+    ("wikipedia", "llama-13b", 98304, 8, 4),
+    ("wikipedia", "llama-30b", 49152, 4, 8),
+    ("wikipedia", "llama-30b", 98304, 4, 8),
+    # The code lengths (benchmarks/tools/code_lengths.py, the plan tool's built-in "code"
+    # distribution) at 96K: 3.5 times Wikipedia's tokens per batch, so these two alone.
+    ("code", "llama-13b", 98304, 8, 4),
+    ("code", "llama-30b", 98304, 4, 8),
 ]
 BASE = dict(batch=512, steps=16, seed=0)
 SMOKE = dict(batch=32, steps=1, seed=0)
-SMOKE_CASES = [("llama-7b", 49152, 8, 4)]
+SMOKE_CASES = [("wikipedia", "llama-7b", 49152, 8, 4), ("code", "llama-7b", 49152, 8, 4)]
 MILP_TIME_LIMIT_S = 1.0  # per micro-batch; CBC starts from the best homogeneous assignment
 BUCKETS = 16
 
 
-def steps_of(context, base):
+def steps_of(context, base, distribution="wikipedia"):
     """The sampled batches, as the plan tool draws them (step i with seed + i)."""
-    population = corpus.lengths()
-    if population:
+    population = corpus.lengths() if distribution == "wikipedia" else None
+    if distribution == "code":
+        draw = lambda seed: list(  # noqa: E731
+            _C.plan.sample_lengths("code", base["batch"], context, seed)
+        )
+        where = ["--distribution", "code"], "the built-in code distribution"
+    elif population:
         draw = lambda seed: corpus.corpus_sample(population, base["batch"], context, seed)  # noqa: E731
         where = ["--lengths", str(corpus.CORPUS)], "the Wikipedia corpus's lengths"
     else:
@@ -95,8 +104,8 @@ def summarise(per_step, model):
     }
 
 
-def run_case(tool, model, context, d_s, d_p, base, cache):
-    steps, (where_args, _) = steps_of(context, base)
+def run_case(tool, distribution, model, context, d_s, d_p, base, cache):
+    steps, (where_args, _) = steps_of(context, base, distribution)
     budget = BUDGET_GIB * flexsp.GIB
     sizes = flexsp.group_sizes(model, N_GPUS)
     costs = {}
@@ -119,7 +128,15 @@ def run_case(tool, model, context, d_s, d_p, base, cache):
             lengths, make_costs(always)[d], N_GPUS, make_costs(True)[d]
         )
 
-    case = dict(model=model, context=context, sp=d_s, stages=d_p, sizes=sizes, methods={})
+    case = dict(
+        distribution=distribution,
+        model=model,
+        context=context,
+        sp=d_s,
+        stages=d_p,
+        sizes=sizes,
+        methods={},
+    )
     methods = [("FlexSP", flex)] + [
         ("Ulysses d=%d x %d" % (d, N_GPUS // d), homogeneous(d)) for d in (8, 4) if d in sizes
     ]
@@ -180,16 +197,16 @@ def main():
     grid = SMOKE_CASES if args.smoke else CASES
     started = time.time()
     cache, cases = {}, []
-    for model, context, d_s, d_p in grid:
+    for distribution, model, context, d_s, d_p in grid:
         t = time.time()
-        cases.append(run_case(args.tool, model, context, d_s, d_p, base, cache))
+        cases.append(run_case(args.tool, distribution, model, context, d_s, d_p, base, cache))
         ms = cases[-1]["methods"]
         times = "  ".join(
             "%s %s" % (n, "%.2f s" % m["step_time_s"] if m["feasible"] else "infeasible")
             for n, m in ms.items()
         )
         print("%-32s %s  %.1f s" % (sp_name(cases[-1]), times, time.time() - t), flush=True)
-    _, (_, where) = steps_of(grid[0][1], dict(base, steps=0))
+    _, (_, where) = steps_of(grid[0][2], dict(base, steps=0))
     meta = {
         "case": dict(base, n_gpus=N_GPUS, gpus_per_node=GPUS_PER_NODE, memory_gib=BUDGET_GIB),
         "milp_time_limit_s": MILP_TIME_LIMIT_S,
@@ -200,9 +217,9 @@ def main():
         "seconds": time.time() - started,
         "epp_command": cases[0]["command"]
         .replace(str(corpus.CORPUS), corpus.SHOWN)
-        .replace("--model %s" % grid[0][0], "--model MODEL")
-        .replace("--context %d" % grid[0][1], "--context CONTEXT")
-        .replace("--stages %d --sp %d" % (grid[0][3], grid[0][2]), "--stages D_P --sp D_S"),
+        .replace("--model %s" % grid[0][1], "--model MODEL")
+        .replace("--context %d" % grid[0][2], "--context CONTEXT")
+        .replace("--stages %d --sp %d" % (grid[0][4], grid[0][3]), "--stages D_P --sp D_S"),
     }
     data = {"meta": meta, "cases": cases}
     print("wrote", cluster_page.finish("flexsp_study", data, args.smoke))

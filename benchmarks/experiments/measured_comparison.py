@@ -62,7 +62,7 @@ from lib import results, training  # noqa: E402
 from lib.peers import Unpipelined  # noqa: E402
 from lib.plan_tool import BASELINES, run_tool  # noqa: E402
 from lib.ranks import gathered, leave  # noqa: E402
-from lib.results import MIB, TOOL  # noqa: E402
+from lib.results import MIB, TOOL, model_state_bytes  # noqa: E402
 from lib.torch_packed import SCHEDULES, TorchPacked  # noqa: E402
 from lib.torch_pipelining import TorchPipelining  # noqa: E402
 
@@ -244,11 +244,6 @@ def trainer_for(method: str, setting: dict | None, args, config) -> infinipipe.T
     if setting is not None:
         kw.update((key, setting[key]) for key in STATIC_KNOBS)
     return training.trainer(config, infinipipe.PlanConfig(**kw), parallel=args.parallel)
-
-
-def model_state_bytes(parameters) -> int:
-    """Weights, gradients and AdamW's two moments: four copies of every parameter."""
-    return 4 * sum(p.numel() * p.element_size() for p in parameters)
 
 
 def trainer_state_bytes(trainer: infinipipe.Trainer) -> int:

@@ -24,6 +24,9 @@ IDEAL = " + ideal even head"
 # simulator finds it faster (`--zero-bubble try`), at the target model, with each head placement.
 ZERO_BUBBLE = " + zero bubble"
 ZERO_BUBBLE_HEADS = ["even", "even" + SPREAD, "even" + IDEAL]
+# The code lengths (the plan tool's "code" distribution, docs/notes/2026-11-29-code-lengths.md):
+# the target model's splits and head placements again.
+CODE = " (code)"
 # The head's parameters (LM head and final norm gain, hidden x vocabulary + hidden; shapes of
 # src/cost/model_shape.cc) at 16 bytes each (bf16 weights and gradients, fp32 Adam state and
 # master weights: CostCoefficients::model_state_bytes_per_param): the replica a stage running
@@ -37,6 +40,10 @@ def _infeasible(s, c):
 
 def _find(cases, model, split):
     return next(c for c in cases if c["model"] == model and c["split"] == split)
+
+
+def _wikipedia(cases):
+    return [c for c in cases if not c["split"].endswith(CODE)]
 
 
 def _epp(c):
@@ -371,7 +378,8 @@ def values(data):
         b_target_model=NAMES[TARGET["model"]],
         b_target_over=pct(TARGET["over_limit"], 0),
         b_target_speedup="%.1fx" % TARGET["speedup"],
-        balance_table=lines(table(cases)),
+        balance_table=lines(table(_wikipedia(cases))),
+        code_balance_table=lines(table([c for c in cases if c["split"].endswith(CODE)])),
         balance_candidates=lines(candidates(cases)),
         b_within_limit_on=targets(cases)[0],
         b_speedup_on=targets(cases)[1],

@@ -21,3 +21,8 @@ def write(path, data):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
+
+
+def model_state_bytes(parameters) -> int:
+    """Weights, gradients and AdamW's two moments: four copies of every parameter."""
+    return 4 * sum(p.numel() * p.element_size() for p in parameters)

@@ -197,7 +197,17 @@ def sp_values(data):
 
 
 def _label(case):
-    return "LLaMA-%s, %dK" % (case["model"].split("-")[1].upper(), case["context"] // 1024)
+    code = ", code" if case.get("distribution") == "code" else ""
+    return "LLaMA-%s, %dK%s" % (case["model"].split("-")[1].upper(), case["context"] // 1024, code)
+
+
+def _ratios(cases):
+    """FlexSP / EPP of the cases where both are feasible."""
+    return [
+        c["methods"]["FlexSP"]["step_time_s"] / c["methods"]["EPP"]["step_time_s"]
+        for c in cases
+        if c["methods"]["EPP"]["feasible"] and c["methods"]["FlexSP"]["feasible"]
+    ]
 
 
 def flexsp_tables(cases):
@@ -289,6 +299,8 @@ def flexsp_values(data):
     cases, meta = data["cases"], data["meta"]
     base = meta["case"]
     summary, detail = flexsp_tables(cases)
+    code = [c for c in cases if c.get("distribution") == "code"]
+    cases = [c for c in cases if c.get("distribution", "wikipedia") == "wikipedia"]
     ok = [
         c for c in cases if c["methods"]["EPP"]["feasible"] and c["methods"]["FlexSP"]["feasible"]
     ]
@@ -312,9 +324,9 @@ def flexsp_values(data):
         fx_buckets=meta["buckets"],
         fx_table=lines(summary),
         fx_detail=lines(detail),
-        fx_ratio=_range(
-            [f["step_time_s"] / e["step_time_s"] for f, e in zip(flex, epp)], fmt="%.2f-%.2fx"
-        ),
+        fx_ratio=_range(_ratios(cases), fmt="%.2f-%.2fx"),
+        fx_code_ratio=_range(_ratios(code), fmt="%.2f-%.2fx"),
+        fx_code_cases="; ".join(_label(c) for c in code) or NA,
         fx_paper="%.2fx" % PAPER_OVER_FLEXSP,
         fx_gain=_range(gains, fmt="%.2f-%.2fx"),
         fx_bound="%.0f%%"

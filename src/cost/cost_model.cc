@@ -438,11 +438,9 @@ double CostModel::weight_gradient_time(const Chunk& chunk, int stage) const {
 double CostModel::compute_forward_time(const Chunk& chunk, int stage, double layer_forward,
                                        bool with_head) const {
   check_stage(*this, stage);
-  const double d_s = layout_.sequence;
   // max(x, 0.0) is x: without ZeRO-3 the layers' time to the bit.
   double t = layers(stage) * std::max(layer_forward, gather_s_[stage]);
-  const double tokens = double(chunk.tokens());
-  if (stage == 0) t += tokens * coefficients_.embedding_s_per_token / d_s;
+  if (stage == 0) t += embedding_forward_time(chunk);
   if (with_head && ideal_even_head_)
     t += head_forward_time(chunk) / num_stages();
   else if (with_head && stage == num_stages() - 1)
@@ -456,13 +454,47 @@ CostModel CostModel::with_ideal_even_head() const {
   return out;
 }
 
+double CostModel::embedding_forward_time(const Chunk& chunk) const {
+  // max(x, 0.0) is x: without ZeRO-3 the gather of bytes to the bit.
+  const double gather =
+      double(chunk.tokens()) * coefficients_.embedding_s_per_token / layout_.sequence;
+  return std::max(gather, embedding_gather_s_);
+}
+
+double CostModel::embedding_backward_time(const Chunk& chunk) const {
+  const double gather =
+      double(chunk.tokens()) * coefficients_.embedding_s_per_token / layout_.sequence;
+  return std::max(coefficients_.backward_ratio * gather, 2 * embedding_gather_s_);
+}
+
+namespace {
+// The head's GEMM of the chunk without ZeRO-3's gathers, forward (`curve` the forward GEMM
+// curve) or backward (the backward one): head_s_per_token is the forward at the largest size,
+// so it is scaled by the curve's value at the chunk's rows per rank over that largest value.
+double head_compute(const CostCoefficients& k, const Chunk& chunk, double d_s,
+                    const SizeCurve& curve) {
+  const double t = double(chunk.tokens()) * k.head_s_per_token / d_s;
+  if (k.gemm_s_per_token.empty() || curve.empty()) return t;
+  return t * curve.at(double(chunk.tokens()) / d_s) / k.gemm_s_per_token.last();
+}
+}  // namespace
+
 double CostModel::head_forward_time(const Chunk& chunk) const {
-  return double(chunk.tokens()) * coefficients_.head_s_per_token / layout_.sequence;
+  const CostCoefficients& k = coefficients_;
+  return std::max(head_compute(k, chunk, layout_.sequence, k.gemm_s_per_token), head_gather_s_);
+}
+
+double CostModel::head_backward_time(const Chunk& chunk) const {
+  const CostCoefficients& k = coefficients_;
+  const double compute =
+      k.gemm_s_per_token.empty() || k.backward_gemm_s_per_token.empty()
+          ? k.backward_ratio * head_compute(k, chunk, layout_.sequence, k.gemm_s_per_token)
+          : head_compute(k, chunk, layout_.sequence, k.backward_gemm_s_per_token);
+  return std::max(compute, 2 * head_gather_s_);
 }
 
 double CostModel::head_time(const Chunk& chunk) const {
-  const double forward = head_forward_time(chunk);
-  return forward + coefficients_.backward_ratio * forward;
+  return head_forward_time(chunk) + head_backward_time(chunk);
 }
 
 double CostModel::head_logits_bytes(const Chunk& chunk) const {
@@ -500,9 +532,19 @@ double CostModel::backward_time_with(const Chunk& chunk, int stage, int checkpoi
   const double g = coefficients_.backward_ratio;
   const double forward = compute_forward_time(chunk, stage, layer_forward, with_head);
   if (!coefficients_.has_layer_backward()) return g * forward + recompute + alltoall;
-  // The embedding's and the head's backward stay g times their forward.
-  const double extras = forward - layers(stage) * std::max(layer_forward, gather_s_[stage]);
-  return layers(stage) * std::max(layer_backward_time(chunk), 2 * gather_s_[stage]) + g * extras +
+  // The embedding's and the head's backward: g times their forward, written so that a model
+  // without size curves or ZeRO-3 gives the bits it always gave; else each by its own function.
+  double extras = 0;
+  if (coefficients_.gemm_s_per_token.empty() && embedding_gather_s_ == 0 && head_gather_s_ == 0) {
+    extras = g * (forward - layers(stage) * std::max(layer_forward, gather_s_[stage]));
+  } else {
+    if (stage == 0) extras += embedding_backward_time(chunk);
+    if (with_head && ideal_even_head_)
+      extras += head_backward_time(chunk) / num_stages();
+    else if (with_head && stage == num_stages() - 1)
+      extras += head_backward_time(chunk);
+  }
+  return layers(stage) * std::max(layer_backward_time(chunk), 2 * gather_s_[stage]) + extras +
          recompute + alltoall;
 }
 

@@ -46,22 +46,40 @@ void CostModel::set_links() {
     if (p + 1 < d_p && layout_.boundary_crosses_nodes(p, d_p)) p2p_link_[p] = between_nodes;
     if (layout_.gradient_group_crosses_nodes(p, d_p)) gradient_link_[p] = between_nodes;
   }
+  // An all-reduce over every rank: the ranks are numbered node by node, so it crosses nodes
+  // once the world outgrows one.
+  world_link_ = layout_.world(d_p) > layout_.gpus_per_node ? between_nodes : in_node;
   gather_s_.assign(d_p, 0.0);
+  embedding_gather_s_ = head_gather_s_ = 0;
   const double n = layout_.gradient_group();
-  if (layout_.zero == 3 && n > 1)
-    for (int p = 0; p < d_p; ++p)
-      gather_s_[p] = (n - 1) / n * double(shape_.params_per_layer()) * shape_.bytes_per_element /
-                         gradient_link_[p].bandwidth +
-                     gradient_link_[p].latency_s;
+  if (layout_.zero == 3 && n > 1) {
+    // (n-1)/n of a unit's parameters over the stage's gradient link, plus a latency.
+    auto gather = [&](double params, int stage) {
+      return (n - 1) / n * params * shape_.bytes_per_element / gradient_link_[stage].bandwidth +
+             gradient_link_[stage].latency_s;
+    };
+    for (int p = 0; p < d_p; ++p) gather_s_[p] = gather(double(shape_.params_per_layer()), p);
+    embedding_gather_s_ = gather(double(shape_.embedding_params()), 0);
+    head_gather_s_ = gather(double(shape_.embedding_params()) + shape_.hidden, d_p - 1);
+  }
 }
 
-double CostModel::gradient_sync_time(int stage) const {
+double CostModel::gradient_sync_time(int stage, bool head_apart) const {
   check_index(stage >= 0 && stage < num_stages(), "stage", stage, num_stages());
   const double n = layout_.gradient_group();
   if (n == 1 || layout_.zero == 3) return 0;
   const Link& link = gradient_link_[stage];
-  const double bytes = stage_params(stage) * shape_.bytes_per_element;
+  double params = stage_params(stage);
+  if (head_apart && stage == num_stages() - 1 && !ideal_even_head_) params -= head_params();
+  const double bytes = params * shape_.bytes_per_element;
   return 2 * (n - 1) / n * bytes / link.bandwidth + 2 * link.latency_s;
+}
+
+double CostModel::head_replica_sync_time() const {
+  const double n = layout_.world(num_stages());
+  if (n == 1) return 0;
+  const double bytes = head_params() * shape_.bytes_per_element;
+  return 2 * (n - 1) / n * bytes / world_link_.bandwidth + 2 * world_link_.latency_s;
 }
 
 bool CostModel::chunk_costs_alike(int a, int b) const {
@@ -122,14 +140,17 @@ double CostModel::p2p_time(const Chunk& chunk, int boundary) const {
 double CostModel::stage_params(int stage) const {
   double params = double(layers(stage)) * double(shape_.params_per_layer());
   if (stage == 0) params += double(shape_.embedding_params());
-  // Untied LM head as in LLaMA, and the final RMSNorm gain (a share of it on every stage in the
-  // what-if of with_ideal_even_head).
-  const double head_params = double(shape_.embedding_params()) + shape_.hidden;
+  // A share of the head on every stage in the what-if of with_ideal_even_head.
   if (ideal_even_head_)
-    params += head_params / num_stages();
+    params += head_params() / num_stages();
   else if (stage == num_stages() - 1)
-    params += head_params;
+    params += head_params();
   return params;
+}
+
+double CostModel::head_params() const {
+  // Untied LM head as in LLaMA, and the final RMSNorm gain.
+  return double(shape_.embedding_params()) + shape_.hidden;
 }
 
 double CostModel::model_state_bytes(int stage) const {
@@ -158,10 +179,8 @@ double CostModel::head_transfer_time(const Chunk& chunk, int stage) const {
 }
 
 double CostModel::head_replica_bytes() const {
-  // The same parameters as the last stage's head in model_state_bytes.
-  const double params = double(shape_.embedding_params()) + shape_.hidden;
-  double bytes = model_state_bytes_per_rank(params, coefficients_.model_state_bytes_per_param,
-                                            shape_.bytes_per_element, layout_);
+  double bytes = model_state_bytes_per_rank(
+      head_params(), coefficients_.model_state_bytes_per_param, shape_.bytes_per_element, layout_);
   if (layout_.zero == 3 && layout_.gradient_group() > 1) {
     // The stage already reserves a layer's gathered unit; the head's may be larger.
     const double larger =

@@ -42,16 +42,13 @@ Chunk whole_step(const std::vector<int64_t>& lengths) {
 void add_step(StageWork& work, const std::vector<int64_t>& lengths, const CostModel& cost) {
   const Chunk chunk = whole_step(lengths);
   const int stages = cost.num_stages();
-  const CostCoefficients& k = cost.coefficients();
-  const double d_s = cost.layout().sequence;
   const double layer = cost.layer_forward_time(chunk) + cost.layer_backward_time(chunk);
-  const double tokens = double(chunk.tokens());
-  const double g = k.backward_ratio;  // the embedding's and the head's backward (cost_model.h)
+  const double head = cost.head_time(chunk);
   for (int p = 0; p < stages; ++p) {
     // Forward and backward all-to-alls, as many each (cost_model.h).
     work.layer_s[p] += layer + 2 * cost.layer_alltoall_time(chunk, p);
-    if (p == 0) work.fixed_s[p] += (1 + g) * tokens * k.embedding_s_per_token / d_s;
-    const double head = (1 + g) * tokens * k.head_s_per_token / d_s;
+    if (p == 0)
+      work.fixed_s[p] += cost.embedding_forward_time(chunk) + cost.embedding_backward_time(chunk);
     if (cost.ideal_even_head())
       work.fixed_s[p] += head / stages;
     else if (p == stages - 1)

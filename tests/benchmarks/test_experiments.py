@@ -225,21 +225,25 @@ def test_step_breakdown_parts_add_up_to_the_step_and_the_busy_time():
     assert got["recompute_s"] > 0 and got["stalls_s"] > 0, got  # 30 GiB makes it recompute
 
 
-@pytest.mark.slow  # 2 processes, three trainers
+@pytest.mark.slow  # 2 processes, three trainers and torch's ZBV
 def test_zero_bubble_measured_steps_every_mode_on_the_same_batches(tmp_path):
-    """Three tiny steps of EPP with zero bubble off, forced and tried: forced splits every timed
-    step, the modes train alike (the split's gradients are the plain ones), and the summary is
-    relative to "off"."""
+    """Three tiny steps of EPP with zero bubble off, forced and tried, and torch's ZBV on the
+    packed peer: forced splits every timed step, the modes train alike (the split's gradients are
+    the plain ones), ZBV steps the same tokens, and the summary is relative to "off"."""
     out = tmp_path / "zero_bubble_measured.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     command += [str(EXPERIMENTS / "zero_bubble_measured.py"), "--steps", "3", "--batch", "4"]
     command += ["--context", "2048", "--cost-model", str(BENCHMARKS / "results" / "cost_cpu.json")]
-    command += ["--output", str(out)]
+    command += ["--output", str(out), "--torch", "zbv"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "python"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
     res = json.loads(out.read_text())
-    assert set(res["summary"]) == {"off", "h1", "try"}
+    assert set(res["summary"]) == {"off", "h1", "try", "torch zbv"}
+    assert [r["tokens"] for r in res["rows"]["torch zbv"]] == [
+        r["tokens"] for r in res["rows"]["off"]
+    ]
+    assert res["summary"]["torch zbv"]["tokens_per_s"] > 0
     assert res["summary"]["off"]["speedup_over_off"] == 1.0
     assert res["summary"]["h1"]["split_steps"] == 2 and res["summary"]["off"]["split_steps"] == 0
     for a, b in zip(res["rows"]["off"], res["rows"]["h1"]):

@@ -63,30 +63,70 @@ TEST(CostModelParallel, GradientSyncIsARingOverTheGradientGroupsLink) {
   EXPECT_EQ(model("llama-13b", 4, layout(8, 1, 0)).gradient_sync_time(1),
             sp8.gradient_sync_time(1));
   EXPECT_GT(sp8.gradient_sync_time(3), sp8.gradient_sync_time(1));
-  // Nothing to sync alone; ZeRO-3's per-chunk collectives are not priced.
+  // Nothing to sync alone; ZeRO-3's collectives are priced per chunk instead.
   EXPECT_EQ(model("llama-13b", 4).gradient_sync_time(1), 0);
   EXPECT_EQ(model("llama-13b", 4, layout(8, 1, 3)).gradient_sync_time(1), 0);
 }
 
 TEST(CostModelParallel, ZeroThreeGathersEachLayerPerChunkOverlappedWithItsCompute) {
-  // LLaMA-7B, one stage, d_s = 8 x d_r = 4: 32 ranks on 4 nodes, ZeRO-3. A layer's gather moves
-  // 31/32 of its bf16 weights over InfiniBand (25 GB/s) plus 20 us.
-  const CostModel z3 = model("llama-7b", 1, layout(8, 4, 3));
-  const CostModel z1 = model("llama-7b", 1, layout(8, 4, 1));
+  // LLaMA-7B, 4 stages of 8 layers, d_s = 8 x d_r = 4: each stage's 32 ranks on 4 nodes,
+  // ZeRO-3. A layer's gather moves 31/32 of its bf16 weights over InfiniBand (25 GB/s) plus
+  // 20 us. Stage 1 holds layers only.
+  const CostModel z3 = model("llama-7b", 4, layout(8, 4, 3));
+  const CostModel z1 = model("llama-7b", 4, layout(8, 4, 1));
   const double gather = 31.0 / 32 * z3.shape().params_per_layer() * 2 / 25e9 + 2e-5;
-  EXPECT_NEAR(z3.layer_gather_time(0), gather, 1e-15);
-  EXPECT_EQ(z1.layer_gather_time(0), 0);
-  EXPECT_EQ(z3.gradient_sync_time(0), 0);
+  EXPECT_NEAR(z3.layer_gather_time(1), gather, 1e-15);
+  EXPECT_EQ(z1.layer_gather_time(1), 0);
+  EXPECT_EQ(z3.gradient_sync_time(1), 0);
   // A short chunk waits for its weights; a long one hides them behind its compute.
   const Chunk small = whole(256), large = whole(98304);
   ASSERT_LT(z3.layer_forward_time(small), gather);
-  EXPECT_NEAR(z3.forward_time(small, 0) - z1.forward_time(small, 0),
-              32 * (gather - z1.layer_forward_time(small)), 1e-12);
+  EXPECT_NEAR(z3.forward_time(small, 1) - z1.forward_time(small, 1),
+              8 * (gather - z1.layer_forward_time(small)), 1e-12);
   ASSERT_GT(z3.layer_forward_time(large), gather);
-  EXPECT_EQ(z3.forward_time(large, 0), z1.forward_time(large, 0));
+  EXPECT_EQ(z3.forward_time(large, 1), z1.forward_time(large, 1));
   ASSERT_GT(z3.layer_backward_time(large), 2 * gather);
-  EXPECT_EQ(z3.backward_time(large, 0, 0), z1.backward_time(large, 0, 0));
-  EXPECT_GT(z3.backward_time(small, 0, 0), z1.backward_time(small, 0, 0));
+  EXPECT_EQ(z3.backward_time(large, 1, 0), z1.backward_time(large, 1, 0));
+  EXPECT_GT(z3.backward_time(small, 1, 0), z1.backward_time(small, 1, 0));
+}
+
+TEST(CostModelParallel, ZeroThreeGathersTheEmbeddingAndTheHeadPerChunkToo) {
+  // As above; the embedding (32000 x 4096) and the head (the same plus the final norm's 4096)
+  // are units of their own. The embedding's compute is nil: its gathers always show, one
+  // forward, a gather and a reduce-scatter backward.
+  const CostModel z3 = model("llama-7b", 4, layout(8, 4, 3));
+  const CostModel z1 = model("llama-7b", 4, layout(8, 4, 1));
+  const double embedding = 31.0 / 32 * 32000.0 * 4096 * 2 / 25e9 + 2e-5;
+  const double head = 31.0 / 32 * (32000.0 * 4096 + 4096) * 2 / 25e9 + 2e-5;
+  const Chunk small = whole(256), large = whole(98304);
+  ASSERT_EQ(z1.embedding_forward_time(small), 0);
+  EXPECT_NEAR(z3.embedding_forward_time(small), embedding, 1e-15);
+  EXPECT_NEAR(z3.embedding_backward_time(large), 2 * embedding, 1e-15);
+  EXPECT_NEAR(z3.forward_time(small, 0) - z3.forward_time(small, 1), embedding, 1e-12);
+  // The head: a short chunk waits for it, a long one (12288 rows a rank) hides it.
+  ASSERT_LT(z1.head_forward_time(small), head);
+  EXPECT_NEAR(z3.head_forward_time(small), head, 1e-15);
+  EXPECT_NEAR(z3.head_backward_time(small), 2 * head, 1e-15);
+  EXPECT_NEAR(z3.head_time(small), 3 * head, 1e-15);
+  ASSERT_GT(z1.head_forward_time(large), head);
+  ASSERT_GT(z1.head_backward_time(large), 2 * head);
+  EXPECT_EQ(z3.head_time(large), z1.head_time(large));
+  EXPECT_NEAR(z3.backward_time(small, 3, 0) - z3.backward_time(small, 1, 0), 2 * head, 1e-12);
+}
+
+TEST(CostModelParallel, ASpreadHeadsReplicasSyncOverEveryRank) {
+  // LLaMA-13B, d_s = 8 x d_p = 4: 32 ranks on 4 nodes, so the all-reduce of the head replicas'
+  // bf16 gradients crosses InfiniBand: 2 x 31/32 of their bytes at 25 GB/s, two latencies.
+  const CostModel sp8 = model("llama-13b", 4, layout(8));
+  const double head_bytes = (32000.0 * 5120 + 5120) * 2;
+  EXPECT_NEAR(sp8.head_replica_sync_time(), 2 * 31.0 / 32 * head_bytes / 25e9 + 2 * 2e-5, 1e-15);
+  // The last stage's own sync then leaves its head out: a middle stage's (10 layers each).
+  EXPECT_EQ(sp8.gradient_sync_time(3, true), sp8.gradient_sync_time(1));
+  EXPECT_EQ(sp8.gradient_sync_time(1, true), sp8.gradient_sync_time(1));
+  // 4 stages of one rank share a node: NVLink (200 GB/s, 10 us); one rank has no one to sync.
+  EXPECT_NEAR(model("llama-13b", 4).head_replica_sync_time(),
+              2 * 3.0 / 4 * head_bytes / 200e9 + 2 * 1e-5, 1e-15);
+  EXPECT_EQ(model("llama-13b", 1).head_replica_sync_time(), 0);
 }
 
 TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {

@@ -362,6 +362,36 @@ TEST(CostModel, BackwardPricesInputAndWeightGradientsApart) {
   EXPECT_NEAR(m.layer_backward_time(chunk) / expected, 1, 1e-12);
 }
 
+TEST(CostModel, TheLmHeadIsAGemmByTheChunksRowsToo) {
+  // LLaMA-7B's LM head (K = 4096, N = 32000) on the H100, 4 stages: forward at the table's rate
+  // for the rows, 644.12 TFLOP/s at 512 and 783.33 from 4096 up; backward the input gradient at
+  // that rate and the weight gradient at its own, 543.12 at 512.
+  const CostModel m =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("h100"), 4);
+  const double flops = 2.0 * 4096 * 32000;  // per token
+  const Chunk small{{{0, 0, 512, 512}}}, large{{{0, 0, 8192, 8192}}};
+  EXPECT_NEAR(m.head_forward_time(small) / (512 * flops / 644.12e12), 1, 1e-12);
+  EXPECT_NEAR(m.head_forward_time(large) / (8192 * flops / 783.33e12), 1, 1e-12);
+  EXPECT_NEAR(m.head_backward_time(small) / (512 * flops * (1 / 644.12e12 + 1 / 543.12e12)), 1,
+              1e-12);
+  EXPECT_NEAR(m.head_time(large) / (8192 * flops * 3 / 783.33e12), 1, 1e-12);
+  // The last stage's F and B with the head cost what they cost without it plus H, as before.
+  for (const Chunk& c : {small, large}) {
+    const double lf = m.layer_forward_time(c);
+    EXPECT_NEAR(m.forward_time(c, 3) - m.forward_time_with(c, 3, lf, false), m.head_forward_time(c),
+                1e-15);
+    EXPECT_NEAR(m.backward_time(c, 3, 1) - m.backward_time_with(c, 3, 1, lf, false),
+                m.head_backward_time(c), 1e-15);
+  }
+  // Under SP 8 a rank's head multiplies 512 of a 4096-token chunk's rows: the small chunk's rate.
+  ParallelLayout sp8;
+  sp8.sequence = 8;
+  const CostModel split =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("h100"), 4, sp8);
+  EXPECT_NEAR(split.head_forward_time(Chunk{{{0, 0, 4096, 4096}}}), m.head_forward_time(small),
+              1e-15);
+}
+
 TEST(CostModel, UnderSequenceParallelismAGemmSeesTheRanksRows) {
   // What a chunk's size adds beyond the full-size cost: with d_s = 8 a rank's GEMMs multiply 512
   // of a 4096-token chunk's rows, so they pay what one 512-token chunk's GEMMs pay on one rank;

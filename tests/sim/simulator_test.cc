@@ -397,8 +397,14 @@ TEST(Simulator, SpreadHeadChargesHOnItsStageAndTheTransfersAsSends) {
   SimOptions options;
   options.record_starts = true;
   const SimResult r = simulate(s, chunks, cost, {}, options);
-  EXPECT_NEAR(r.step_time_s, 0.010 + 0.010 + 0.010 + 0.010 + 0.030 + 0.010 + 0.020 + 0.010 + 0.020,
-              1e-12);
+  // Then both stages all-reduce the head replicas' gradients (one group of one rank each: no
+  // other gradient sync), which ends the step.
+  const double head_sync = cost.head_replica_sync_time();
+  EXPECT_GT(head_sync, 0);
+  EXPECT_EQ(r.gradient_sync_s, (std::vector<double>{head_sync, head_sync}));
+  EXPECT_NEAR(r.step_time_s,
+              0.010 + 0.010 + 0.010 + 0.010 + 0.030 + 0.010 + 0.020 + 0.010 + 0.020 + head_sync,
+              1e-9);
   EXPECT_NEAR(r.busy_s[0], 0.010 + 0.030 + 0.020, 1e-12);
   EXPECT_NEAR(r.busy_s[1], 0.010 + 0.020, 1e-12);
   const SimEvent* h = find_event(r, 0, "H0");

@@ -243,14 +243,22 @@ class CostModel {
   // each rank sends and receives 2 (n-1)/n of the gradients' bytes (a ring; NCCL's bus bandwidth
   // factors, nccl-tests doc/PERFORMANCE.md), at the training precision, plus two latencies, over
   // the group's link. 0 for a group of one, and for ZeRO-3, whose gathers and reduce-scatters
-  // are priced per chunk instead (layer_gather_time).
-  double gradient_sync_time(int stage) const;
+  // are priced per chunk instead (layer_gather_time). With `head_apart` (a spread head's plan)
+  // the last stage leaves its head out: head_replica_sync_time syncs it with the replicas.
+  double gradient_sync_time(int stage, bool head_apart = false) const;
   // ZeRO-3 (a gradient group of more than one): one layer's all-gather of its weights, (n-1)/n of
   // its bf16 parameters over the group's link plus a latency; 0 otherwise. Gathered before each
   // chunk's forward and again for its backward, whose gradients are reduce-scattered as many
   // bytes; with the next layer's gather prefetched while this one computes (FSDP's default), a
-  // layer takes max(compute, gather) forward and max(compute, 2 gathers) backward.
+  // layer takes max(compute, gather) forward and max(compute, 2 gathers) backward. The
+  // embedding and the head are units of their own, gathered the same way per chunk
+  // (embedding_forward_time, head_forward_time and their backwards).
   double layer_gather_time(int stage) const { return gather_s_.at(stage); }
+  // The embedding's forward and backward of the chunk on the first stage: a gather of bytes per
+  // token (embedding_s_per_token, g times it backward), or with ZeRO-3 the gather of its
+  // weights when that is longer (one forward, two backward: gather and reduce-scatter).
+  double embedding_forward_time(const Chunk& chunk) const;
+  double embedding_backward_time(const Chunk& chunk) const;
   // Sending the chunk's activation (or gradient) across the boundary between `boundary` and
   // `boundary + 1`: each SP rank sends its tokens to the same SP rank of the other stage, over
   // the inter-node link when the layout puts the two stages on different nodes.
@@ -258,12 +266,22 @@ class CostModel {
 
   // --- spread head (docs/design.md, "Spread head"), of one rank ---
   // The head's forward (final norm, LM head, loss) of the chunk's tokens: the part of the last
-  // stage's forward that an H action takes to its head stage.
+  // stage's forward that an H action takes to its head stage. With size curves the LM head is a
+  // GEMM by the chunk's rows per rank like the layers' (N = vocab and K = hidden are both at
+  // least 4096 for every LLaMA shape from 7B up, the curves' shape class); with ZeRO-3 the
+  // gather of its weights when that is longer.
   double head_forward_time(const Chunk& chunk) const;
-  // An H action on any stage: the head's forward and its backward, g times the forward as in
-  // the last stage's backward (backward_time_with's extras), so that the last stage's F and B
-  // without the head plus H cost what F and B with it cost.
+  // Its backward: with size curves the input and weight gradients by the rows (the backward GEMM
+  // curve), else g times the forward; with ZeRO-3 at least a gather and a reduce-scatter.
+  double head_backward_time(const Chunk& chunk) const;
+  // An H action on any stage: head_forward_time plus head_backward_time, what the last stage's
+  // F and B with the head cost more than without it.
   double head_time(const Chunk& chunk) const;
+  // A spread head's plan (docs/runtime.md, "Spread head"): once per step, after the gradient
+  // groups' sync, the head replicas' gradients are all-reduced over every rank of the world
+  // (each sends and receives 2 (n-1)/n of the head's gradient bytes, a ring as
+  // gradient_sync_time), over the inter-node link when the world spans nodes; 0 for one rank.
+  double head_replica_sync_time() const;
   // Held while H runs: the chunk's logits_bytes per token and the loss's total weight, what the
   // last stage keeps from F to B when it runs the head in F.
   double head_logits_bytes(const Chunk& chunk) const;
@@ -331,6 +349,7 @@ class CostModel {
   double size_penalty(const Chunk& chunk, const SizeCurve& gemm, const SizeCurve& a1) const;
   void set_links();                      // the links from the layout (cost_model_parallel.cc)
   double stage_params(int stage) const;  // parameters the stage holds (its layers, embedding, head)
+  double head_params() const;            // the final norm and the LM head
 
   ModelShape shape_;
   std::vector<int> layers_per_stage_;
@@ -340,6 +359,9 @@ class CostModel {
   std::vector<Link> p2p_link_;       // per boundary p -> p + 1 (the last entry unused)
   std::vector<Link> gradient_link_;  // per stage: its gradient group's link
   std::vector<double> gather_s_;     // per stage: layer_gather_time
+  double embedding_gather_s_ = 0;    // ZeRO-3: the embedding's all-gather on the first stage
+  double head_gather_s_ = 0;         // ZeRO-3: the head's, over the last stage's link
+  Link world_link_;                  // the slowest link of an all-reduce over every rank
   bool ideal_even_head_ = false;     // with_ideal_even_head
 };
 
