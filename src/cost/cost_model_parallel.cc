@@ -75,6 +75,12 @@ double CostModel::gradient_sync_time(int stage, bool head_apart) const {
   return 2 * (n - 1) / n * bytes / link.bandwidth + 2 * link.latency_s;
 }
 
+CostModel CostModel::with_head_replicas() const {
+  CostModel out = *this;
+  out.head_replicas_ = true;
+  return out;
+}
+
 double CostModel::head_replica_sync_time() const {
   const double n = layout_.world(num_stages());
   if (n == 1) return 0;

@@ -22,6 +22,9 @@ PlannerOptions PlannerOptions::for_training(int num_stages, double memory_budget
 
 Plan plan_step(Method method, const std::vector<int64_t>& lengths, const CostModel& cost,
                const PlannerOptions& options, Setting setting) {
+  // A spread-head trainer keeps a head replica on every stage and syncs them every step.
+  if (options.spread_head && !cost.head_replicas())
+    return plan_step(method, lengths, cost.with_head_replicas(), options, setting);
   PlanResult result;
   if (method == Method::kEpp) {
     result = plan_epp(lengths, cost, options);

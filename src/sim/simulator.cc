@@ -569,17 +569,14 @@ SimResult Simulation::run() {
   }
 
   // Each stage synchronises its gradients once its last action is done; the step ends with the
-  // last of them. Not a bubble: the stage is busy communicating. A spread head's plan then
-  // all-reduces the head replicas' gradients over every rank, which ends every stage's step at
-  // once: charged to each stage's sync (the latest end plus it is the step's end either way).
+  // last of them. Not a bubble: the stage is busy communicating. With head replicas on every
+  // stage the replicas' gradients are then all-reduced over every rank, which ends every stage's
+  // step at once: charged to each stage's sync (the latest end plus it is the step's end).
   result_.gradient_sync_s.assign(d_, 0.0);
-  bool spread_head = false;
+  const bool replicas = cost_.head_replicas();
+  const double head_sync = replicas ? cost_.head_replica_sync_time() : 0.0;
   for (int p = 0; p < real_stages; ++p)
-    for (const Action& a : schedule_.stages[p])
-      spread_head = spread_head || a.type == ActionType::kHead;
-  const double head_sync = spread_head ? cost_.head_replica_sync_time() : 0.0;
-  for (int p = 0; p < real_stages; ++p)
-    result_.gradient_sync_s[p] = cost_.gradient_sync_time(p, spread_head) + head_sync;
+    result_.gradient_sync_s[p] = cost_.gradient_sync_time(p, replicas) + head_sync;
   for (int p = 0; p < d_; ++p)
     result_.step_time_s = std::max(result_.step_time_s, clock_[p] + result_.gradient_sync_s[p]);
   result_.bubble_fraction.assign(d_, 0.0);

@@ -236,6 +236,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
             "--ideal-even-head plans are a what-if the executor cannot run: leave out --plan");
   ip::CostModel cost = build_cost_model(args);
   if (args.ideal_even_head) cost = cost.with_ideal_even_head();
+  if (args.spread_head) cost = cost.with_head_replicas();  // as plan_step does
   const double memory_gib = args.memory_given ? args.memory_gib : default_memory_gib(args);
   ip::PlannerOptions options;
   options.num_stages = args.stages;

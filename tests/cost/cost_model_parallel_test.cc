@@ -127,6 +127,10 @@ TEST(CostModelParallel, ASpreadHeadsReplicasSyncOverEveryRank) {
   EXPECT_NEAR(model("llama-13b", 4).head_replica_sync_time(),
               2 * 3.0 / 4 * head_bytes / 200e9 + 2 * 1e-5, 1e-15);
   EXPECT_EQ(model("llama-13b", 1).head_replica_sync_time(), 0);
+  // The trainer's copy with replicas on every stage, which the simulator charges it to.
+  EXPECT_FALSE(sp8.head_replicas());
+  EXPECT_TRUE(sp8.with_head_replicas().head_replicas());
+  EXPECT_EQ(sp8.with_head_replicas().head_replica_sync_time(), sp8.head_replica_sync_time());
 }
 
 TEST(CostModelParallel, ComputeDividesOverTheRanksAndAlltoallsAddPerLayer) {

@@ -79,12 +79,8 @@ TEST(SpreadHeadSchedule, BalancingAHeavyHeadShortensTheStep) {
   const SimResult inside =
       simulate(build_schedule(step.chunks, {wave}, stages(2)), step.chunks, cost, {}, {});
   // Each stage then has 96 of the 144 units the last stage had (1.19 s against 1.48 s measured:
-  // fill and drain over what is now a 3-deep pipeline). The compute, that is: the test's
-  // shape has a large head, whose replicas' gradient all-reduce over this slow link is left out.
-  const double head_sync = cost.head_replica_sync_time();
-  EXPECT_EQ(spread.gradient_sync_s[0], head_sync);
-  EXPECT_EQ(inside.gradient_sync_s[0], 0);
-  EXPECT_LT(spread.step_time_s - head_sync, 0.85 * inside.step_time_s)
+  // fill and drain over what is now a 3-deep pipeline).
+  EXPECT_LT(spread.step_time_s, 0.85 * inside.step_time_s)
       << spread.step_time_s << " vs " << inside.step_time_s << "\n"
       << s.text();
 }

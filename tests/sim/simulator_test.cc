@@ -378,7 +378,8 @@ TEST(Simulator, SpreadHeadChargesHOnItsStageAndTheTransfersAsSends) {
   CostCoefficients c = test::simple_coefficients(1e-3);
   c.head_s_per_token = 1e-3;
   c.logits_bytes = 1000;
-  const CostModel cost = test::cost_with(c, {1, 1});
+  // A trainer with head replicas on every stage (the spread head's).
+  const CostModel cost = test::cost_with(c, {1, 1}).with_head_replicas();
   const std::vector<Chunk> chunks = {test::whole(0, 10)};
   Schedule s;
   s.stages = {{F(0),
@@ -405,6 +406,10 @@ TEST(Simulator, SpreadHeadChargesHOnItsStageAndTheTransfersAsSends) {
   EXPECT_NEAR(r.step_time_s,
               0.010 + 0.010 + 0.010 + 0.010 + 0.030 + 0.010 + 0.020 + 0.010 + 0.020 + head_sync,
               1e-9);
+  // Without replicas (a model that keeps no head on other stages) nothing is synced.
+  const SimResult plain = simulate(s, chunks, test::cost_with(c, {1, 1}), {}, options);
+  EXPECT_EQ(plain.gradient_sync_s, (std::vector<double>{0.0, 0.0}));
+  EXPECT_NEAR(plain.step_time_s, r.step_time_s - head_sync, 1e-9);
   EXPECT_NEAR(r.busy_s[0], 0.010 + 0.030 + 0.020, 1e-12);
   EXPECT_NEAR(r.busy_s[1], 0.010 + 0.020, 1e-12);
   const SimEvent* h = find_event(r, 0, "H0");

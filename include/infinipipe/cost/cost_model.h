@@ -277,11 +277,17 @@ class CostModel {
   // An H action on any stage: head_forward_time plus head_backward_time, what the last stage's
   // F and B with the head cost more than without it.
   double head_time(const Chunk& chunk) const;
-  // A spread head's plan (docs/runtime.md, "Spread head"): once per step, after the gradient
-  // groups' sync, the head replicas' gradients are all-reduced over every rank of the world
-  // (each sends and receives 2 (n-1)/n of the head's gradient bytes, a ring as
-  // gradient_sync_time), over the inter-node link when the world spans nodes; 0 for one rank.
+  // A trainer with a head replica on every stage (docs/runtime.md, "Spread head"): once per
+  // step, after the gradient groups' sync, the replicas' gradients are all-reduced over every
+  // rank of the world (each sends and receives 2 (n-1)/n of the head's gradient bytes, a ring
+  // as gradient_sync_time), over the inter-node link when the world spans nodes; 0 for one rank.
   double head_replica_sync_time() const;
+  // A copy for such a trainer (PlannerOptions::spread_head: plan_step and the plan tool use it):
+  // the simulator ends every step with head_replica_sync_time, whatever the plan's heads (the
+  // trainer issues the all-reduce on every step), and the last stage's own sync leaves its head
+  // out.
+  CostModel with_head_replicas() const;
+  bool head_replicas() const { return head_replicas_; }
   // Held while H runs: the chunk's logits_bytes per token and the loss's total weight, what the
   // last stage keeps from F to B when it runs the head in F.
   double head_logits_bytes(const Chunk& chunk) const;
@@ -363,6 +369,7 @@ class CostModel {
   double head_gather_s_ = 0;         // ZeRO-3: the head's, over the last stage's link
   Link world_link_;                  // the slowest link of an all-reduce over every rank
   bool ideal_even_head_ = false;     // with_ideal_even_head
+  bool head_replicas_ = false;       // with_head_replicas
 };
 
 // {"model": {...}, "layers_per_stage": [...], "coefficients": {...}, "layout": {...}}; the
