@@ -33,8 +33,10 @@ Plan plan_of(Candidate cand, const std::vector<int64_t>& lengths, const CostMode
                    std::move(cand.checkpoint.recompute), cost, cand.sim, cand.checkpoint.solver);
 }
 
-// With the spread head, `runners_up` (candidates that fit, besides the winner) are spread too
-// and the fastest plan wins (spread_plan.h: fastest_spread).
+// With the spread head or zero bubble tried, `runners_up` (candidates that fit, besides the
+// winner) get them too and the fastest plan wins (ties: the winner, then the faster runner-up):
+// the search ranks candidates with the head on the last stage and without W actions, and a
+// chunking that loses there can win once its heads are spread or its backwards split.
 PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const CostModel& cost,
                       const PlannerOptions& options, const PlanningCall& call,
                       std::vector<Candidate> runners_up = {}) {
@@ -45,31 +47,39 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
   std::vector<RecomputeMethod> methods = {RecomputeMethod::kStageAwareGreedy,
                                           RecomputeMethod::kUntiedGreedy};
   if (options.recompute_time_limit_s > 0) methods.push_back(RecomputeMethod::kStageAware);
-  if (options.spread_head) {
-    std::vector<Plan> others;
-    for (Candidate& cand : runners_up)
-      if (!same_chunks(cand.chunks, result.plan.chunks) || cand.waves != result.plan.waves)
-        others.push_back(plan_of(std::move(cand), lengths, cost));
-    result.plan = fastest_spread(std::move(result.plan), std::move(others), cost, options, methods);
-  }
   const ZeroBubbleChoice zero_bubble = zero_bubble_choice(options);
-  if (zero_bubble != ZeroBubbleChoice::kOff) {
-    std::string reason;
-    const bool always = zero_bubble == ZeroBubbleChoice::kAlways;
-    // Tried and not fitting, the plan stays as it was.
-    if (!split_backwards(result.plan, cost, options, methods, always, reason) && always)
-      return infeasible("EPP's plan " + describe(Method::kEpp, result.plan.setting) + ": " +
-                        reason);
+  std::string reason;
+  auto finish = [&](Plan& plan) {
+    spread_heads_if_faster(plan, cost, options, methods);
+    if (zero_bubble == ZeroBubbleChoice::kTry)
+      split_backwards(plan, cost, options, methods, false, reason);
+  };
+  finish(result.plan);
+  for (Candidate& cand : runners_up) {
+    if (same_chunks(cand.chunks, result.plan.chunks) && cand.waves == result.plan.waves) continue;
+    check_not_cancelled(options);
+    Plan other = plan_of(std::move(cand), lengths, cost);
+    finish(other);
+    if (other.step_time_s < result.plan.step_time_s) result.plan = std::move(other);
   }
+  // Forced (ablations), the mode goes on the finished plan whatever the time.
+  if (zero_bubble == ZeroBubbleChoice::kAlways &&
+      !split_backwards(result.plan, cost, options, methods, true, reason))
+    return infeasible("EPP's plan " + describe(Method::kEpp, result.plan.setting) + ": " + reason);
   call.finish(result.plan, cost);
   return result;
 }
 
-// With the spread head: how many runners-up are spread besides the winner (the fastest that fit
-// with the head on the last stage), and how many candidates the search left unsimulated are
-// simulated for it (best bound first): the search's bounds assume the head on the last stage.
-constexpr size_t kSpreadRunnersUp = 6;
-constexpr int kSpreadUnsearched = 6;
+// With the spread head or zero bubble tried: how many runners-up get them besides the winner
+// (the fastest that fit as the search planned them), and how many candidates the search left
+// unsimulated are simulated for them (best bound first): the search's bounds assume neither.
+constexpr size_t kFinishRunnersUp = 6;
+constexpr int kFinishUnsearched = 6;
+
+// Whether finish_epp gives the runners-up the finishing touches too.
+bool finishes_runners_up(const PlannerOptions& options) {
+  return options.spread_head || zero_bubble_choice(options) == ZeroBubbleChoice::kTry;
+}
 
 }  // namespace
 
@@ -325,16 +335,16 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
   bool have_best = false, have_own = false;
   Candidate best, best_own;  // best_own: the best of the sequence processor's chunks
   int evaluated[2] = {0, 0}, groupings[2] = {0, 0};  // sequence processor's chunks, baselines'
-  std::vector<Candidate> runners_up;  // with the spread head: the fastest that fit, fastest first
+  std::vector<Candidate> runners_up;  // finishes_runners_up: the fastest that fit, fastest first
   auto remember = [&](const Candidate& cand) {
     auto at = std::upper_bound(runners_up.begin(), runners_up.end(), cand.sim.step_time_s,
                                [](double t, const Candidate& c) { return t < c.sim.step_time_s; });
-    if (static_cast<size_t>(at - runners_up.begin()) >= kSpreadRunnersUp) return;
+    if (static_cast<size_t>(at - runners_up.begin()) >= kFinishRunnersUp) return;
     runners_up.insert(at, cand);
-    if (runners_up.size() > kSpreadRunnersUp) runners_up.pop_back();
+    if (runners_up.size() > kFinishRunnersUp) runners_up.pop_back();
   };
   auto keep = [&](Candidate& cand) {
-    if (options.spread_head) remember(cand);
+    if (finishes_runners_up(options)) remember(cand);
     if (cand.setting.chunker == Method::kEpp &&
         (!have_own || cand.sim.step_time_s < best_own.sim.step_time_s)) {
       best_own = cand;
@@ -455,7 +465,7 @@ PlanResult plan_epp(const std::vector<int64_t>& lengths, const CostModel& cost,
     if (fits) keep(cand);
   }
   for (int extra = 0;
-       options.spread_head && have_best && extra < kSpreadUnsearched && !queue.empty();
+       finishes_runners_up(options) && have_best && extra < kFinishUnsearched && !queue.empty();
        queue.pop()) {
     Candidate& cand = candidates[queue.top()];
     if (cand.simulated || cand.never_fits_as_is) continue;

@@ -97,14 +97,4 @@ void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOpti
   }
 }
 
-Plan fastest_spread(Plan plan, std::vector<Plan> others, const CostModel& cost,
-                    const PlannerOptions& options, const std::vector<RecomputeMethod>& methods) {
-  spread_heads_if_faster(plan, cost, options, methods);
-  for (Plan& other : others) {
-    spread_heads_if_faster(other, cost, options, methods);
-    if (other.step_time_s < plan.step_time_s) plan = std::move(other);
-  }
-  return plan;
-}
-
 }  // namespace infinipipe::planning

@@ -16,11 +16,4 @@ namespace infinipipe::planning {
 void spread_heads_if_faster(Plan& plan, const CostModel& cost, const PlannerOptions& options,
                             const std::vector<RecomputeMethod>& methods);
 
-// EPP's search ranks its candidates with the head on the last stage, but a chunking that loses
-// there can win once its heads are spread: `plan` (the search's winner) and `others` (runners-up
-// that fit) are each spread where faster, and the fastest is returned (ties: `plan`, then the
-// earlier of `others`).
-Plan fastest_spread(Plan plan, std::vector<Plan> others, const CostModel& cost,
-                    const PlannerOptions& options, const std::vector<RecomputeMethod>& methods);
-
 }  // namespace infinipipe::planning

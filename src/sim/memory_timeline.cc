@@ -12,6 +12,8 @@ namespace infinipipe {
 double stage_model_state_bytes(const Schedule& schedule, int stage, const CostModel& cost) {
   double bytes = cost.model_state_bytes(stage);
   if (stage == schedule.num_stages() - 1) return bytes;  // its own head
+  // A spread-head trainer builds a replica on every stage, whatever this step's heads.
+  if (cost.head_replicas()) return bytes + cost.head_replica_bytes();
   const std::vector<Action>& actions = schedule.stages[stage];
   const bool runs_heads = std::any_of(actions.begin(), actions.end(),
                                       [](const Action& a) { return a.type == ActionType::kHead; });

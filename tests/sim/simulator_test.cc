@@ -424,6 +424,21 @@ TEST(Simulator, SpreadHeadChargesHOnItsStageAndTheTransfersAsSends) {
               1e-6);
   EXPECT_EQ(stage_model_state_bytes(s, 0, cost), state);
   EXPECT_EQ(stage_model_state_bytes(s, 1, cost), cost.model_state_bytes(1));
+  // The trainer builds the replica whatever the step's heads: a step whose heads all run on the
+  // last stage still holds it on stage 0; a model without replicas holds it only where H runs.
+  Schedule last_only = s;
+  std::vector<Action>& stage0 = last_only.stages[0];
+  stage0.erase(std::remove_if(stage0.begin(), stage0.end(),
+                              [](const Action& a) {
+                                return a.type == ActionType::kHead ||
+                                       a.type == ActionType::kRecvHead ||
+                                       a.type == ActionType::kSendHeadGrad;
+                              }),
+               stage0.end());
+  EXPECT_EQ(stage_model_state_bytes(last_only, 0, cost), state);
+  const CostModel no_replicas = test::cost_with(c, {1, 1});
+  EXPECT_EQ(stage_model_state_bytes(last_only, 0, no_replicas), no_replicas.model_state_bytes(0));
+  EXPECT_EQ(stage_model_state_bytes(s, 0, no_replicas), state);
 }
 
 TEST(Simulator, AVirtualHeadStageRunsEveryHead) {

@@ -78,8 +78,9 @@ class Report(unittest.TestCase):
 
     def test_spread_head_names_the_heads_per_stage(self):
         # LLaMA-3-8B's 128K-vocabulary head on 4 stages: spread wherever the simulator finds it
-        # faster; the bound is then the head poured over the stages, below the plain one.
-        case = ["--model", "llama3-8b", "--stages", "4", "--memory-gib", "80", "--method", "all"]
+        # faster; the bound is then the head poured over the stages, below the plain one. 120 GiB
+        # so that no method recomputes, with or without the replicas' bytes.
+        case = ["--model", "llama3-8b", "--stages", "4", "--memory-gib", "120", "--method", "all"]
         case += ["--distribution", "wikipedia", "--batch", "32", "--context", "32768"]
         case += ["--checkpoint-seconds", "0"]
 
@@ -99,8 +100,18 @@ class Report(unittest.TestCase):
                 self.assertGreater(sync, 0)
                 self.assertEqual(max(a["gradient_sync_s_per_stage"]), 0)
                 self.assertLessEqual(b["step_time_s"], a["step_time_s"] + sync + 1e-9)
+                self.assertEqual(b["recompute_s"], 0)
                 if not b["spread_head"]:
                     self.assertEqual(a["hash"], b["hash"])
+                    # The same plan, but every stage before the last holds a head replica: the
+                    # last stage's model state over a middle one's (same layers, plus the head).
+                    state = a["model_state_gib_per_rank"]
+                    replica = state[3] - state[1]
+                    for p in range(4):
+                        extra = replica if p < 3 else 0
+                        self.assertAlmostEqual(
+                            b["peak_memory_gib"][p], a["peak_memory_gib"][p] + extra, places=6
+                        )
                     continue
                 self.assertEqual(len(b["heads_per_stage"]), 4)
                 self.assertEqual(sum(b["heads_per_stage"]), b["num_chunks"])

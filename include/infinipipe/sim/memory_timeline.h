@@ -10,10 +10,12 @@
 //   - after every forward: model state + buffers + activations of the chunks in flight;
 //   - during every backward: the same plus the chunk's backward workspace;
 //   - during every H (spread head): the same plus the chunk's logits (head_logits_bytes).
-// A stage other than the last that runs H actions holds the head's replica as model state
-// (stage_model_state_bytes). On the last stage a chunk with an H keeps no logits from F to B:
-// their bytes (which activation_bytes counts there whatever the recompute) come off the moment's
-// fixed bytes while the chunk is in flight, so moment_bytes stays fixed bytes plus activations.
+// A stage other than the last holds the head's replica as model state when it runs H actions,
+// and always under a spread-head trainer's cost model (CostModel::head_replicas), which builds
+// one on every stage (stage_model_state_bytes). On the last stage a chunk with an H keeps no logits
+// from F to B: their bytes (which activation_bytes counts there whatever the recompute) come off
+// the moment's fixed bytes while the chunk is in flight, so moment_bytes stays fixed bytes plus
+// activations.
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
