@@ -112,8 +112,12 @@ std::vector<int> balanced_layer_split(const std::vector<std::vector<int64_t>>& s
 }
 
 CostModel with_layer_split(const CostModel& cost, const std::vector<int>& split) {
-  const CostModel out(cost.shape(), split, cost.coefficients(), cost.layout());
-  return cost.ideal_even_head() ? out.with_ideal_even_head() : out;
+  // The what-ifs and the trainer's mode travel with the split: a spread-head trainer's replicas
+  // cost memory and a sync on every split.
+  CostModel out(cost.shape(), split, cost.coefficients(), cost.layout());
+  if (cost.ideal_even_head()) out = out.with_ideal_even_head();
+  if (cost.head_replicas()) out = out.with_head_replicas();
+  return out;
 }
 
 std::vector<LayerSplitCandidate> layer_split_candidates(

@@ -123,6 +123,10 @@ TEST(StageBalance, AnIdealEvenHeadIsEveryStagesShareAndSurvivesASplit) {
   EXPECT_EQ(balanced_layer_split(steps, cost), std::vector<int>({8, 8, 8, 8}));
   EXPECT_TRUE(with_layer_split(cost, {7, 9, 8, 8}).ideal_even_head());
   EXPECT_FALSE(with_layer_split(a800_cost("llama3-8b", 4), {7, 9, 8, 8}).ideal_even_head());
+  // So do a spread-head trainer's replicas (their memory and sync), which a split once dropped.
+  const CostModel replicas = a800_cost("llama3-8b", 4).with_head_replicas();
+  EXPECT_TRUE(with_layer_split(replicas, {7, 9, 8, 8}).head_replicas());
+  EXPECT_FALSE(with_layer_split(a800_cost("llama3-8b", 4), {7, 9, 8, 8}).head_replicas());
 }
 
 TEST(StageBalance, LargeVocabularyMovesLayersOffTheLastStage) {
