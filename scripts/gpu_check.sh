@@ -22,7 +22,11 @@
 #                 package, the tests, examples and benchmarks (never the checkout's module)
 #   import        imports the module, lists the libraries it loads, the attention kernel chosen
 #   kernels_cuda  tests/kernels/test_chunk_attention_cuda.py (1 GPU)
-#   nccl_parity   tests/python/gpu (2 GPUs: skips, saying so, on fewer)
+#   one_gpu       tests/python/gpu/test_one_gpu.py: the trainer on one GPU in float64, float32 and
+#                 bfloat16 with float32 masters against the unpipelined model on the CPU
+#   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
+#                 LLaMA-13B layer in bfloat16: OUT/cost_gpu_llama{7,13}b.json and .meta.json
+#   nccl_parity   tests/python/gpu/test_nccl_parity.py (2 GPUs: skips, saying so, on fewer)
 #   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
 #                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
 #   kernels_cpu   tests/kernels/test_chunk_attention.py with this build, on the CPU
@@ -36,7 +40,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=(deps build import kernels_cuda nccl_parity efficiency kernels_cpu)
+STEPS=(deps build import kernels_cuda one_gpu cost_profile efficiency nccl_parity kernels_cpu)
 
 step_info() {  # name -> "time limit in s|what it is"
   case $1 in
@@ -44,6 +48,8 @@ step_info() {  # name -> "time limit in s|what it is"
     build) echo "420|configure and build infinipipe._C" ;;
     import) echo "60|import the module" ;;
     kernels_cuda) echo "240|chunk attention on CUDA" ;;
+    one_gpu) echo "180|the trainer on one GPU against the unpipelined model" ;;
+    cost_profile) echo "240|a LLaMA-7B and -13B layer profiled and fitted on the GPU" ;;
     nccl_parity) echo "300|2 ranks over NCCL against the unpipelined model" ;;
     efficiency) echo "180|GEMM and attention TFLOP/s by size against the cited curves" ;;
     kernels_cpu) echo "240|chunk attention tests on the CPU" ;;
@@ -287,7 +293,21 @@ pytest_step() {  # name, paths...
   tree_python -m pytest -rs -p no:cacheprovider "${xdist[@]}" --junitxml="$LOGS/$name.xml" "$@"
 }
 step_kernels_cuda() { pytest_step kernels_cuda tests/kernels/test_chunk_attention_cuda.py; }
-step_nccl_parity() { pytest_step nccl_parity tests/python/gpu; }
+step_one_gpu() { pytest_step one_gpu tests/python/gpu/test_one_gpu.py; }
+step_nccl_parity() { pytest_step nccl_parity tests/python/gpu/test_nccl_parity.py; }
+step_cost_profile() {  # LLaMA-7B and -13B shapes (vocab 32000), 8 even stages
+  use_prefix
+  need_module
+  local shapes=("llama7b 4096 32 32 11008" "llama13b 5120 40 40 13824") name hidden layers heads ffn
+  for shape in "${shapes[@]}"; do
+    read -r name hidden layers heads ffn <<< "$shape"
+    echo "--- $name"
+    tree_python -m infinipipe profile --device cuda --dtype bfloat16 --grid gpu --no-progress \
+      --vocab 32000 --hidden "$hidden" --layers "$layers" --heads "$heads" --kv-heads "$heads" \
+      --ffn "$ffn" --layers-per-stage "$(yes "$((layers / 8))" | head -8 | paste -sd,)" \
+      --output "$OUT_DIR/cost_gpu_$name.json"
+  done
+}
 step_kernels_cpu() { pytest_step kernels_cpu tests/kernels/test_chunk_attention.py; }
 step_efficiency() {
   use_prefix

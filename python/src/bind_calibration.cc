@@ -109,7 +109,8 @@ void bind_calibration(py::module_& m) {
         for (const GridPoint& p : g.points()) points.emplace_back(p.tokens, p.context);
         return py::make_tuple(points, g.repeats);
       },
-      py::arg("name"), "([(tokens, context)], repeats) of the grid 'quick', 'training' or 'full'.");
+      py::arg("name"),
+      "([(tokens, context)], repeats) of the grid 'quick', 'training', 'full' or 'gpu'.");
 }
 
 }  // namespace infinipipe::python

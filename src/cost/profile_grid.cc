@@ -25,7 +25,11 @@ ProfileGrid profile_grid(const std::string& name) {
   if (name == "full")
     return {
         {64, 128, 256, 512, 1024, 2048, 4096, 8192}, {0, 512, 1024, 2048, 4096, 8192}, 7, 10240};
-  throw Error("profile grid must be 'quick', 'training' or 'full', got '" + name + "'");
+  // A GPU's calibration (issue 37): the chunk sizes a GPU plan uses, 256 to 16K tokens, at the
+  // contexts of a 96K-token sequence's later slices; every sequence fits (16K after 96K).
+  if (name == "gpu")
+    return {{256, 512, 1024, 2048, 4096, 8192, 16384}, {0, 4096, 16384, 32768, 65536, 98304}, 5};
+  throw Error("profile grid must be 'quick', 'training', 'full' or 'gpu', got '" + name + "'");
 }
 
 }  // namespace infinipipe

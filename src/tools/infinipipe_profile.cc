@@ -190,7 +190,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", args.threads,
                  "intra-op threads (the trainer runs one per stage process)")
       ->capture_default_str();
-  app.add_option("--grid", args.grid, "quick (seconds), training or full")->capture_default_str();
+  app.add_option("--grid", args.grid, "quick (seconds), training, full or gpu")
+      ->capture_default_str();
   app.add_option("--repeats", args.repeats, "timed runs per point (default: the grid's)");
   app.add_option("--in-flight", args.in_flight,
                  "recorded forwards held before the oldest one's backward, as a pipeline stage "

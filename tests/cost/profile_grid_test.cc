@@ -1,5 +1,6 @@
 #include "infinipipe/cost/profile_grid.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,8 +27,20 @@ TEST(ProfileGrid, LeavesOutSequencesOverTheLongest) {
 }
 
 TEST(ProfileGrid, OnlyTheNamedGrids) {
-  EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick', 'training' or 'full'"),
+  EXPECT_NE(error_of([] { profile_grid("huge"); }).find("'quick', 'training', 'full' or 'gpu'"),
             std::string::npos);
+}
+
+TEST(ProfileGrid, TheGpuGridReachesLongContextsAndLargeChunks) {
+  const std::vector<GridPoint> points = profile_grid("gpu").points();
+  ASSERT_FALSE(points.empty());
+  int64_t most_tokens = 0, most_context = 0;
+  for (const GridPoint& p : points) {
+    most_tokens = std::max(most_tokens, p.tokens);
+    most_context = std::max(most_context, p.context);
+  }
+  EXPECT_EQ(most_tokens, 16384);
+  EXPECT_EQ(most_context, 98304);
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ struct ProfileGrid {
   int64_t longest_sequence = 0;
   std::vector<GridPoint> points() const;  // tokens-major
 };
-// "quick" (seconds; tests), "training" (a trainer's first run) or "full" (the calibration).
+// "quick" (seconds; tests), "training" (a trainer's first run), "full" (the calibration) or
+// "gpu" (a GPU's calibration: larger chunks, longer contexts).
 // Error on another name.
 ProfileGrid profile_grid(const std::string& name);
 

@@ -28,6 +28,15 @@ details (date, machine, grid, neighbours, activation bytes) and noting the refit
     python -m infinipipe profile --layers-per-stage 4,4 \
         --refit benchmarks/results/cost_cpu.meta.json --output benchmarks/results/cost_cpu.json
 
+--device cuda profiles on this machine's first GPU (wall clock, each run between two CUDA
+synchronizations; one a1 for CUDA's attention kernels, with no CPU tiling regimes) and writes
+the cost model over the built-in h100 hardware's analytic terms, naming the GPU in the
+.meta.json; the "gpu" grid goes from 256 to 16K tokens at contexts up to 96K:
+
+    python -m infinipipe profile --device cuda --dtype bfloat16 --grid gpu \
+        --vocab 32000 --hidden 4096 --layers 32 --heads 32 --kv-heads 32 --ffn 11008 \
+        --layers-per-stage 4,4,4,4,4,4,4,4 --output cost_gpu_llama7b.json
+
 --stage python (default) profiles the Python LlamaStage the Python trainer runs, through the
 same adapter the executor drives; --stage cpp the C++ LlamaStage (build/infinipipe-profile does
 the same without Python).
@@ -53,6 +62,7 @@ from .layer_profile import (
     IN_FLIGHT,
     STAGES,
     STATISTICS,
+    attention_query_cuts,
     cost_json,
     cpu_model,
     fit,
@@ -96,6 +106,8 @@ def print_fit(cal: Any, activation_bytes_per_token: float) -> None:
 MEASUREMENT_FIELDS = (
     "date",
     "cpu",
+    "device",
+    "gpu",
     "threads",
     "torch",
     "stage",
@@ -109,6 +121,12 @@ MEASUREMENT_FIELDS = (
 )
 
 
+def hardware_of(device: str) -> str:
+    """The built-in hardware whose analytic terms (links, memory, the parts not profiled) a
+    profile on `device` keeps: the h100's for any GPU (the GPU's name is in the .meta.json)."""
+    return "cpu" if torch.device(device).type == "cpu" else "h100"
+
+
 def refit(args: argparse.Namespace, config: llama.LlamaConfig, split: list[int]) -> int:
     """--refit: the runs of an earlier profile fitted again, its cost JSON and meta rewritten."""
     measured = json.loads(args.refit.read_text())
@@ -116,9 +134,12 @@ def refit(args: argparse.Namespace, config: llama.LlamaConfig, split: list[int])
         raise SystemExit("profile --refit: an all-to-all profile's link is not refitted here")
     statistic = measured.get("statistic", args.statistic)
     runs = measured["runs"]
-    fits = {s: fit(runs, s, args.holdout, args.seed) for s in STATISTICS}
+    device = measured.get("device", "cpu")
+    fits = {
+        s: fit(runs, s, args.holdout, args.seed, attention_query_cuts(device)) for s in STATISTICS
+    }
     cal = fits[statistic]
-    cost = cost_json(config, split, cal, measured["activation_bytes"])
+    cost = cost_json(config, split, cal, measured["activation_bytes"], hardware_of(device))
     args.output.write_text(json.dumps(cost, indent=2))
     _C.plan.CostModel.load(str(args.output))  # fail here, not in the planner
     meta = {k: measured[k] for k in MEASUREMENT_FIELDS if k in measured}
@@ -172,6 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the layer runs (cuda: this machine's first GPU; wall clock)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -199,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"recorded forwards held before the oldest one's backward, as a pipeline stage "
         f"holds chunks in flight (default {IN_FLIGHT}; 0: each backward right after its forward)",
     )
-    p.add_argument("--grid", choices=("quick", "training", "full"), default="full")
+    p.add_argument("--grid", choices=("quick", "training", "full", "gpu"), default="full")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point")
     p.add_argument(
         "--statistic",
@@ -238,7 +265,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    cpu_time = args.clock == "cpu" or (args.clock == "auto" and args.threads == 1)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error(
+            "--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)"
+        )
+    if args.device == "cuda" and args.clock == "cpu":
+        p.error("--clock cpu times the CPU thread, not the GPU's kernels: use wall (or auto)")
+    if args.device == "cuda" and args.neighbours:
+        p.error("--neighbours shares a CPU's cores; a GPU profile runs alone: drop it")
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    cpu_time = args.device == "cpu" and (
+        args.clock == "cpu" or (args.clock == "auto" and args.threads == 1)
+    )
     config = llama.LlamaConfig(
         vocab=args.vocab,
         hidden=args.hidden,
@@ -281,11 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         neighbour_count=args.neighbours,
         in_flight=args.in_flight,
         neighbours_in_step=args.neighbours_in_step,
+        device=device,
     )
     if rank != 0:
         return 0  # rank 0 writes what it measured
     cal = result["calibration"]
-    cost = json.dumps(cost_json(config, split, cal, result["activation_bytes"]))
+    cost = json.dumps(
+        cost_json(config, split, cal, result["activation_bytes"], hardware_of(args.device))
+    )
     if link is not None:
         cost = alltoall.with_link(cost, link)
     args.output.write_text(json.dumps(json.loads(cost), indent=2))
@@ -294,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = dict(
         date=datetime.datetime.now(datetime.UTC).isoformat(),
         cpu=cpu_model(),
+        device=args.device,
+        gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         threads=torch.get_num_threads(),
         torch=torch.__version__,
         stage=args.stage,

@@ -50,14 +50,23 @@ def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
     return [tuple(p) for p in points], repeats
 
 
-def profiled_module(config: llama.LlamaConfig, stage: str) -> Any:
+def attention_query_cuts(device: torch.device) -> list[int]:
+    """Query lengths where a1 changes regime: the CPU kernel's tiling; none for CUDA's kernels."""
+    return ATTENTION_QUERY_CUTS if torch.device(device).type == "cpu" else []
+
+
+def profiled_module(
+    config: llama.LlamaConfig, stage: str, device: torch.device | str = "cpu"
+) -> Any:
     """Two layers (the second gives the per-layer activation bytes) with the embedding and the
     head, as the executor takes it: the Python stage through its adapter, or the C++ stage."""
     layers = min(2, config.layers)
     if stage == "python":
-        return LlamaStageAdapter(llama.LlamaStage(config, 0, layers, True, True, seed=0))
+        return LlamaStageAdapter(
+            llama.LlamaStage(config, 0, layers, True, True, seed=0, device=device)
+        )
     if stage == "cpp":
-        return cpp.stage(config, 0, layers, True, True, seed=0)
+        return cpp.stage(config, 0, layers, True, True, seed=0, device=device)
     raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
 
 
@@ -66,9 +75,10 @@ def _profile_layer(
     config: llama.LlamaConfig,
     points: Sequence[tuple[int, int]],
     repeats: int,
+    device: torch.device | str = "cpu",
     **options: Any,
 ) -> dict:
-    """_C.runtime.profile_layer on the CPU for the config's shape; options: seed,
+    """_C.runtime.profile_layer on `device` for the config's shape; options: seed,
     thread_cpu_time, progress."""
     return _C.runtime.profile_layer(
         module,
@@ -76,7 +86,7 @@ def _profile_layer(
         repeats,
         warmup=1,
         dtype=config.dtype,
-        device=torch.device("cpu"),
+        device=torch.device(device),
         hidden=config.hidden,
         kv_heads=config.kv_heads,
         head_dim=config.head_dim,
@@ -96,6 +106,7 @@ def time_runs(
     progress: bool = True,
     in_flight: int = IN_FLIGHT,
     after_each: Callable[[], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> dict:
     """The raw runs of _C.runtime.profile_layer, with a progress bar; `after_each` is called
     after every run (warm-ups included), outside the timed part."""
@@ -112,6 +123,7 @@ def time_runs(
             config,
             points,
             repeats,
+            device,
             seed=seed,
             thread_cpu_time=cpu_time,
             progress=update if progress or after_each is not None else None,
@@ -158,7 +170,13 @@ def fit(
     )
 
 
-def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, context: int) -> int:
+def layer_saved_bytes(
+    module: Any,
+    config: llama.LlamaConfig,
+    tokens: int,
+    context: int,
+    device: torch.device | str = "cpu",
+) -> int:
     """Bytes of the distinct storages autograd keeps for the backward of one layer on a chunk of
     one slice (tokens at context), on the executor's path: a C++ ChunkContext with K/V buffers for
     a split slice. With two layers it is the second
@@ -170,7 +188,7 @@ def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, conte
         kv = [
             [
                 _C.kernels.SequenceKV(
-                    context + tokens, config.kv_heads, config.head_dim, config.dtype
+                    context + tokens, config.kv_heads, config.head_dim, config.dtype, device
                 )
             ]
             if i < n
@@ -189,7 +207,9 @@ def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, conte
             first_layer[key] = (current, storage.nbytes())
         return t
 
-    hidden = torch.randn(tokens, config.hidden, dtype=config.dtype, requires_grad=True)
+    hidden = torch.randn(
+        tokens, config.hidden, dtype=config.dtype, device=device, requires_grad=True
+    )
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for current in range(n):
             hidden = module.layer(current, hidden, ctx)
@@ -197,10 +217,14 @@ def layer_saved_bytes(module: Any, config: llama.LlamaConfig, tokens: int, conte
 
 
 def activation_bytes(
-    module: Any, config: llama.LlamaConfig, tokens: Sequence[int], context: int
+    module: Any,
+    config: llama.LlamaConfig,
+    tokens: Sequence[int],
+    context: int,
+    device: torch.device | str = "cpu",
 ) -> tuple[float, float]:
     """(bytes per token, bytes per slice): a line through layer_saved_bytes over token counts."""
-    saved = [layer_saved_bytes(module, config, s, context) for s in tokens]
+    saved = [layer_saved_bytes(module, config, s, context, device) for s in tokens]
     slope, intercept = np.polyfit(np.asarray(tokens, float), np.asarray(saved, float), 1)
     return float(slope), float(intercept)
 
@@ -246,12 +270,13 @@ def profile(
     neighbour_count: int = 0,
     in_flight: int = IN_FLIGHT,
     neighbours_in_step: bool = False,
+    device: torch.device | str = "cpu",
 ) -> dict:
     """Times (beside neighbour_count processes doing the same work; with neighbours_in_step,
     each run beside the same run: neighbours.InStep), fits and measures; returns everything the CLI
     writes (see main)."""
     points, grid_repeats = grid_points(grid)
-    module = profiled_module(config, stage)
+    module = profiled_module(config, stage, device)
     repeats = repeats or grid_repeats
     in_step = (repeats, seed) if neighbours_in_step and neighbour_count > 0 else None
     from .neighbours import neighbours  # which runs this module's layer work in other processes
@@ -269,11 +294,13 @@ def profile(
             progress=progress,
             in_flight=in_flight,
             after_each=barrier,
+            device=device,
         )
-    fits = {s: fit(runs, s, holdout, seed) for s in STATISTICS}
+    cuts = attention_query_cuts(device)
+    fits = {s: fit(runs, s, holdout, seed, cuts) for s in STATISTICS}
     tokens = sorted({s for s, _ in points})
-    whole, whole_fixed = activation_bytes(module, config, tokens, 0)
-    split, split_fixed = activation_bytes(module, config, tokens, max(c for _, c in points))
+    whole, whole_fixed = activation_bytes(module, config, tokens, 0, device)
+    split, split_fixed = activation_bytes(module, config, tokens, max(c for _, c in points), device)
     return dict(
         calibration=fits[statistic],
         # A slice of a split sequence saves what a whole sequence does (its own k, v; the K/V

@@ -19,7 +19,7 @@ from infinipipe.planning.cost_model import model_shape_json
 # Tiny on purpose: 8 layers split over 2 or 4 stages, hidden 32, grouped-query attention.
 MODEL = dict(vocab=97, hidden=32, layers=8, heads=4, kv_heads=2, ffn=64)
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def model_config(dtype: str) -> llama.LlamaConfig:
