@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <memory>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -22,12 +24,22 @@ using torch::autograd::variable_list;
 // A node that feeds parameters: the edges to their gradient accumulators, and the gradients it
 // receives in B (kept by a pre-hook, which runs whenever the node runs).
 struct SplitBackward::WeightNode {
-  c10::intrusive_ptr<Node> node;
+  NodePtr node;
   edge_list parameters;
   variable_list grads;
 };
 
 namespace {
+
+// An owning pointer to a node the graph holds (a template, so that only the branch of this
+// torch's pointer is compiled).
+template <typename Ptr, typename N>
+Ptr owning(N* node) {
+  if constexpr (std::is_same_v<Ptr, std::shared_ptr<N>>)
+    return node->shared_from_this();
+  else
+    return Ptr::reclaim_copy(node);
+}
 
 struct KeepGrads : torch::autograd::FunctionPreHook {
   explicit KeepGrads(std::weak_ptr<SplitBackward::WeightNode> into) : into(std::move(into)) {}
@@ -79,8 +91,7 @@ at::Tensor SplitBackward::input_gradient(const at::Tensor& output, const at::Ten
     if (p.requires_grad())
       if (auto acc = torch::autograd::impl::try_get_grad_accumulator(p))
         accumulators.insert(acc.get());
-  const c10::intrusive_ptr<Node> input_node =
-      torch::autograd::impl::try_get_grad_accumulator(input);
+  const NodePtr input_node = torch::autograd::impl::try_get_grad_accumulator(input);
 
   // Walk the graph from the output without entering the parameters' chains: every node that
   // feeds a parameter is a weight node, and each must lie on the way to the input, or B would
@@ -106,9 +117,9 @@ at::Tensor SplitBackward::input_gradient(const at::Tensor& output, const at::Ten
       if (Node* accumulator = parameter_behind(edge, accumulators)) {
         auto& weight = found[node];
         if (!weight) weight = std::make_shared<WeightNode>();
-        weight->node = c10::intrusive_ptr<Node>::reclaim_copy(node);
+        weight->node = owning<NodePtr>(node);
         // W runs the nodes on the way to these accumulators, which add to the parameters' .grad.
-        weight->parameters.emplace_back(c10::intrusive_ptr<Node>::reclaim_copy(accumulator), 0);
+        weight->parameters.emplace_back(owning<NodePtr>(accumulator), 0);
         continue;
       }
       Node* next = edge.function.get();

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/intrusive_ptr.h>
-
-namespace torch::autograd {
-struct Node;
-}
+#include <torch/csrc/autograd/edge.h>
 
 namespace infinipipe::runtime {
+
+// How autograd holds its nodes: c10::intrusive_ptr from torch 2.13, std::shared_ptr before (the
+// GPU machine's torch 2.11, issue 37).
+using NodePtr = decltype(torch::autograd::Edge::function);
 
 class SplitBackward {
  public:
@@ -36,7 +36,7 @@ class SplitBackward {
   std::vector<std::shared_ptr<WeightNode>> nodes_;
   // The output's node: W frees every node's saved tensors from it once the weights are done (B
   // kept them all, and a saved tensor that is its own node's output can hold the node).
-  c10::intrusive_ptr<torch::autograd::Node> root_;
+  NodePtr root_;
 };
 
 }  // namespace infinipipe::runtime
