@@ -7,7 +7,7 @@ pages).
 The template holds the prose; every figure comes from a result file in --results (a section whose
 file is missing says so). The sections' numbers are computed by lib/calibration_page.py,
 lib/validation_page.py, lib/summary_page.py, the measured comparison's lib/measured_report.py and
-lib/layout_report.py, and lib/zero_bubble_report.py.
+lib/layout_report.py, lib/zero_bubble_report.py, and lib/gpu_report.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import string
 from pathlib import Path
 
 from lib.calibration_page import calibration_section
+from lib.gpu_report import gpu_section
 from lib.layout_report import layout_sections
 from lib.measured_report import measured_section
 from lib.results import DOCS, RESULTS, load
@@ -80,6 +81,7 @@ def render(results: Path, docs: Path) -> str:
         horizon=text(horizon_section(load(results / "cpu_horizon.json"))),
         timeline=timeline_section(load(results / "timeline_cpu.json")),
         cluster=text(cluster),
+        gpu=text(gpu_section(results, docs)),
         soak=text([BEGIN, *soak_section(soak, "img/soak.png", "benchmarks/results/soak.json"), END])
         if soak
         else "",

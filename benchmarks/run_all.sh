@@ -74,5 +74,7 @@ $PY $E/balance_study.py build/infinipipe-plan
 $PY $E/cluster_sp_study.py build/infinipipe-plan
 $PY $E/flexsp_study.py build/infinipipe-plan
 $PY $E/corpus_study.py build/infinipipe-plan
+# Plans with the cost models profiled on a GPU (scripts/gpu_check.sh's cost_profile, committed).
+$PY $E/gpu_cost_plans.py build/infinipipe-plan
 $PY benchmarks/planning_report.py
 $PY benchmarks/report.py

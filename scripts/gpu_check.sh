@@ -17,7 +17,8 @@
 #   deps          unpacks the .debs of --deps (default .gpu_deps) into BUILD/deps-prefix, for the
 #                 headers and libraries the machine lacks (nlohmann-json, CLI11, spdlog, fmt,
 #                 CoinOR's CBC; pkgconf); `--deps none` uses the system's
-#   build         configures (torch < 2.14: C++17) and builds the Python module alone in
+#   build         configures (torch < 2.14: C++17; a C++ compiler that links libstdc++ shared,
+#                 checked on the module) and builds the Python module alone in
 #                 BUILD/cmake, writing it into BUILD/tree/python/infinipipe beside a copy of the
 #                 package, the tests, examples and benchmarks (never the checkout's module)
 #   import        imports the module, lists the libraries it loads, the attention kernel chosen
@@ -115,6 +116,22 @@ pack() {
   tar czf "$OUT_DIR/logs.tar.gz.tmp" -C "$BUILD" logs && mv "$OUT_DIR/logs.tar.gz.tmp" "$OUT_DIR/logs.tar.gz"
 }
 
+# The C++ compiler the module is built with: one that links libstdc++ as a shared library
+# (INFINIPIPE_CXX, then CXX, then c++ and g++ on PATH). On the device machine of 2026-11-29,
+# CXX=/opt/gcc/bin/g++ linked its libstdc++ into the module, whose copy then met the system's,
+# loaded with torch, in one process: formatting an integer into a stream crashed (the facet
+# ids of one copy index the locale of the other).
+shared_cxx() {
+  local cxx lib
+  for cxx in ${INFINIPIPE_CXX:-} ${CXX:-} c++ g++; do
+    command -v "$cxx" >/dev/null || continue
+    lib=$("$cxx" -print-file-name=libstdc++.so 2>/dev/null) || continue
+    # without a shared libstdc++ the compiler prints the bare name back
+    if [ "$lib" != libstdc++.so ] && [ -e "$lib" ]; then command -v "$cxx"; return 0; fi
+  done
+  return 1
+}
+
 # --- (1) the environment -----------------------------------------------------------------------
 environment() {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -141,6 +158,13 @@ for i in range(torch.cuda.device_count()):
     print(f"  cuda:{i} {p.name}, capability {p.major}.{p.minor}, {p.total_memory / 2**30:.0f} GiB")
 print("cmake prefix:", torch.utils.cmake_prefix_path)
 EOF
+  echo "CC=${CC:-} CXX=${CXX:-} CXXFLAGS=${CXXFLAGS:-} LDFLAGS=${LDFLAGS:-}"
+  for cxx in ${CXX:-} c++ g++; do
+    command -v "$cxx" >/dev/null || continue
+    echo "$cxx: libstdc++.so $("$cxx" -print-file-name=libstdc++.so), configured with:" \
+      "$("$cxx" -v 2>&1 | sed -n 's/^Configured with: //p' | grep -oE -- '--(en|dis)able-(shared|static)[^ ]*' | tr '\n' ' ')"
+  done
+  echo "the build's C++ compiler: $(shared_cxx || echo none)"
   for tool in nvcc c++ g++ cmake ninja pkg-config dpkg-deb readelf; do
     if command -v "$tool" >/dev/null; then
       echo "$tool: $(command -v "$tool"), $("$tool" --version 2>&1 | sed -n 1p)"
@@ -241,8 +265,12 @@ step_build() {
     pkgconf=(-DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf")
   fi
   echo "torch: $("$PY" -c 'import torch; print(torch.__version__)'), CUDA ${TORCH_CUDA:-none}, nvcc ${NVCC_VERSION:-none}"
+  local cxx
+  cxx=$(shared_cxx) || { echo "no C++ compiler with a shared libstdc++ (set INFINIPIPE_CXX)"; return 1; }
+  echo "C++ compiler: $cxx"
   # not the tests, tools or fuzzers: the module and what it links
   cmake -S "$REPO" -B "$BUILD/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_HOST_COMPILER="$cxx" \
     -DINFINIPIPE_WITH_TORCH=ON -DINFINIPIPE_BUILD_TESTS=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX/usr" -DPython_EXECUTABLE="$PY" \
     "${TORCH_CMAKE_ARGS[@]}" "${pkgconf[@]}" \
@@ -254,6 +282,15 @@ step_build() {
   echo "C++ standards in the build: $std"
   cmake --build "$BUILD/cmake" --target infinipipe_C -j "$JOBS"
   ls -la "$TREE"/python/infinipipe/_C*.so
+  # one C++ runtime per process: the module must load the system's libstdc++, not carry its own
+  local so
+  so=$(compgen -G "$TREE/python/infinipipe/_C*.so")
+  if ! readelf -d "$so" | grep -q 'NEEDED.*libstdc++'; then
+    echo "the module does not load libstdc++.so: $cxx linked the C++ runtime into it, and two"
+    echo "copies of it in one process crash (set INFINIPIPE_CXX to a compiler with a shared one)"
+    rm -f "$so"
+    return 1
+  fi
 }
 
 # runs python from the tree, with this build's package first
@@ -327,7 +364,8 @@ for s in "${SELECTED[@]}"; do
   t0=$SECONDS
   set +e
   # exported so that the step, run in a child bash under timeout, sees the script's functions
-  export -f "step_$s" pytest_step tree_python need_module use_prefix torch_cuda_toolkit copy_python_package
+  export -f "step_$s" pytest_step tree_python need_module use_prefix torch_cuda_toolkit copy_python_package \
+    shared_cxx
   export REPO PY BUILD PREFIX TREE LOGS DEPS JOBS OUT_DIR
   timeout --kill-after=10 "$limit" bash -eo pipefail -c "step_$s" 2>&1 | tee "$LOGS/$s.log"
   rc=${PIPESTATUS[0]}

@@ -1,6 +1,6 @@
 """The benchmark scripts' smoke paths: cluster_study --smoke, balance_study --smoke, cluster_sp_study
 --smoke, flexsp_study --smoke, corpus_study --smoke (each renders docs/cluster_study.md into a temporary directory with its
-own results), plot_timeline on a small trace, and measured_comparison --smoke under a parallel layout (4
+own results), gpu_cost_plans --smoke, plot_timeline on a small trace, and measured_comparison --smoke under a parallel layout (4
 processes: pipeline 2 x SP 2 and pipeline 2 x data 2) with its docs subsection."""
 
 import json
@@ -249,3 +249,22 @@ def test_zero_bubble_measured_steps_every_mode_on_the_same_batches(tmp_path):
     for a, b in zip(res["rows"]["off"], res["rows"]["h1"]):
         assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
         assert b["weight_s"] > 0 and a["weight_s"] == 0
+
+
+def test_gpu_cost_plans_smoke_plans_both_cost_models_of_both_models():
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "gpu_cost_plans.py"), str(TOOL), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = Path(done.stdout.strip().splitlines()[-1].split()[-1])
+    cases = json.loads(out.read_text())["cases"]
+    assert [(c["model"], c["costs"]) for c in cases] == [
+        (m, costs)
+        for m in ("LLaMA-7B", "LLaMA-13B")
+        for costs in ("analytic h100", "measured H200")
+    ]
+    for c in cases:
+        assert c["means"]["epp"] > 0 and c["means"]["epp_chunks"] >= 1

@@ -435,3 +435,42 @@ def test_a_cost_model_of_another_shape_is_refused_naming_the_fields(tmp_path):
         infinipipe.cost_model_for(
             config, [4, 4], torch.float64, infinipipe.PlanConfig(cost_model=str(out))
         )
+
+
+def test_a_gpu_profile_fits_one_a1_and_keeps_the_gpu_hardware():
+    # CUDA's attention kernels have no CPU tiling regimes: a profile on a GPU fits one a1, and
+    # its cost JSON keeps the built-in GPU hardware's analytic terms (the h100's).
+    from infinipipe.profiling import cli
+
+    assert profile.attention_query_cuts("cuda") == []
+    assert profile.attention_query_cuts("cpu") == profile.ATTENTION_QUERY_CUTS
+    layer = [
+        dict(
+            tokens=s,
+            context=c,
+            forward_s=[2e-11 * s * (2 * c + s) + 7e-7 * s + 5e-4 + 1e-8 * c],
+            backward_s=[2 * (2e-11 * s * (2 * c + s) + 7e-7 * s + 5e-4 + 1e-8 * c)],
+        )
+        for s in (256, 1024, 4096, 16384)
+        for c in (0, 16384, 98304)
+    ]
+    cal = profile.fit(dict(layer=layer, embedding=[], head=[]), holdout=0, attention_query_cuts=[])
+    assert list(cal.attention_query_cuts) == []
+    assert cal.a1 == pytest.approx(2e-11, rel=1e-6)
+    assert cli.hardware_of("cuda") == "h100" and cli.hardware_of("cpu") == "cpu"
+    cost = profile.cost_json(llama.LlamaConfig.tiny(), [4, 4], cal, hardware="h100")
+    analytic_cpu = profile.cost_json(llama.LlamaConfig.tiny(), [4, 4], cal, hardware="cpu")
+    assert cost["coefficients"]["a1"] == pytest.approx(2e-11, rel=1e-6)
+    assert cost["coefficients"] != analytic_cpu["coefficients"]  # the GPU's links and memory
+
+
+def test_the_gpu_grid_reaches_16k_tokens_at_96k_context():
+    points, repeats = profile.grid_points("gpu")
+    assert max(s for s, _ in points) == 16384 and max(c for _, c in points) == 98304
+    assert repeats >= 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message where there is no GPU")
+def test_cli_device_cuda_without_a_gpu_says_so(tmp_path):
+    proc = run_cli("profile", "--device", "cuda", "--output", str(tmp_path / "c.json"), timeout=120)
+    assert proc.returncode == 2 and "torch sees no CUDA device here" in proc.stderr
