@@ -27,6 +27,8 @@
 #                 bfloat16 with float32 masters against the unpipelined model on the CPU
 #   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
 #                 LLaMA-13B layer in bfloat16: OUT/cost_gpu_llama{7,13}b.json and .meta.json
+#   step_speed    benchmarks/experiments/gpu_step_speed.py: a ~1B LLaMA's training step on packed and
+#                 split 16K-token batches, the executor against the plain step; OUT/gpu_step_speed.json
 #   nccl_parity   tests/python/gpu/test_nccl_parity.py (2 GPUs: skips, saying so, on fewer)
 #   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
 #                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
@@ -41,7 +43,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=(deps build import kernels_cuda one_gpu cost_profile efficiency nccl_parity kernels_cpu)
+STEPS=(deps build import kernels_cuda one_gpu cost_profile efficiency step_speed nccl_parity kernels_cpu)
 
 step_info() {  # name -> "time limit in s|what it is"
   case $1 in
@@ -53,6 +55,7 @@ step_info() {  # name -> "time limit in s|what it is"
     cost_profile) echo "240|a LLaMA-7B and -13B layer profiled and fitted on the GPU" ;;
     nccl_parity) echo "300|2 ranks over NCCL against the unpipelined model" ;;
     efficiency) echo "180|GEMM and attention TFLOP/s by size against the cited curves" ;;
+    step_speed) echo "240|a 1B LLaMA's step: the executor against the plain training step" ;;
     kernels_cpu) echo "240|chunk attention tests on the CPU" ;;
     *) return 1 ;;
   esac
@@ -346,6 +349,11 @@ step_cost_profile() {  # LLaMA-7B and -13B shapes (vocab 32000), 8 even stages
   done
 }
 step_kernels_cpu() { pytest_step kernels_cpu tests/kernels/test_chunk_attention.py; }
+step_step_speed() {
+  use_prefix
+  need_module
+  tree_python benchmarks/experiments/gpu_step_speed.py --out "$OUT_DIR/gpu_step_speed.json"
+}
 step_efficiency() {
   use_prefix
   need_module

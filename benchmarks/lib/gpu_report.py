@@ -17,6 +17,7 @@ from lib.results import load
 PROFILES = {"LLaMA-7B": "cost_h200_llama7b.meta.json", "LLaMA-13B": "cost_h200_llama13b.meta.json"}
 EFFICIENCY = "gpu_efficiency_h200.json"
 PLANS = "gpu_cost_plans.json"  # benchmarks/experiments/gpu_cost_plans.py
+SPEED = "gpu_step_speed.json"  # benchmarks/experiments/gpu_step_speed.py, run by gpu_check.sh
 GOAL = {"median": 0.05, "max": 0.10}  # issue 37: held-out error goal
 
 
@@ -155,6 +156,27 @@ def plans_lines(plans: dict) -> list[str]:
     return out + [""]
 
 
+def speed_lines(speed: dict) -> list[str]:
+    """The executor's training step against the plain one, tokens/s by batch and runner."""
+    m = speed["model"]
+    out = [
+        f"A training step of a {m['layers']}-layer LLaMA (hidden {m['hidden']}, vocab "
+        f"{m['vocab']}) on one {speed['device']} in {speed['dtype'].replace('torch.', '')} with "
+        f"float32 masters and AdamW, the median of {speed['steps']} steps per runner taken in "
+        "turns (`benchmarks/experiments/gpu_step_speed.py`); plain is the model's own step on the "
+        "whole batch as one chunk:",
+        "",
+        *table_head("batch", "runner", "tokens/s", "time over plain's"),
+    ]
+    for case, c in speed["cases"].items():
+        for name, r in c["runners"].items():
+            out.append(
+                f"| {case} ({len(c['lengths'])} documents, {c['tokens']} tokens) | {name} | "
+                f"{r['tokens_per_s']:.0f} | {r['time_over_plain']:.3f} |"
+            )
+    return out + [""]
+
+
 def plot_efficiency(eff: dict, path: Path) -> None:
     """TFLOP/s by size, measured against the published points, GEMMs and attention."""
     import matplotlib
@@ -199,7 +221,8 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
     }
     eff = load(results / EFFICIENCY)
     plans = load(results / PLANS)
-    if not metas and eff is None:
+    speed = load(results / SPEED)
+    if not metas and eff is None and speed is None:
         return [f"No GPU results ({', '.join([*PROFILES.values(), EFFICIENCY])}).", ""]
     out = []
     if metas:
@@ -236,4 +259,6 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
         ]
     if plans is not None:
         out += plans_lines(plans)
+    if speed is not None and speed["device"] != "cpu":  # a CPU run is the smoke path's
+        out += speed_lines(speed)
     return out

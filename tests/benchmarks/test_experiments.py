@@ -268,3 +268,30 @@ def test_gpu_cost_plans_smoke_plans_both_cost_models_of_both_models():
     ]
     for c in cases:
         assert c["means"]["epp"] > 0 and c["means"]["epp_chunks"] >= 1
+
+
+def test_gpu_step_speed_smoke_trains_every_runner_alike(tmp_path):
+    out = tmp_path / "speed.json"
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "gpu_step_speed.py"), "--smoke", "--steps", "2"]
+        + ["--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert set(data["cases"]) == {"packed", "split"}
+    for case in data["cases"].values():
+        runners = case["runners"]
+        assert len(runners) == 3 and runners["plain"]["time_over_plain"] == 1.0
+        # the same batch, weights and steps: every runner's model trains alike
+        losses = [r["last_loss"] for r in runners.values()]
+        assert max(losses) - min(losses) < 1e-4 * abs(losses[0])
+    sys.path.insert(0, str(BENCHMARKS))
+    from lib import gpu_report
+
+    data["device"] = "a GPU"  # rendered as a GPU run's would be
+    lines = gpu_report.speed_lines(data)
+    assert sum(line.startswith("| packed") for line in lines) == 3
