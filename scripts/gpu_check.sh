@@ -138,7 +138,9 @@ shared_cxx() {
 # --- (1) the environment -----------------------------------------------------------------------
 environment() {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "commit: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo 'unknown (no git in this copy)')"
+  # the device tool's copy may carry a .git older than its files: say how far they differ
+  echo "commit: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo 'unknown (no git in this copy)')" \
+    "($(git -C "$REPO" status --porcelain 2>/dev/null | wc -l) paths differ from it)"
   echo "uname: $(uname -a)"
   echo "--- /etc/os-release"; cat /etc/os-release 2>&1 || true
   echo "--- glibc: $(ldd --version 2>&1 | head -1)"
