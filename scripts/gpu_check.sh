@@ -23,8 +23,9 @@
 #                 package, the tests, examples and benchmarks (never the checkout's module)
 #   import        imports the module, lists the libraries it loads, the attention kernel chosen
 #   kernels_cuda  tests/kernels/test_chunk_attention_cuda.py (1 GPU)
-#   one_gpu       tests/python/gpu/test_one_gpu.py: the trainer on one GPU in float64, float32 and
-#                 bfloat16 with float32 masters against the unpipelined model on the CPU
+#   one_gpu       tests/python/gpu/test_one_gpu.py and test_one_gpu_hf.py: the trainer on one GPU
+#                 (the tiny LLaMA in float64, float32 and bfloat16 with float32 masters; a
+#                 transformers Llama in float32 and bfloat16) against the unpipelined model
 #   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
 #                 LLaMA-13B layer in bfloat16: OUT/cost_gpu_llama{7,13}b.json and .meta.json
 #   step_speed    benchmarks/experiments/gpu_step_speed.py: a ~1B LLaMA's training step on packed and
@@ -335,7 +336,9 @@ pytest_step() {  # name, paths...
   tree_python -m pytest -rs -p no:cacheprovider "${xdist[@]}" --junitxml="$LOGS/$name.xml" "$@"
 }
 step_kernels_cuda() { pytest_step kernels_cuda tests/kernels/test_chunk_attention_cuda.py; }
-step_one_gpu() { pytest_step one_gpu tests/python/gpu/test_one_gpu.py; }
+step_one_gpu() {
+  pytest_step one_gpu tests/python/gpu/test_one_gpu.py tests/python/gpu/test_one_gpu_hf.py
+}
 step_nccl_parity() { pytest_step nccl_parity tests/python/gpu/test_nccl_parity.py; }
 step_cost_profile() {  # LLaMA-7B and -13B shapes (vocab 32000), 8 even stages
   use_prefix

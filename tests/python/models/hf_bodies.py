@@ -153,3 +153,27 @@ def pipeline_parity(
             )
         hf.save_stage(trainer.module, Path(out) / arch, timeout_s=timeout_s)
     return records
+
+
+def one_device_parity(source: str, cases: list[dict], device: str, timeout_s: float = 60.0):
+    """One rank: per case (a dtype, lengths, seed and plan spec), a Trainer of the save_pretrained
+    directory `source` in the case's dtype on `device` (bfloat16 with float32 masters), one step;
+    returns per case the loss and the gradients by name, on the CPU, in float32."""
+    out = []
+    for case in cases:
+        trainer = infinipipe.Trainer(
+            hf.stage_factory(source, dtype=getattr(torch, case["dtype"]), device=device),
+            frozen_optimizer,
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+        )
+        plan = make_plan(trainer, case["lengths"], case["plan"])
+        result = trainer.step(make_batch(case["lengths"], case["seed"]), plan=plan)
+        out.append(
+            dict(
+                loss=result.loss,
+                grads={n: p.grad.float().cpu() for n, p in trainer.module.named_parameters()},
+                kinds=list(plan.chunk_kinds),
+                device=str(next(trainer.module.parameters()).device),
+            )
+        )
+    return out
