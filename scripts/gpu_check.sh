@@ -7,7 +7,7 @@
 #
 # The device tool's call (docs/runtime.md, "Running the GPU check"), after scripts/gpu_deps.sh
 # has filled .gpu_deps/ on the dev machine:
-#   run(command="bash scripts/gpu_check.sh --out $OUT", carry=[".gpu_deps"], timeout_s=540)
+#   run(command="bash scripts/gpu_check.sh --out $OUT", carry=[".gpu_deps"], timeout_s=590)
 # It returns $OUT/summary.txt (one line per step) and $OUT/logs.tar.gz (each step's log).
 #
 # In order: (1) the environment into env.log (OS, glibc, nvidia-smi, python, torch, CUDA, nvcc,
@@ -26,11 +26,14 @@
 #   one_gpu       tests/python/gpu/test_one_gpu.py and test_one_gpu_hf.py: the trainer on one GPU
 #                 (the tiny LLaMA in float64, float32 and bfloat16 with float32 masters; a
 #                 transformers Llama in float32 and bfloat16) against the unpipelined model
-#   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
-#                 LLaMA-13B layer in bfloat16: OUT/cost_gpu_llama{7,13}b.json and .meta.json
 #   step_speed    benchmarks/experiments/gpu_step_speed.py: a ~1B LLaMA's training step on packed and
 #                 split 16K-token batches, the executor against the plain step; OUT/gpu_step_speed.json
+#   memory        benchmarks/experiments/gpu_memory.py: 4-layer stages of LLaMA-7B and -13B shape,
+#                 the peak of torch.cuda.max_memory_allocated against the plan's; OUT/gpu_memory.json
 #   nccl_parity   tests/python/gpu/test_nccl_parity.py (2 GPUs: skips, saying so, on fewer)
+#   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
+#                 LLaMA-13B layer in bfloat16: OUT/cost_profile.tar.gz holds cost_gpu_llama{7,13}b.json
+#                 and their .meta.json (the device tool returns 8 files at most)
 #   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
 #                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
 #   kernels_cpu   tests/kernels/test_chunk_attention.py with this build, on the CPU
@@ -38,13 +41,14 @@
 # A step after build where no module is built yet (a fresh machine) runs deps and build first.
 # A pytest step counts as run only if something passed: "ALL SKIPPED" otherwise. Exit status: 0
 # when every step passed, 1 when one did not, 2 for a bad command line, 3 for no GPU. --budget
-# (default 500 s) bounds the whole run: a step is cut off at it and later ones are not started,
+# (default 560 s) bounds the whole run: a step is cut off at it and later ones are not started,
 # so the logs are packed before the device tool's limit. Adding a step: a step_NAME function,
 # its name in STEPS and a line in step_info.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=(deps build import kernels_cuda one_gpu cost_profile efficiency step_speed nccl_parity kernels_cpu)
+STEPS=(deps build import kernels_cuda one_gpu step_speed memory efficiency nccl_parity cost_profile
+       kernels_cpu)
 
 step_info() {  # name -> "time limit in s|what it is"
   case $1 in
@@ -57,6 +61,7 @@ step_info() {  # name -> "time limit in s|what it is"
     nccl_parity) echo "300|2 ranks over NCCL against the unpipelined model" ;;
     efficiency) echo "180|GEMM and attention TFLOP/s by size against the cited curves" ;;
     step_speed) echo "240|a 1B LLaMA's step: the executor against the plain training step" ;;
+    memory) echo "180|a stage's measured peak GPU memory against the predicted one" ;;
     kernels_cpu) echo "240|chunk attention tests on the CPU" ;;
     *) return 1 ;;
   esac
@@ -69,7 +74,7 @@ BUILD=/tmp/infinipipe-gpu-build
 PY=python3
 DEPS="$REPO/.gpu_deps"
 JOBS=$(nproc)
-BUDGET=500
+BUDGET=560
 NO_GPU=false
 SELECTED=("${STEPS[@]}")
 while [ $# -gt 0 ]; do
@@ -344,20 +349,27 @@ step_cost_profile() {  # LLaMA-7B and -13B shapes (vocab 32000), 8 even stages
   use_prefix
   need_module
   local shapes=("llama7b 4096 32 32 11008" "llama13b 5120 40 40 13824") name hidden layers heads ffn
+  rm -rf "$BUILD/cost" && mkdir -p "$BUILD/cost"
   for shape in "${shapes[@]}"; do
     read -r name hidden layers heads ffn <<< "$shape"
     echo "--- $name"
     tree_python -m infinipipe profile --device cuda --dtype bfloat16 --grid gpu --no-progress \
       --vocab 32000 --hidden "$hidden" --layers "$layers" --heads "$heads" --kv-heads "$heads" \
       --ffn "$ffn" --layers-per-stage "$(yes "$((layers / 8))" | head -8 | paste -sd,)" \
-      --output "$OUT_DIR/cost_gpu_$name.json"
+      --output "$BUILD/cost/cost_gpu_$name.json"
   done
+  tar czf "$OUT_DIR/cost_profile.tar.gz" -C "$BUILD" cost
 }
 step_kernels_cpu() { pytest_step kernels_cpu tests/kernels/test_chunk_attention.py; }
 step_step_speed() {
   use_prefix
   need_module
   tree_python benchmarks/experiments/gpu_step_speed.py --out "$OUT_DIR/gpu_step_speed.json"
+}
+step_memory() {
+  use_prefix
+  need_module
+  tree_python benchmarks/experiments/gpu_memory.py --out "$OUT_DIR/gpu_memory.json"
 }
 step_efficiency() {
   use_prefix

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import statistics
 import sys
 import time
@@ -43,13 +42,10 @@ from infinipipe.training.mixed_precision import MasterWeights
 # The benchmarks' shared code (benchmarks/lib) is one folder up.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import results
+from lib.gpu_batches import PACKED, chunked, one_rank_environment, tokens_of
 
 MODEL = dict(vocab=32000, hidden=2048, layers=16, heads=16, kv_heads=16, ffn=5504)
 SMOKE_MODEL = dict(vocab=97, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64)
-# Documents of a packed 16K-token batch: Wikipedia-like lengths (a spread around the corpus's
-# median of some hundreds of tokens, a few long ones), fixed so every run trains the same batch.
-PACKED = [312, 1490, 205, 688, 97, 2210, 431, 150, 905, 1204, 66, 540,
-          3011, 273, 122, 780, 388, 1650, 59, 934, 470, 215, 127, 257]  # fmt: skip
 CHUNK_TOKENS = 4096
 LR = 1e-4
 
@@ -57,31 +53,7 @@ LR = 1e-4
 def batches(smoke: bool) -> dict[str, list[int]]:
     if smoke:
         return {"packed": [40, 9, 23, 5, 31], "split": [96]}
-    assert sum(PACKED) == 16384, sum(PACKED)
     return {"packed": PACKED, "split": [16384]}
-
-
-def chunked(lengths: list[int], chunk_tokens: int) -> list[list[tuple[int, int, int]]]:
-    """The batch cut into chunks of at most chunk_tokens, in order: documents packed, a longer
-    one split into slices (the slices of one document in order, each carrying K/V)."""
-    chunks, current, room = [], [], chunk_tokens
-    for seq, n in enumerate(lengths):
-        start = 0
-        while start < n:
-            take = min(room, n - start)
-            current.append((seq, start, start + take))
-            start, room = start + take, room - take
-            if room == 0:
-                chunks.append(current)
-                current, room = [], chunk_tokens
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def tokens_of(lengths: list[int], vocab: int, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (n,), generator=g) for n in lengths]
 
 
 class Plain:
@@ -139,11 +111,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=results.RESULTS / "gpu_step_speed.json")
     p.add_argument("--smoke", action="store_true", help="a tiny model and batch (code path only)")
     args = p.parse_args()
-    for key, value in dict(
-        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1"
-    ).items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(29400 + os.getpid() % 1000))
+    if not torch.cuda.is_available() and not args.smoke:
+        p.error("torch sees no CUDA device: this measures a GPU (--smoke runs the code path here)")
+    one_rank_environment()
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")

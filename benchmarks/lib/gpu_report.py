@@ -18,6 +18,7 @@ PROFILES = {"LLaMA-7B": "cost_h200_llama7b.meta.json", "LLaMA-13B": "cost_h200_l
 EFFICIENCY = "gpu_efficiency_h200.json"
 PLANS = "gpu_cost_plans.json"  # benchmarks/experiments/gpu_cost_plans.py
 SPEED = "gpu_step_speed.json"  # benchmarks/experiments/gpu_step_speed.py, run by gpu_check.sh
+MEMORY = "gpu_memory.json"  # benchmarks/experiments/gpu_memory.py, run by gpu_check.sh
 GOAL = {"median": 0.05, "max": 0.10}  # issue 37: held-out error goal
 
 
@@ -177,6 +178,31 @@ def speed_lines(speed: dict) -> list[str]:
     return out + [""]
 
 
+def memory_lines(memory: dict) -> list[str]:
+    """A stage's measured peak GPU memory against the plan's prediction, and the allocator's."""
+    gib = 2**30
+    out = [
+        f"A stage of {memory['layers']} decoder layers with the embedding and the head on one "
+        f"{memory['device']} ({memory['dtype'].replace('torch.', '')}, float32 masters, AdamW), "
+        f"{memory['chunk_tokens']}-token chunks, a step's forward and backward after two steps "
+        "(`benchmarks/experiments/gpu_memory.py`): `torch.cuda.max_memory_allocated` against "
+        "the plan's predicted peak, and what the caching allocator reserved:",
+        "",
+        *table_head(
+            "stage", "batch", "model state, predicted", "peak, measured", "predicted",
+            "measured / predicted", "reserved",
+        ),
+    ]  # fmt: skip
+    for r in memory["cases"]:
+        out.append(
+            f"| {r['model']} | {r['batch']} ({r['tokens']} tokens, {r['chunks']} chunks) | "
+            f"{r['predicted_model_state_bytes'] / gib:.2f} GiB | {r['peak_bytes'] / gib:.2f} GiB | "
+            f"{r['predicted_bytes'] / gib:.2f} GiB | {r['measured_over_predicted']:.3f} | "
+            f"{r['reserved_bytes'] / gib:.2f} GiB |"
+        )
+    return out + [""]
+
+
 def plot_efficiency(eff: dict, path: Path) -> None:
     """TFLOP/s by size, measured against the published points, GEMMs and attention."""
     import matplotlib
@@ -222,6 +248,7 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
     eff = load(results / EFFICIENCY)
     plans = load(results / PLANS)
     speed = load(results / SPEED)
+    memory = load(results / MEMORY)
     if not metas and eff is None and speed is None:
         return [f"No GPU results ({', '.join([*PROFILES.values(), EFFICIENCY])}).", ""]
     out = []
@@ -261,4 +288,6 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
         out += plans_lines(plans)
     if speed is not None and speed["device"] != "cpu":  # a CPU run is the smoke path's
         out += speed_lines(speed)
+    if memory is not None and memory["device"] != "cpu":
+        out += memory_lines(memory)
     return out

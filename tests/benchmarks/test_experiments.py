@@ -295,3 +295,26 @@ def test_gpu_step_speed_smoke_trains_every_runner_alike(tmp_path):
     data["device"] = "a GPU"  # rendered as a GPU run's would be
     lines = gpu_report.speed_lines(data)
     assert sum(line.startswith("| packed") for line in lines) == 3
+
+
+def test_gpu_memory_smoke_plans_and_predicts_every_case(tmp_path):
+    out = tmp_path / "memory.json"
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "gpu_memory.py"), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [c["batch"] for c in data["cases"]] == ["packed", "split"]
+    for c in data["cases"]:
+        assert c["predicted_bytes"] > c["predicted_model_state_bytes"] > 0
+    sys.path.insert(0, str(BENCHMARKS))
+    from lib import gpu_report
+
+    for c in data["cases"]:  # rendered as a GPU run's would be
+        c.update(peak_bytes=c["predicted_bytes"], measured_over_predicted=1.0, reserved_bytes=0)
+    lines = gpu_report.memory_lines(dict(data, device="a GPU"))
+    assert sum(line.startswith("| tiny |") for line in lines) == 2
