@@ -19,7 +19,6 @@ Usage: PYTHONPATH=python python3 benchmarks/experiments/gpu_memory.py [--out F] 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from infinipipe.models import llama
 # The benchmarks' shared code (benchmarks/lib) is one folder up.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import results
-from lib.gpu_batches import PACKED, chunked, one_rank_environment, tokens_of
+from lib.one_gpu import PACKED, chunked, start, tokens_of
 
 SHAPES = {
     "LLaMA-7B": dict(vocab=32000, hidden=4096, heads=32, kv_heads=32, ffn=11008),
@@ -54,18 +53,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=results.RESULTS / "gpu_memory.json")
     p.add_argument("--smoke", action="store_true", help="a tiny model on the CPU (code path only)")
-    args = p.parse_args()
-    if not torch.cuda.is_available() and not args.smoke:
-        p.error("torch sees no CUDA device: this measures a GPU (--smoke runs the code path here)")
-    one_rank_environment()
-    cuda = torch.cuda.is_available()
-    dtype = torch.bfloat16 if cuda else torch.float32
+    args, device, dtype, header = start(p)
+    cuda = device.type == "cuda"
     chunk_tokens = 32 if args.smoke else CHUNK_TOKENS
     out = dict(
-        date=datetime.datetime.now(datetime.UTC).isoformat(),
-        device=torch.cuda.get_device_name() if cuda else "cpu",
-        torch=torch.__version__,
-        dtype=str(dtype),
+        header,
         layers=LAYERS,
         chunk_tokens=chunk_tokens,
         cases=[],

@@ -26,7 +26,6 @@ Usage: PYTHONPATH=python python3 benchmarks/experiments/gpu_step_speed.py [--ste
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 import sys
 import time
@@ -42,7 +41,7 @@ from infinipipe.training.mixed_precision import MasterWeights
 # The benchmarks' shared code (benchmarks/lib) is one folder up.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lib import results
-from lib.gpu_batches import PACKED, chunked, one_rank_environment, tokens_of
+from lib.one_gpu import PACKED, chunked, start, tokens_of
 
 MODEL = dict(vocab=32000, hidden=2048, layers=16, heads=16, kv_heads=16, ffn=5504)
 SMOKE_MODEL = dict(vocab=97, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64)
@@ -110,14 +109,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     p.add_argument("--out", type=Path, default=results.RESULTS / "gpu_step_speed.json")
     p.add_argument("--smoke", action="store_true", help="a tiny model and batch (code path only)")
-    args = p.parse_args()
-    if not torch.cuda.is_available() and not args.smoke:
-        p.error("torch sees no CUDA device: this measures a GPU (--smoke runs the code path here)")
-    one_rank_environment()
-
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    dtype = torch.bfloat16 if cuda else torch.float32
+    args, device, dtype, header = start(p)
     config = llama.LlamaConfig(**(SMOKE_MODEL if args.smoke else MODEL), dtype=dtype)
     chunk_tokens = 32 if args.smoke else CHUNK_TOKENS
     runners = {
@@ -127,10 +119,7 @@ def main() -> int:
     }
     names = list(runners)
     out = dict(
-        date=datetime.datetime.now(datetime.UTC).isoformat(),
-        device=torch.cuda.get_device_name(device) if cuda else "cpu",
-        torch=torch.__version__,
-        dtype=str(dtype),
+        header,
         model=SMOKE_MODEL if args.smoke else MODEL,
         chunk_tokens=chunk_tokens,
         steps=args.steps,

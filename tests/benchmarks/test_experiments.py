@@ -70,18 +70,23 @@ def test_corpus_study_smoke_renders_both_distributions_side_by_side():
     assert "per distribution: wikipedia: Seq1F1B median" in section
 
 
-def test_gpu_efficiency_smoke_writes_every_size(tmp_path):
-    # The code path on the CPU (the GPU machine runs it for real through scripts/gpu_check.sh).
-    out = tmp_path / "gpu_efficiency.json"
+def smoke_result(script: str, tmp_path: Path, *args: str) -> dict:
+    """`script --smoke` of a GPU experiment, run on the CPU (the code path only; the GPU machine
+    runs it for real through scripts/gpu_check.sh): the result it wrote."""
+    out = tmp_path / "result.json"
     done = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "gpu_efficiency.py"), "--smoke", "--out", str(out)],
+        [sys.executable, str(EXPERIMENTS / script), "--smoke", *args, "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
     )
     assert done.returncode == 0, done.stderr
-    data = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_gpu_efficiency_smoke_writes_every_size(tmp_path):
+    data = smoke_result("gpu_efficiency.py", tmp_path)
     assert [p["rows"] for p in data["gemm"]["tiny"]] == [16, 32]
     assert all(
         p["forward_tflops"] > 0 and p["weight_grad_tflops"] > 0 for p in data["gemm"]["tiny"]
@@ -271,17 +276,7 @@ def test_gpu_cost_plans_smoke_plans_both_cost_models_of_both_models():
 
 
 def test_gpu_step_speed_smoke_trains_every_runner_alike(tmp_path):
-    out = tmp_path / "speed.json"
-    done = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "gpu_step_speed.py"), "--smoke", "--steps", "2"]
-        + ["--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
-    )
-    assert done.returncode == 0, done.stderr
-    data = json.loads(out.read_text())
+    data = smoke_result("gpu_step_speed.py", tmp_path, "--steps", "2")
     assert set(data["cases"]) == {"packed", "split"}
     for case in data["cases"].values():
         runners = case["runners"]
@@ -298,16 +293,7 @@ def test_gpu_step_speed_smoke_trains_every_runner_alike(tmp_path):
 
 
 def test_gpu_memory_smoke_plans_and_predicts_every_case(tmp_path):
-    out = tmp_path / "memory.json"
-    done = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "gpu_memory.py"), "--smoke", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
-    )
-    assert done.returncode == 0, done.stderr
-    data = json.loads(out.read_text())
+    data = smoke_result("gpu_memory.py", tmp_path)
     assert [c["batch"] for c in data["cases"]] == ["packed", "split"]
     for c in data["cases"]:
         assert c["predicted_bytes"] > c["predicted_model_state_bytes"] > 0

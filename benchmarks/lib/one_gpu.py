@@ -1,6 +1,11 @@
-"""The fixed batches and chunkings the one-GPU experiments train (gpu_step_speed, gpu_memory)."""
+"""What the one-GPU experiments share (gpu_step_speed, gpu_memory): their start, the fixed
+batches they train and how they cut them into chunks."""
 
 from __future__ import annotations
+
+import argparse
+import datetime
+import os
 
 import torch
 
@@ -35,12 +40,25 @@ def tokens_of(lengths: list[int], vocab: int, seed: int) -> list[torch.Tensor]:
     return [torch.randint(0, vocab, (n,), generator=g) for n in lengths]
 
 
-def one_rank_environment() -> None:
-    """torchrun's variables for a single process, where it was started without torchrun."""
-    import os
-
+def start(p: argparse.ArgumentParser) -> tuple[argparse.Namespace, torch.device, torch.dtype, dict]:
+    """The arguments (refused without CUDA unless --smoke), this rank's device and dtype (bf16 on
+    the GPU, float32 for the smoke run on the CPU), and the result's header; torchrun's
+    variables set for a single process where it was started without torchrun."""
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.smoke:
+        p.error("torch sees no CUDA device: this measures a GPU (--smoke runs the code path here)")
     for key, value in dict(
         RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1"
     ).items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(29400 + os.getpid() % 1000))
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    header = dict(
+        date=datetime.datetime.now(datetime.UTC).isoformat(),
+        device=torch.cuda.get_device_name(device) if cuda else "cpu",
+        torch=torch.__version__,
+        dtype=str(dtype),
+    )
+    return args, device, dtype, header
