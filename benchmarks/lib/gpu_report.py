@@ -40,8 +40,12 @@ def point_errors(meta: dict) -> list[dict]:
     for i, r in enumerate(meta["runs"]["layer"]):
         row = dict(tokens=r["tokens"], context=r["context"], held_out=i in meta["held_out"])
         for part in ("forward", "backward"):
-            measured = statistics.median(r[part + "_s"])
+            runs = r[part + "_s"]
+            measured = statistics.median(runs)
             row[part + "_ms"] = 1e3 * measured
+            # how far the runs themselves spread: their quartiles' distance over the median
+            q1, _, q3 = statistics.quantiles(runs, n=4) if len(runs) > 1 else (measured,) * 3
+            row[part + "_spread"] = (q3 - q1) / measured
             row[part + "_error"] = predicted(meta, part, r["tokens"], r["context"]) / measured - 1
         out.append(row)
     return out
@@ -71,7 +75,8 @@ def profile_lines(metas: dict[str, dict]) -> list[str]:
 
 
 def error_grid_lines(meta: dict) -> list[str]:
-    """Forward error of the fit at every point, tokens by context (held-out points starred)."""
+    """Forward time, the fit's error and the runs' quartile spread at every point, tokens by
+    context (held-out points starred)."""
     rows = point_errors(meta)
     contexts = sorted({r["context"] for r in rows})
     out = table_head("tokens \\ context", *[f"{c // 1024}K" if c else "0" for c in contexts])
@@ -83,7 +88,7 @@ def error_grid_lines(meta: dict) -> list[str]:
                 ""
                 if r is None
                 else f"{r['forward_ms']:.2f} ms, {100 * r['forward_error']:+.0f}%"
-                f"{'*' if r['held_out'] else ''}"
+                f"{'*' if r['held_out'] else ''} ({100 * r['forward_spread']:.0f}%)"
             )
         out.append(f"| {tokens} | " + " | ".join(cells) + " |")
     out.append("")
@@ -266,8 +271,9 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
         ]
         if "LLaMA-13B" in metas:
             out += [
-                "LLaMA-13B's forward at every point: measured time and the fit's error "
-                "(* held out):",
+                "LLaMA-13B's forward at every point: the median time, the fit's error (* held "
+                "out) and, in brackets, how far the point's own runs spread (the distance between "
+                "their quartiles over the median):",
                 "",
                 *error_grid_lines(metas["LLaMA-13B"]),
             ]
