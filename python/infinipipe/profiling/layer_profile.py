@@ -188,7 +188,11 @@ def layer_saved_bytes(
         kv = [
             [
                 _C.kernels.SequenceKV(
-                    context + tokens, config.kv_heads, config.head_dim, config.dtype, device
+                    context + tokens,
+                    config.kv_heads,
+                    config.head_dim,
+                    config.dtype,
+                    torch.device(device),
                 )
             ]
             if i < n
