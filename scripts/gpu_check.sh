@@ -25,7 +25,8 @@
 #   kernels_cuda  tests/kernels/test_chunk_attention_cuda.py (1 GPU)
 #   one_gpu       tests/python/gpu/test_one_gpu.py and test_one_gpu_hf.py: the trainer on one GPU
 #                 (the tiny LLaMA in float64, float32 and bfloat16 with float32 masters; a
-#                 transformers Llama in float32 and bfloat16) against the unpipelined model
+#                 transformers Llama in float32 and bfloat16) against the unpipelined model;
+#                 test_one_gpu_profile.py: PlanConfig(cost_model="profile") on the GPU
 #   step_speed    benchmarks/experiments/gpu_step_speed.py: a ~1B LLaMA's training step on packed and
 #                 split 16K-token batches, the executor against the plain step; OUT/gpu_step_speed.json
 #   memory        benchmarks/experiments/gpu_memory.py: 4-layer stages of LLaMA-7B and -13B shape,
@@ -342,7 +343,8 @@ pytest_step() {  # name, paths...
 }
 step_kernels_cuda() { pytest_step kernels_cuda tests/kernels/test_chunk_attention_cuda.py; }
 step_one_gpu() {
-  pytest_step one_gpu tests/python/gpu/test_one_gpu.py tests/python/gpu/test_one_gpu_hf.py
+  pytest_step one_gpu tests/python/gpu/test_one_gpu.py tests/python/gpu/test_one_gpu_hf.py \
+    tests/python/gpu/test_one_gpu_profile.py
 }
 step_nccl_parity() { pytest_step nccl_parity tests/python/gpu/test_nccl_parity.py; }
 step_cost_profile() {  # LLaMA-7B and -13B shapes (vocab 32000), 8 even stages

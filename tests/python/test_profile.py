@@ -440,8 +440,6 @@ def test_a_cost_model_of_another_shape_is_refused_naming_the_fields(tmp_path):
 def test_a_gpu_profile_fits_one_a1_and_keeps_the_gpu_hardware():
     # CUDA's attention kernels have no CPU tiling regimes: a profile on a GPU fits one a1, and
     # its cost JSON keeps the built-in GPU hardware's analytic terms (the h100's).
-    from infinipipe.profiling import cli
-
     assert profile.attention_query_cuts("cuda") == []
     assert profile.attention_query_cuts("cpu") == profile.ATTENTION_QUERY_CUTS
     layer = [
@@ -457,7 +455,7 @@ def test_a_gpu_profile_fits_one_a1_and_keeps_the_gpu_hardware():
     cal = profile.fit(dict(layer=layer, embedding=[], head=[]), holdout=0, attention_query_cuts=[])
     assert list(cal.attention_query_cuts) == []
     assert cal.a1 == pytest.approx(2e-11, rel=1e-6)
-    assert cli.hardware_of("cuda") == "h100" and cli.hardware_of("cpu") == "cpu"
+    assert profile.hardware_of("cuda") == "h100" and profile.hardware_of("cpu") == "cpu"
     cost = profile.cost_json(llama.LlamaConfig.tiny(), [4, 4], cal, hardware="h100")
     analytic_cpu = profile.cost_json(llama.LlamaConfig.tiny(), [4, 4], cal, hardware="cpu")
     assert cost["coefficients"]["a1"] == pytest.approx(2e-11, rel=1e-6)

@@ -66,6 +66,7 @@ from .layer_profile import (
     cost_json,
     cpu_model,
     fit,
+    hardware_of,
     profile,
 )
 
@@ -119,12 +120,6 @@ MEASUREMENT_FIELDS = (
     "statistic",
     "clock",
 )
-
-
-def hardware_of(device: str) -> str:
-    """The built-in hardware whose analytic terms (links, memory, the parts not profiled) a
-    profile on `device` keeps: the h100's for any GPU (the GPU's name is in the .meta.json)."""
-    return "cpu" if torch.device(device).type == "cpu" else "h100"
 
 
 def refit(args: argparse.Namespace, config: llama.LlamaConfig, split: list[int]) -> int:

@@ -55,6 +55,18 @@ def attention_query_cuts(device: torch.device) -> list[int]:
     return ATTENTION_QUERY_CUTS if torch.device(device).type == "cpu" else []
 
 
+def hardware_of(device: torch.device | str) -> str:
+    """The built-in hardware whose analytic terms (links, memory, the parts not profiled) a
+    profile on `device` keeps: the h100's for any GPU (the GPU's name goes with the profile)."""
+    return "cpu" if torch.device(device).type == "cpu" else "h100"
+
+
+def device_model(device: torch.device | str) -> str:
+    """The model of the processor a profile on `device` ran on: the CPU's or the GPU's."""
+    device = torch.device(device)
+    return cpu_model() if device.type == "cpu" else torch.cuda.get_device_name(device)
+
+
 def profiled_module(
     config: llama.LlamaConfig, stage: str, device: torch.device | str = "cpu"
 ) -> Any:

@@ -134,10 +134,7 @@ class StepPlanner:
         loaded from the cache is checked against the measured steps (check_profile)."""
         self._use_profile(
             profiled_cost.agreed_cost_json(
-                self._config,
-                self._layers_per_stage,
-                device=self._device,
-                **self._profile_options(gather),
+                self._config, self._layers_per_stage, **self._profile_options(gather)
             )
         )
 
@@ -186,6 +183,7 @@ class StepPlanner:
         layout = self._layout
         return dict(
             ranks_on_host=self._ranks_on_host,
+            device=self._device,
             gather=gather,
             sequence=layout.parallel.sequence,
             measure_link=lambda: alltoall.measure(layout.sequence_group, self._timeout_s),
