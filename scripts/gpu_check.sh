@@ -31,12 +31,12 @@
 #                 split 16K-token batches, the executor against the plain step; OUT/gpu_step_speed.json
 #   memory        benchmarks/experiments/gpu_memory.py: 4-layer stages of LLaMA-7B and -13B shape,
 #                 the peak of torch.cuda.max_memory_allocated against the plan's; OUT/gpu_memory.json
+#   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
+#                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
 #   nccl_parity   tests/python/gpu/test_nccl_parity.py (2 GPUs: skips, saying so, on fewer)
 #   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
 #                 LLaMA-13B layer in bfloat16: OUT/cost_profile.tar.gz holds cost_gpu_llama{7,13}b.json
 #                 and their .meta.json (the device tool returns 8 files at most)
-#   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
-#                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
 #   kernels_cpu   tests/kernels/test_chunk_attention.py with this build, on the CPU
 # Tests run from BUILD/tree, so their ranks, which import the repo's python/ first, get this build.
 # A step after build where no module is built yet (a fresh machine) runs deps and build first.
