@@ -271,9 +271,10 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
         ]
         if "LLaMA-13B" in metas:
             out += [
-                "LLaMA-13B's forward at every point: the median time, the fit's error (* held "
-                "out) and, in brackets, how far the point's own runs spread (the distance between "
-                "their quartiles over the median):",
+                "LLaMA-13B's forward at every point: the median time, the fit's error (its "
+                "prediction over the median, less one: negative where it predicts too little; * "
+                "held out) and, in brackets, how far the point's own runs spread (the distance "
+                "between their quartiles over the median):",
                 "",
                 *error_grid_lines(metas["LLaMA-13B"]),
             ]
