@@ -27,6 +27,8 @@
 #                 (the tiny LLaMA in float64, float32 and bfloat16 with float32 masters; a
 #                 transformers Llama in float32 and bfloat16) against the unpipelined model;
 #                 test_one_gpu_profile.py: PlanConfig(cost_model="profile") on the GPU
+#   shared_gpu    tests/python/gpu/test_shared_gpu.py: 2 and 4 pipeline ranks sharing the GPU over
+#                 Gloo (RuntimeConfig(share_gpus=True)) against the unpipelined model
 #   step_speed    benchmarks/experiments/gpu_step_speed.py: a ~1B LLaMA's training step on packed and
 #                 split 16K-token batches, the executor against the plain step; OUT/gpu_step_speed.json
 #   memory        benchmarks/experiments/gpu_memory.py: 4-layer stages of LLaMA-7B and -13B shape,
@@ -48,8 +50,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=(deps build import kernels_cuda one_gpu step_speed memory efficiency nccl_parity cost_profile
-       kernels_cpu)
+STEPS=(deps build import kernels_cuda one_gpu shared_gpu step_speed memory efficiency nccl_parity
+       cost_profile kernels_cpu)
 
 step_info() {  # name -> "time limit in s|what it is"
   case $1 in
@@ -58,6 +60,7 @@ step_info() {  # name -> "time limit in s|what it is"
     import) echo "60|import the module" ;;
     kernels_cuda) echo "240|chunk attention on CUDA" ;;
     one_gpu) echo "180|the trainer on one GPU against the unpipelined model" ;;
+    shared_gpu) echo "180|2 and 4 ranks sharing the GPU over Gloo against the unpipelined model" ;;
     cost_profile) echo "240|a LLaMA-7B and -13B layer profiled and fitted on the GPU" ;;
     nccl_parity) echo "300|2 ranks over NCCL against the unpipelined model" ;;
     efficiency) echo "180|GEMM and attention TFLOP/s by size against the cited curves" ;;
@@ -346,6 +349,7 @@ step_one_gpu() {
   pytest_step one_gpu tests/python/gpu/test_one_gpu.py tests/python/gpu/test_one_gpu_hf.py \
     tests/python/gpu/test_one_gpu_profile.py
 }
+step_shared_gpu() { pytest_step shared_gpu tests/python/gpu/test_shared_gpu.py; }
 step_nccl_parity() { pytest_step nccl_parity tests/python/gpu/test_nccl_parity.py; }
 step_cost_profile() {  # LLaMA-7B and -13B shapes (vocab 32000), 8 even stages
   use_prefix

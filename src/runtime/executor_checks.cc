@@ -110,9 +110,10 @@ void Executor::Step::check_inputs() {
 // On NCCL (CUDA tensors go through it) messages between two ranks match in issue order, tags
 // ignored: a schedule that sends them in another order than they are received would exchange
 // their contents (message_order.h). Every rank checks every pair, so all refuse the plan alike.
+// Gloo matches tags, CUDA tensors included (Pipes stages them through host memory).
 void Executor::Step::check_message_order(const std::string& where) const {
-  const bool in_issue_order =
-      opt_.device.is_cuda() || ex_.pipes_.group()->getBackendName() == "nccl";
+  const bool in_issue_order = ex_.pipes_.group()->getBackendName() == "nccl" ||
+                              (opt_.device.is_cuda() && !ex_.pipes_.stages_through_host());
   if (!in_issue_order) return;
   const std::string conflict =
       message_order_conflict(plan_.schedule, ex_.options_.head_group != nullptr);

@@ -33,13 +33,20 @@ Pipes::Pipes(c10::intrusive_ptr<c10d::ProcessGroup> group, std::chrono::millisec
   check(group_.defined(), "Pipes: the process group is null");
   check(timeout_.count() > 0, "Pipes: the timeout must be positive");
   if (!describe_peer_) describe_peer_ = [](int rank) { return "rank " + std::to_string(rank); };
+  // Gloo's send and receive read and write host memory only (its collectives copy CUDA tensors
+  // themselves): torch.distributed's backend table, "send/recv: CPU".
+  stages_through_host_ = group_->getBackendName() == "gloo";
 }
 
 void Pipes::post_recv(int tag, at::Tensor buffer, int from_rank) {
   check(recvs_.count(tag) == 0, "Pipes: a receive with tag " + std::to_string(tag) +
                                     " is already pending (the schedule posts it twice)");
-  std::vector<at::Tensor> tensors{buffer};
   Pending op;
+  if (stages_through_host_ && buffer.is_cuda()) {
+    op.device_buffer = buffer;
+    buffer = at::empty(buffer.sizes(), buffer.options().device(at::kCPU));
+  }
+  std::vector<at::Tensor> tensors{buffer};
   op.work = start([&] { return group_->recv(tensors, from_rank, tag); }, from_rank, tag, "send");
   op.tensor = std::move(buffer);
   op.peer = from_rank;
@@ -55,12 +62,16 @@ at::Tensor Pipes::wait_recv(int tag) {
   recvs_.erase(it);
   wait(op, "send");
   bytes_received_ += static_cast<int64_t>(op.tensor.nbytes());
+  if (op.device_buffer.defined()) return op.device_buffer.copy_(op.tensor);
   return op.tensor;
 }
 
 void Pipes::send(int tag, const at::Tensor& tensor, int to_rank) {
   reap_sends();
-  at::Tensor contiguous = tensor.contiguous();
+  // The host copy waits for the kernels that computed the tensor.
+  at::Tensor contiguous = stages_through_host_ && tensor.is_cuda()
+                              ? tensor.contiguous().to(at::kCPU)
+                              : tensor.contiguous();
   std::vector<at::Tensor> tensors{contiguous};
   Pending op;
   op.work = start([&] { return group_->send(tensors, to_rank, tag); }, to_rank, tag, "receive");
@@ -152,6 +163,7 @@ c10::intrusive_ptr<c10d::Work> Pipes::start(
 }
 
 double Pipes::all_reduce_sum(double value, at::Device device, const std::string& what) {
+  if (stages_through_host_) device = at::kCPU;  // a scalar: no reason to ask Gloo for CUDA
   std::vector<at::Tensor> tensors{
       at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device))};
   wait_collective([&] { return group_->allreduce(tensors); }, timeout_, what);
@@ -159,6 +171,7 @@ double Pipes::all_reduce_sum(double value, at::Device device, const std::string&
 }
 
 std::vector<std::string> Pipes::all_gather_text(const std::string& mine, at::Device device) {
+  if (stages_through_host_) device = at::kCPU;  // bytes made on the host and read back there
   const int ranks = group_->getSize();
   // Lengths first, so every rank pads its bytes to the longest (all_gather needs equal shapes).
   const auto longs = at::TensorOptions().dtype(at::kLong).device(device);

@@ -151,10 +151,14 @@ void SequenceParallel::exchange(at::Tensor& out, const at::Tensor& in,
     peer_text = "one of ranks " + ranks + " (the sequence group of stage " +
                 std::to_string(options_.stage) + ")";
   }
-  at::Tensor output = out, input = in;
+  // Gloo's all-to-all takes host tensors only (ranks sharing a GPU: runtime::Pipes says why).
+  const bool staged = in.is_cuda() && group_->getBackendName() == "gloo";
+  at::Tensor output = staged ? at::empty_like(out, out.options().device(at::kCPU)) : out;
+  at::Tensor input = staged ? in.cpu() : in;
   wait_collective([&] { return all_to_all_equal(*group_, output, input); }, options_.timeout,
                   "all-to-all of " + what, size_ == 2 ? options_.global_ranks[peer] : -1,
                   peer_text);
+  if (staged) out.copy_(output);
   exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now() - started)
                       .count();

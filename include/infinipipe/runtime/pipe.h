@@ -110,11 +110,15 @@ class Pipes {
 
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Whether the backend's point-to-point messages carry host memory only (Gloo), so a CUDA
+  // tensor goes through a host copy on each side (ranks sharing a GPU; docs/runtime.md).
+  bool stages_through_host() const { return stages_through_host_; }
 
  private:
   struct Pending {
     c10::intrusive_ptr<c10d::Work> work;
     at::Tensor tensor;
+    at::Tensor device_buffer;  // a host-staged receive's destination on the GPU, else undefined
     int peer = 0;
     int tag = 0;
   };
@@ -128,6 +132,7 @@ class Pipes {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::chrono::milliseconds timeout_;
   std::function<std::string(int)> describe_peer_;
+  bool stages_through_host_ = false;
   std::map<int, Pending> recvs_;  // by tag
   std::vector<Pending> sends_;
   int64_t bytes_sent_ = 0;

@@ -17,20 +17,42 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import LostRankError
+from ..errors import Error, LostRankError
 from .exit_hooks import at_exit, before_default_group, destroy_default_group
 
 # A live store answers a key check in milliseconds; one whose host stopped never does.
 _CHECK_TIMEOUT_S = 2.0
 
 
-def local_device() -> torch.device:
-    """This rank's device: its GPU (torchrun's LOCAL_RANK), made the current one, or the CPU."""
+def local_device(share_gpus: bool = False) -> torch.device:
+    """This rank's device: its GPU (torchrun's LOCAL_RANK), made the current one, or the CPU.
+    With more ranks on this node than GPUs, `share_gpus` puts rank r on GPU r % count
+    (RuntimeConfig.share_gpus); otherwise every rank raises an error saying what to do."""
     if not torch.cuda.is_available():
         return torch.device("cpu")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    local_rank, count = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+    if shares_gpus() and not share_gpus:
+        ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), local_rank + 1)
+        raise Error(
+            f"this node runs {ranks} ranks but has {count} GPU{'s' if count != 1 else ''}: "
+            f"launch one rank per GPU (torchrun --nproc_per_node={count}), or let ranks share "
+            "GPUs with RuntimeConfig(share_gpus=True) (over Gloo, pipeline messages staged "
+            "through host memory: for tests, not for speed)"
+        )
+    device = torch.device("cuda", local_rank % count)
     torch.cuda.set_device(device)
     return device
+
+
+def shares_gpus() -> bool:
+    """Whether this node runs more ranks than it has GPUs (torchrun's LOCAL_WORLD_SIZE and
+    LOCAL_RANK)."""
+    if not torch.cuda.is_available():
+        return False
+    ranks = max(
+        int(os.environ.get("LOCAL_WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)) + 1
+    )
+    return ranks > torch.cuda.device_count()
 
 
 def default_group(
@@ -41,11 +63,12 @@ def default_group(
 ) -> Any:
     """The default group, made here when the caller has not: from torchrun's environment (RANK,
     WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or a world of one without it; NCCL for a GPU, Gloo
-    otherwise. One made here is destroyed at exit if the caller does not. `sharded`: the
-    trainer may build a ZeRO optimizer (exit_hooks.before_default_group)."""
+    otherwise and where ranks share a GPU (NCCL refuses two ranks on one device). One made here
+    is destroyed at exit if the caller does not. `sharded`: the trainer may build a ZeRO
+    optimizer (exit_hooks.before_default_group)."""
     if not dist.is_initialized():
         before_default_group(sharded)
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = "nccl" if device.type == "cuda" and not shares_gpus() else "gloo"
         if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
             join_default_group(backend, timeout_s, describe)
         else:

@@ -47,6 +47,10 @@ class RuntimeConfig:
         5 lets a rare bad batch pass and stops a run that has diverged within a few steps
         (Megatron-LM's --check-for-nan-in-loss-and-grad raises at the first; DeepSpeed's fp16
         loss scaler skips steps until its scale reaches a floor).
+    share_gpus: True lets a node run more ranks than it has GPUs, rank r on GPU r % count, over
+        Gloo with every pipeline message staged through host memory (NCCL refuses two ranks on
+        one GPU): for testing a multi-stage layout on one GPU, not for speed. Off by default:
+        more ranks than GPUs is then an error, as it is most often a launch mistake.
     """
 
     dtype: torch.dtype | None = None
@@ -57,6 +61,7 @@ class RuntimeConfig:
     flush_denormal: bool = False
     pause_gc: bool = False
     max_nonfinite_skips: int = 5
+    share_gpus: bool = False
 
     def __post_init__(self) -> None:
         skips = self.max_nonfinite_skips

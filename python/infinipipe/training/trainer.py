@@ -112,7 +112,7 @@ class Trainer:
         self.plan_config = plan
         timeout_s = float(self.runtime.timeout_s)
 
-        self.device = local_device()
+        self.device = local_device(self.runtime.share_gpus)
         self._parallel = parallel  # until the layout exists (describe_rank)
         if group is None:
             # ZeRO is built when a stage has a gradient group (more than one rank holds it).

@@ -165,7 +165,7 @@ def run_cases(cases: list[dict], new_trainer, measure_memory: bool = False):
         yield trainer, result, record
 
 
-def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
+def parity(cases: list[dict], timeout_s: float = 60.0, share_gpus: bool = False) -> list[dict]:
     """Runs every case as one step (run_cases); returns per case its record with the plan
     summary, the stats (measured memory included) and this rank's stage."""
 
@@ -173,7 +173,7 @@ def parity(cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
         return infinipipe.Trainer(
             model_config(dtype),
             frozen_optimizer,
-            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+            runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s, share_gpus=share_gpus),
         )
 
     return [

@@ -40,7 +40,9 @@ def _spec_plan(trainer: infinipipe.Trainer, batch: list[torch.Tensor], spec: dic
     )
 
 
-def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[dict]:
+def parity(
+    parallel: dict, cases: list[dict], timeout_s: float = 60.0, share_gpus: bool = False
+) -> list[dict]:
     """Every case as one step under the layout; per case this rank's loss, gradients (summed
     over the stage's gradient group by the step) and plan."""
     trainers: dict[str, infinipipe.Trainer] = {}
@@ -52,7 +54,7 @@ def parity(parallel: dict, cases: list[dict], timeout_s: float = 60.0) -> list[d
                 bodies.model_config(dtype),
                 bodies.frozen_optimizer,
                 parallel=Parallel(**parallel),
-                runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s),
+                runtime=infinipipe.RuntimeConfig(timeout_s=timeout_s, share_gpus=share_gpus),
             )
         trainer = trainers[dtype]
         batch = bodies.make_batch(case["lengths"], case["seed"])
