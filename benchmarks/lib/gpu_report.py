@@ -51,6 +51,15 @@ def point_errors(meta: dict) -> list[dict]:
     return out
 
 
+def runs_text(meta: dict) -> str:
+    """How often each point was timed (cost/profile_grid.h, timed_runs)."""
+    text = f"{meta['repeats']} timed runs per point"
+    least = meta.get("min_timed_tokens", 0)
+    if least > 0:
+        text += f" (more under {least:,} tokens: as many as hold {least:,} tokens)"
+    return text
+
+
 def profile_lines(metas: dict[str, dict]) -> list[str]:
     out = table_head(
         "layer (bf16)",
@@ -261,8 +270,8 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
         any_meta = next(iter(metas.values()))
         out += [
             f"One decoder layer profiled on the {any_meta['gpu']} (torch {any_meta['torch']}, "
-            f"{any_meta['date'][:10]}; grid `{any_meta['grid']}`, {any_meta['repeats']} timed runs "
-            f"per point, {any_meta['statistic']} of wall times between CUDA synchronizations), "
+            f"{any_meta['date'][:10]}; grid `{any_meta['grid']}`, {runs_text(any_meta)}, "
+            f"{any_meta['statistic']} of wall times between CUDA synchronizations), "
             f"fitted with the CPU's model, held-out points {len(any_meta['held_out'])} of "
             f"{len(any_meta['runs']['layer'])} (goal: median <= {100 * GOAL['median']:.0f}%, "
             f"max <= {100 * GOAL['max']:.0f}%):",

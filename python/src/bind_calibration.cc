@@ -107,10 +107,11 @@ void bind_calibration(py::module_& m) {
         const ProfileGrid g = profile_grid(name);
         std::vector<std::pair<int64_t, int64_t>> points;
         for (const GridPoint& p : g.points()) points.emplace_back(p.tokens, p.context);
-        return py::make_tuple(points, g.repeats);
+        return py::make_tuple(points, g.repeats, g.min_timed_tokens);
       },
       py::arg("name"),
-      "([(tokens, context)], repeats) of the grid 'quick', 'training', 'full' or 'gpu'.");
+      "([(tokens, context)], repeats, min_timed_tokens) of the grid 'quick', 'training', 'full' "
+      "or 'gpu' (cost/profile_grid.h).");
 }
 
 }  // namespace infinipipe::python

@@ -477,9 +477,10 @@ void bind_runtime(py::module_& root) {
          int warmup, at::ScalarType dtype, at::Device device, int64_t hidden, int64_t kv_heads,
          int64_t head_dim, int64_t vocab, uint64_t seed, bool thread_cpu_time,
          const std::string& attention_backend, std::function<void(int, int)> progress,
-         int in_flight) {
+         int in_flight, int64_t min_timed_tokens) {
         runtime::LayerProfilerOptions o;
         o.in_flight = in_flight;
+        o.min_timed_tokens = min_timed_tokens;
         for (const auto& [tokens, context] : points) o.points.push_back({tokens, context});
         o.repeats = repeats;
         o.warmup = warmup;
@@ -508,6 +509,7 @@ void bind_runtime(py::module_& root) {
       py::arg("vocab"), py::arg("seed") = 0, py::arg("thread_cpu_time") = false,
       py::arg("attention_backend") = "auto", py::arg("progress") = nullptr,
       py::arg("in_flight") = runtime::LayerProfilerOptions{}.in_flight,
+      py::arg("min_timed_tokens") = 0,
       "Times local layer 0 of a stage module (C++ or Python protocol, as Executor takes it) on "
       "chunks of one slice (tokens, context) as the executor runs them, and its embedding and "
       "head + loss per token count when it has them (runtime/layer_profiler.h). Returns the raw "

@@ -209,6 +209,7 @@ void LayerProfilerOptions::validate() const {
           "layer profiler: grid point (tokens " + std::to_string(p.tokens) + ", context " +
               std::to_string(p.context) + ") needs tokens >= 1 and context >= 0");
   check(repeats >= 1, "layer profiler: repeats must be at least 1");
+  check(min_timed_tokens >= 0, "layer profiler: min_timed_tokens must be zero or positive");
   check(warmup >= 0, "layer profiler: warmup must be zero or positive");
   check(in_flight >= 0,
         "layer profiler: in_flight must be zero or positive, got " + std::to_string(in_flight));
@@ -257,8 +258,19 @@ LayerProfile profile_layer(StageModule& module, const LayerProfilerOptions& opti
   }
   // Every (task, repeat) in one shuffled order, so that drift (frequency scaling, other
   // processes) spreads over all points instead of biasing the ones measured together.
+  // Round r holds the tasks timed more than r times (every task, without min_timed_tokens).
+  std::vector<int> runs;
+  for (const Task& t : round) {
+    const int64_t tokens = t.kind == Kind::Layer       ? options.points[t.index].tokens
+                           : t.kind == Kind::Embedding ? profile.embedding[t.index].tokens
+                                                       : profile.head[t.index].tokens;
+    runs.push_back(timed_runs(tokens, options.repeats, options.min_timed_tokens));
+  }
   std::vector<Task> order;
-  for (int r = 0; r < options.repeats; ++r) order.insert(order.end(), round.begin(), round.end());
+  const int most = *std::max_element(runs.begin(), runs.end());
+  for (int r = 0; r < most; ++r)
+    for (size_t i = 0; i < round.size(); ++i)
+      if (runs[i] > r) order.push_back(round[i]);
   std::mt19937_64 rng(options.seed);
   for (int i = int(order.size()) - 1; i > 0; --i)
     std::swap(order[i], order[rng() % uint64_t(i + 1)]);

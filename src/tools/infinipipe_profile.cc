@@ -90,6 +90,7 @@ int run(const Args& args) {
   ip::runtime::LayerProfilerOptions options;
   options.points = grid.points();
   options.repeats = args.repeats > 0 ? args.repeats : grid.repeats;
+  options.min_timed_tokens = grid.min_timed_tokens;
   options.dtype = config.dtype;
   options.hidden = config.hidden;
   options.kv_heads = config.kv_heads;
@@ -138,6 +139,7 @@ int run(const Args& args) {
                             {"stage", "cpp"},
                             {"grid", args.grid},
                             {"repeats", options.repeats},
+                            {"min_timed_tokens", options.min_timed_tokens},
                             {"in_flight", options.in_flight},
                             {"dtype", args.dtype},
                             {"statistic", args.statistic},

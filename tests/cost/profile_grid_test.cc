@@ -43,5 +43,20 @@ TEST(ProfileGrid, TheGpuGridReachesLongContextsAndLargeChunks) {
   EXPECT_EQ(most_context, 98304);
 }
 
+TEST(ProfileGrid, ShortRunsAreTimedUntilTheyHoldTheLeastTokens) {
+  EXPECT_EQ(timed_runs(256, 5, 0), 5);
+  EXPECT_EQ(timed_runs(256, 5, 10240), 40);
+  EXPECT_EQ(timed_runs(300, 5, 10240), 35);  // rounded up: 35 x 300 >= 10240
+  EXPECT_EQ(timed_runs(2048, 5, 10240), 5);
+  EXPECT_EQ(timed_runs(16384, 5, 10240), 5);  // never fewer than repeats
+  const ProfileGrid gpu = profile_grid("gpu");
+  EXPECT_EQ(timed_runs(256, gpu.repeats, gpu.min_timed_tokens), 40);
+  EXPECT_EQ(timed_runs(1024, gpu.repeats, gpu.min_timed_tokens), 10);
+  EXPECT_EQ(timed_runs(2048, gpu.repeats, gpu.min_timed_tokens), gpu.repeats);
+  for (const char* name : {"quick", "training", "full"})
+    EXPECT_EQ(profile_grid(name).min_timed_tokens, 0);
+  EXPECT_NE(error_of([] { timed_runs(0, 5, 0); }).find("tokens >= 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace infinipipe

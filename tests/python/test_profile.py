@@ -318,7 +318,7 @@ def test_neighbours_in_step_time_every_run():
     # process after each: the profile completes with every run of every point.
     config = llama.LlamaConfig.tiny()
     points = [(16, 0), (32, 48)]
-    with neighbours.neighbours(1, config, "python", points, 1, in_step=(3, 5)) as barrier:
+    with neighbours.neighbours(1, config, "python", points, 1, in_step=(3, 0, 5)) as barrier:
         assert isinstance(barrier, neighbours.InStep)
         runs = profile.time_runs(
             profile.profiled_module(config, "python"),
@@ -340,25 +340,38 @@ def test_cli_wants_neighbours_for_in_step(tmp_path):
     assert proc.returncode == 2 and "--neighbours-in-step needs neighbours" in proc.stderr
 
 
+TINY_POINTS = [(16, 0), (32, 48), (8, 96)]
+
+
+def tiny_runs(repeats: int, **options) -> dict:
+    """The raw runs of the tiny LLaMA's Python stage at TINY_POINTS (profile.time_runs)."""
+    config = llama.LlamaConfig.tiny()
+    module = profile.profiled_module(config, "python")
+    return profile.time_runs(module, config, TINY_POINTS, repeats, progress=False, **options)
+
+
 @pytest.mark.parametrize("in_flight", [0, 3, 50])
 def test_every_recorded_forward_gets_its_backward_whatever_is_held_in_flight(in_flight):
     # Backwards wait until `in_flight` later forwards have run (runtime/layer_profiler.h); each
     # timed forward still gets its timed backward, and the held ones theirs at the end (with 50
     # held, all of them).
-    config = llama.LlamaConfig.tiny()
-    points = [(16, 0), (32, 48), (8, 96)]
-    runs = profile.time_runs(
-        profile.profiled_module(config, "python"),
-        config,
-        points,
-        4,
-        progress=False,
-        in_flight=in_flight,
-    )
-    assert [(r["tokens"], r["context"]) for r in runs["layer"]] == points
+    runs = tiny_runs(4, in_flight=in_flight)
+    assert [(r["tokens"], r["context"]) for r in runs["layer"]] == TINY_POINTS
     for r in runs["layer"]:
         for key in ("forward_s", "backward_s", "checkpointed_forward_s", "recomputed_s"):
             assert len(r[key]) == 4 and all(t > 0 for t in r[key]), (key, r)
+
+
+def test_short_points_are_timed_until_their_runs_hold_the_least_tokens():
+    # cost/profile_grid.h, timed_runs: max(repeats, ceil(min_timed_tokens / tokens)), for the
+    # layer's points and the embedding's and head's sizes alike.
+    runs = tiny_runs(2, min_timed_tokens=64)
+    want = {16: 4, 32: 2, 8: 8}
+    for r in runs["layer"]:
+        for key in ("forward_s", "backward_s", "checkpointed_forward_s", "recomputed_s"):
+            assert len(r[key]) == want[r["tokens"]], (key, r)
+    for part in ("embedding", "head"):
+        assert {r["tokens"]: len(r["seconds"]) for r in runs[part]} == want, part
 
 
 def test_in_flight_must_not_be_negative(tmp_path):
@@ -463,9 +476,10 @@ def test_a_gpu_profile_fits_one_a1_and_keeps_the_gpu_hardware():
 
 
 def test_the_gpu_grid_reaches_16k_tokens_at_96k_context():
-    points, repeats = profile.grid_points("gpu")
+    points, repeats, min_timed_tokens = profile.grid_points("gpu")
     assert max(s for s, _ in points) == 16384 and max(c for _, c in points) == 98304
     assert repeats >= 3
+    assert min_timed_tokens == 2048 * repeats  # the short points are timed more often
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message where there is no GPU")

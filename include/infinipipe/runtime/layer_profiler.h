@@ -41,7 +41,9 @@ std::vector<int64_t> attention_query_cuts(c10::Device device);
 struct LayerProfilerOptions {
   std::vector<GridPoint> points;
   int repeats = 5;  // timed runs per point
-  int warmup = 1;   // untimed rounds over every point first (allocator, kernel selection)
+  // Sizes under it get more runs: timed_runs(tokens, repeats, min_timed_tokens) (profile_grid.h).
+  int64_t min_timed_tokens = 0;
+  int warmup = 1;  // untimed rounds over every point first (allocator, kernel selection)
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
   int64_t hidden = 0;

@@ -337,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stage=args.stage,
         grid=args.grid,
         repeats=result["repeats"],
+        min_timed_tokens=result["min_timed_tokens"],
         dtype=args.dtype,
         neighbours=args.neighbours,
         neighbours_in_step=args.neighbours_in_step,

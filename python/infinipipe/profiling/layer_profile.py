@@ -44,10 +44,11 @@ IN_FLIGHT = _C.runtime.profile_layer_in_flight
 ATTENTION_QUERY_CUTS = list(_C.runtime.cpu_attention_query_cuts)
 
 
-def grid_points(grid: str) -> tuple[list[tuple[int, int]], int]:
-    """The grid's (tokens, context) points and its repeats (cost/profile_grid.h)."""
-    points, repeats = _C.plan.profile_grid(grid)
-    return [tuple(p) for p in points], repeats
+def grid_points(grid: str) -> tuple[list[tuple[int, int]], int, int]:
+    """The grid's (tokens, context) points, its repeats and its min_timed_tokens: sizes under
+    it are timed more often (cost/profile_grid.h, timed_runs)."""
+    points, repeats, min_timed_tokens = _C.plan.profile_grid(grid)
+    return [tuple(p) for p in points], repeats, min_timed_tokens
 
 
 def attention_query_cuts(device: torch.device) -> list[int]:
@@ -91,7 +92,7 @@ def _profile_layer(
     **options: Any,
 ) -> dict:
     """_C.runtime.profile_layer on `device` for the config's shape; options: seed,
-    thread_cpu_time, progress."""
+    thread_cpu_time, progress, in_flight, min_timed_tokens."""
     return _C.runtime.profile_layer(
         module,
         [tuple(p) for p in points],
@@ -119,9 +120,11 @@ def time_runs(
     in_flight: int = IN_FLIGHT,
     after_each: Callable[[], None] | None = None,
     device: torch.device | str = "cpu",
+    min_timed_tokens: int = 0,
 ) -> dict:
     """The raw runs of _C.runtime.profile_layer, with a progress bar; `after_each` is called
-    after every run (warm-ups included), outside the timed part."""
+    after every run (warm-ups included), outside the timed part; sizes under min_timed_tokens
+    are timed more often (cost/profile_grid.h, timed_runs)."""
     with tqdm(desc="profile", unit="run", disable=not progress) as bar:
 
         def update(done: int, total: int) -> None:
@@ -140,6 +143,7 @@ def time_runs(
             thread_cpu_time=cpu_time,
             progress=update if progress or after_each is not None else None,
             in_flight=in_flight,
+            min_timed_tokens=min_timed_tokens,
         )
 
 
@@ -291,10 +295,12 @@ def profile(
     """Times (beside neighbour_count processes doing the same work; with neighbours_in_step,
     each run beside the same run: neighbours.InStep), fits and measures; returns everything the CLI
     writes (see main)."""
-    points, grid_repeats = grid_points(grid)
+    points, grid_repeats, min_timed_tokens = grid_points(grid)
     module = profiled_module(config, stage, device)
     repeats = repeats or grid_repeats
-    in_step = (repeats, seed) if neighbours_in_step and neighbour_count > 0 else None
+    in_step = (
+        (repeats, min_timed_tokens, seed) if neighbours_in_step and neighbour_count > 0 else None
+    )
     from .neighbours import neighbours  # which runs this module's layer work in other processes
 
     with neighbours(
@@ -311,6 +317,7 @@ def profile(
             in_flight=in_flight,
             after_each=barrier,
             device=device,
+            min_timed_tokens=min_timed_tokens,
         )
     cuts = attention_query_cuts(device)
     fits = {s: fit(runs, s, holdout, seed, cuts) for s in STATISTICS}
@@ -334,4 +341,5 @@ def profile(
         },
         runs=runs,
         repeats=repeats,
+        min_timed_tokens=min_timed_tokens,
     )

@@ -21,17 +21,17 @@ def _neighbour(
     threads: int,
     in_flight: int,
     ready: Any,
-    in_step: tuple[int, int, Any] | None = None,
+    in_step: tuple[int, int, int, Any] | None = None,
 ) -> None:
     """A process doing the profiled layer work over and over, until it is terminated. With
-    `in_step` (repeats, seed, connection), its first pass runs the profiler's own runs in the
+    `in_step` (repeats, min_timed_tokens, seed, connection), its first pass runs the profiler's own runs in the
     profiler's order, waiting for the profiler after each (InStep)."""
     torch.set_num_threads(threads)
     module = profiled_module(config, stage)
     ready.send(True)
     ready.close()
     if in_step is not None:
-        repeats, seed, conn = in_step
+        repeats, min_timed_tokens, seed, conn = in_step
         barrier = InStep([conn])
         _profile_layer(
             module,
@@ -40,6 +40,7 @@ def _neighbour(
             repeats,
             seed=seed,
             in_flight=in_flight,
+            min_timed_tokens=min_timed_tokens,
             progress=lambda done, total: barrier(),
         )
     while True:  # no tqdm here: its lock is a semaphore that a terminated process would leak
@@ -88,10 +89,11 @@ def neighbours(
     points: list,
     threads: int,
     in_flight: int = IN_FLIGHT,
-    in_step: tuple[int, int] | None = None,
+    in_step: tuple[int, int, int] | None = None,
 ):
     """`count` processes running _neighbour for the duration of the block, which starts once
-    every one of them is at work. Yields None, or with `in_step` (repeats, seed) the InStep
+    every one of them is at work. Yields None, or with `in_step` (repeats, min_timed_tokens,
+    seed) the InStep
     barrier the profiler calls after each of its runs."""
     ctx = multiprocessing.get_context("spawn")
     # Pipes, not Events: a terminated process would leave an Event's semaphore behind.

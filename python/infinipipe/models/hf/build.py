@@ -51,9 +51,12 @@ def _layers_of(config: Any, layers_per_stage: int | Sequence[int], stage_index: 
 
 
 def default_device() -> torch.device:
-    """The Trainer's: this rank's GPU (LOCAL_RANK) when CUDA is available, else the CPU."""
+    """The Trainer's (rendezvous.local_device): this rank's GPU, LOCAL_RANK modulo the GPUs
+    (ranks sharing them: RuntimeConfig.share_gpus), when CUDA is available, else the CPU."""
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device(
+            "cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
+        )
     return torch.device("cpu")
 
 
