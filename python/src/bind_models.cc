@@ -31,7 +31,8 @@ void bind_models(py::module_& root) {
       .def(py::init([](int64_t vocab, int64_t hidden, int64_t layers, int64_t heads,
                        int64_t kv_heads, int64_t ffn, int first_layer, int last_layer,
                        bool has_embedding, bool has_head, double rope_theta, double rms_eps,
-                       at::ScalarType dtype, std::optional<uint64_t> seed, at::Device device) {
+                       at::ScalarType dtype, std::optional<uint64_t> seed, at::Device device,
+                       bool lean_layer) {
              LlamaConfig c;
              c.vocab = vocab;
              c.hidden = hidden;
@@ -42,6 +43,7 @@ void bind_models(py::module_& root) {
              c.rope_theta = rope_theta;
              c.rms_eps = rms_eps;
              c.dtype = dtype;
+             c.lean_layer = lean_layer;
              return std::make_shared<LlamaStage>(c, first_layer, last_layer, has_embedding,
                                                  has_head, seed, device);
            }),
@@ -49,7 +51,8 @@ void bind_models(py::module_& root) {
            py::arg("kv_heads"), py::arg("ffn"), py::arg("first_layer"), py::arg("last_layer"),
            py::arg("has_embedding"), py::arg("has_head"), py::arg("rope_theta") = 10000.0,
            py::arg("rms_eps") = 1e-6, py::arg("dtype") = at::kFloat,
-           py::arg("seed") = std::optional<uint64_t>(0), py::arg("device") = at::Device(at::kCPU))
+           py::arg("seed") = std::optional<uint64_t>(0), py::arg("device") = at::Device(at::kCPU),
+           py::arg("lean_layer") = false)
       .def_property_readonly("first_layer", &LlamaStage::first_layer)
       .def_property_readonly("last_layer", &LlamaStage::last_layer)
       .def("named_parameters", &LlamaStage::named_parameters,

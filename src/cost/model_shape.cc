@@ -68,6 +68,8 @@ void to_json(nlohmann::json& j, const ModelShape& s) {
                      {"hidden", s.hidden},     {"heads", s.heads},
                      {"kv_heads", s.kv_heads}, {"ffn", s.ffn},
                      {"vocab", s.vocab},       {"bytes_per_element", s.bytes_per_element}};
+  // Only when set, so an eager model's JSON is what it always was.
+  if (s.lean_layer) j["lean_layer"] = true;
 }
 
 void from_json(const nlohmann::json& j, ModelShape& s) {
@@ -80,6 +82,7 @@ void from_json(const nlohmann::json& j, ModelShape& s) {
   f.get("ffn", s.ffn);
   f.get("vocab", s.vocab);
   f.get("bytes_per_element", s.bytes_per_element);
+  f.get_optional("lean_layer", s.lean_layer);
   f.finish();
   s.validate();
 }

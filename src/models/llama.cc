@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <set>
 #include <sstream>
@@ -16,6 +17,47 @@ namespace {
 
 // Norms and rotary tables run in at least float32, as the Python model and transformers do.
 at::ScalarType compute_dtype(at::ScalarType dtype) { return at::promote_types(dtype, at::kFloat); }
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The lean layer's RMSNorm (LlamaConfig::lean_layer): the eager norm's arithmetic, keeping only
+// its input and rstd; the backward recomputes the normalised value n = x * rstd and returns
+// dx = rstd * (dn - n * mean(dn * n)) with dn the gradient reaching n, and the gain's gradient
+// (so a zero-bubble W reruns this node for it: a few element-wise passes).
+struct LeanRmsNorm : torch::autograd::Function<LeanRmsNorm> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
+    const at::Tensor rstd = at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return weight * (h * rstd).to(x.scalar_type());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &dy = grads[0];
+    const at::Tensor n = x.to(rstd.scalar_type()) * rstd;
+    const at::Tensor n_out = n.to(x.scalar_type());
+    const at::Tensor dweight = (dy * n_out).reshape({-1, n_out.size(-1)}).sum(0);
+    const at::Tensor dn = (dy * weight).to(rstd.scalar_type());
+    const at::Tensor dx = rstd * (dn - n * (dn * n).mean({-1}, /*keepdim=*/true));
+    return {dx.to(x.scalar_type()), dweight, at::Tensor()};
+  }
+};
+
+// The lean layer's SwiGLU product silu(gate) * up, keeping gate and up only: the backward
+// recomputes SiLU's output with the forward's kernel, so its gradients are the eager ones.
+struct LeanSwiGlu : torch::autograd::Function<LeanSwiGlu> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    return at::silu(gate) * up;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &gate = saved[0], &up = saved[1], &dy = grads[0];
+    return {at::silu_backward(dy * up, gate), dy * at::silu(gate)};
+  }
+};
 
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
@@ -72,6 +114,7 @@ ModelShape LlamaConfig::shape(const std::string& name) const {
   s.ffn = static_cast<int>(ffn);
   s.vocab = static_cast<int>(vocab);
   s.bytes_per_element = static_cast<int>(c10::elementSize(dtype));
+  s.lean_layer = lean_layer;
   return s;
 }
 
@@ -84,6 +127,7 @@ LlamaConfig LlamaConfig::from_shape(const ModelShape& shape, at::ScalarType dtyp
   c.kv_heads = shape.kv_heads;
   c.ffn = shape.ffn;
   c.dtype = dtype;
+  c.lean_layer = shape.lean_layer;
   c.validate();
   return c;
 }
@@ -236,6 +280,7 @@ void LlamaStage::load_state_dict(const std::map<std::string, at::Tensor>& weight
 // --- forward pieces -------------------------------------------------------------------------
 
 at::Tensor LlamaStage::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  if (config_.lean_layer) return LeanRmsNorm::apply(x, weight, config_.rms_eps);
   const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
   const at::Tensor variance = h.pow(2).mean({-1}, /*keepdim=*/true);
   return weight * (h * at::rsqrt(variance + config_.rms_eps)).to(x.scalar_type());
@@ -301,8 +346,9 @@ at::Tensor LlamaStage::layer(int local_index, const at::Tensor& hidden,
       hidden + at::linear(attended.reshape({t, config_.heads * d}), l.o_proj);
 
   const at::Tensor y = rms_norm(after_attention, l.post_attention_layernorm);
-  const at::Tensor mlp =
-      at::linear(at::silu(at::linear(y, l.gate_proj)) * at::linear(y, l.up_proj), l.down_proj);
+  const at::Tensor gate = at::linear(y, l.gate_proj), up = at::linear(y, l.up_proj);
+  const at::Tensor product = config_.lean_layer ? LeanSwiGlu::apply(gate, up) : at::silu(gate) * up;
+  const at::Tensor mlp = at::linear(product, l.down_proj);
   return after_attention + mlp;
 }
 

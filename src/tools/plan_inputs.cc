@@ -74,6 +74,14 @@ ip::CostModel build_cost_model(const PlanToolArgs& args) {
         "--model " + args.model + " is neither a file nor a built-in model (" + join(names) + ")");
     shape = ip::ModelShape::builtin(args.model);
   }
+  // A cost file's activation bytes are what its layer kept when profiled (profile it with
+  // --lean-layer instead).
+  ip::check(!args.lean_layer || !have_coefficients,
+            "--lean-layer sets the analytic count of a built-in model or a model shape; " +
+                args.model +
+                " is a cost model, whose activation bytes were measured: profile the lean "
+                "layer (python -m infinipipe profile --lean-layer) and plan with that file");
+  if (args.lean_layer) shape.lean_layer = true;
   shape.validate();
   if (!have_coefficients) {
     ip::Hardware hw;

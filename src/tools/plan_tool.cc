@@ -153,6 +153,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
                "parameters, with free communication (vocabulary parallelism's best case: the "
                "most any balancing of the head gives); not runnable, so no --plan")
       ->excludes("--spread-head");
+  app.add_flag("--lean-layer", args.lean_layer,
+               "the model runs InfiniPipe's lean layer (LlamaConfig.lean_layer: each norm keeps "
+               "its input and rstd, the SwiGLU its gate and up), which keeps less per token; "
+               "for a built-in model or a model shape file");
   app.add_flag("--json", args.json,
                "one JSON object per line per method (and step) instead of the table");
   app.add_option(

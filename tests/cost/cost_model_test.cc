@@ -58,6 +58,16 @@ TEST(CostCoefficients, Llama7bFlopsMatchHandCount) {
   EXPECT_EQ(c.logits_bytes, 4 * 32000 + 4 * 4097 + 2 * 2 * 4096 + 8.0);
   EXPECT_EQ(c.checkpoint_bytes, 2 * 4096.0);
   EXPECT_EQ(c.kv_bytes, 2 * 2 * 4096.0);
+  // The lean layer: each norm keeps its bf16 input instead of the fp32 copy and the normalised
+  // value (4 * 4096 less per norm), the SwiGLU not SiLU's output (2 * 11008 less); the final norm
+  // likewise. Times and everything else as the eager layer's.
+  ModelShape lean_shape = shape;
+  lean_shape.lean_layer = true;
+  const CostCoefficients lean = CostCoefficients::analytic(lean_shape, flat_a800());
+  EXPECT_EQ(lean.activation_bytes, 186504.0 - 2 * 4 * 4096 - 2 * 11008);
+  EXPECT_EQ(lean.logits_bytes, c.logits_bytes - 4 * 4096);
+  EXPECT_EQ(lean.a2, c.a2);
+  EXPECT_EQ(lean.checkpoint_bytes, c.checkpoint_bytes);
   EXPECT_EQ(c.p2p_bytes_per_token, 2 * 4096.0);
   EXPECT_EQ(c.model_state_bytes_per_param, 16);
 }

@@ -81,6 +81,10 @@ TEST(ModelShape, JsonRoundTripAndErrors) {
     EXPECT_EQ(back.params_per_layer(), s.params_per_layer());
   }
   nlohmann::json j = ModelShape::builtin("tiny");
+  EXPECT_FALSE(j.contains("lean_layer"));  // written only when set
+  ModelShape lean = ModelShape::builtin("tiny");
+  lean.lean_layer = true;
+  EXPECT_TRUE(nlohmann::json(lean).get<ModelShape>().lean_layer);
   nlohmann::json missing = j;
   missing.erase("ffn");
   EXPECT_NE(error_of([&] { missing.get<ModelShape>(); }).find("missing field 'ffn'"),

@@ -108,15 +108,22 @@ def test_per_token_parts_and_statistics():
     assert _C.plan.robust_time(runs, "trimmed_mean") == 3.0  # 2, 3, 3, 4
 
 
-def test_saved_bytes_match_the_analytic_model():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lean", [False, True])
+def test_saved_bytes_match_the_analytic_model(lean, dtype):
     # The runtime path saves what CostCoefficients::analytic derives, per token, for whole
-    # sequences and for slices of split sequences alike, in both stage implementations.
-    config = llama.LlamaConfig.tiny()
+    # sequences and for slices of split sequences alike, in both stage implementations, for the
+    # eager layer and the lean one (LlamaConfig.lean_layer).
+    config = llama.LlamaConfig.tiny(lean_layer=lean, dtype=dtype)
     analytic = json.loads(
-        _C.plan.CostModel.analytic(
-            profile.model_shape_json(config, torch.float32), "cpu", [4, 4]
-        ).to_json()
+        _C.plan.CostModel.analytic(profile.model_shape_json(config, dtype), "cpu", [4, 4]).to_json()
     )
+    h, f, heads = config.hidden, config.ffn, config.heads
+    b = dtype.itemsize
+    eager = b * (6 * h + 2 * h // 2 + 4 * f) + 4 * (2 * h + 2 + heads)  # kv_heads = heads / 2
+    lean_less = 2 * h * 4 + f * b  # per norm its compute-dtype copy (or value), SiLU's output
+    want = eager - lean_less if lean else eager
+    assert analytic["coefficients"]["activation_bytes"] == pytest.approx(want)
     for stage in profile.STAGES:
         module = profile.profiled_module(config, stage)
         for context in (0, 96):

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import unittest
+from pathlib import Path
 
 TOOL = ""
 STEPS = ["--distribution", "wikipedia", "--batch", "32", "--context", "16384", "--steps", "3"]
@@ -27,6 +28,14 @@ def plan(*args: str) -> subprocess.CompletedProcess:
     if r.returncode != 0:
         raise AssertionError(f"exit {r.returncode}: {r.stderr}")
     return r
+
+
+def epp_runs(model: str, stages: int, memory_gib: int, batch: int, context: int):
+    """run(*extra): the plan tool's EPP plan of one sampled Wikipedia step, as JSON."""
+    case = ["--model", model, "--stages", str(stages), "--memory-gib", str(memory_gib)]
+    case += ["--method", "epp", "--distribution", "wikipedia", "--batch", str(batch)]
+    case += ["--context", str(context), "--checkpoint-seconds", "0", "--json"]
+    return lambda *extra: subprocess.run([TOOL, *case, *extra], capture_output=True, text=True)
 
 
 class Report(unittest.TestCase):
@@ -125,13 +134,7 @@ class Report(unittest.TestCase):
     def test_ideal_even_head_is_a_what_if_with_a_lower_bound_and_no_plan_file(self):
         # The head shared evenly by the stages (CostModel::with_ideal_even_head): the same total
         # work, so the bound of a step with the head on its last stage can only fall.
-        case = ["--model", "llama3-8b", "--stages", "4", "--memory-gib", "80", "--method", "epp"]
-        case += ["--distribution", "wikipedia", "--batch", "32", "--context", "32768"]
-        case += ["--checkpoint-seconds", "0", "--json"]
-
-        def run(*args):
-            return subprocess.run([TOOL, *case, *args], capture_output=True, text=True)
-
+        run = epp_runs("llama3-8b", 4, 80, 32, 32768)
         plain, ideal = run(), run("--ideal-even-head")
         self.assertEqual(ideal.returncode, 0, ideal.stderr)
         a, b = json.loads(plain.stdout), json.loads(ideal.stdout)
@@ -145,6 +148,26 @@ class Report(unittest.TestCase):
             r = run("--ideal-even-head", *extra)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(extra[0], r.stderr)
+
+    def test_lean_layer_keeps_less_and_refuses_a_measured_cost_model(self):
+        # ModelShape::lean_layer: the same step with less kept per token, so a tight budget
+        # recomputes less; a cost model file's bytes were measured, so the flag is refused there.
+        run = epp_runs("llama-13b", 8, 40, 64, 98304)
+        eager, lean = run(), run("--lean-layer")
+        self.assertEqual(lean.returncode, 0, lean.stderr)
+        a, b = json.loads(eager.stdout), json.loads(lean.stdout)
+        self.assertGreater(a["recompute_s"], 0)  # the budget binds
+        self.assertLess(b["recompute_s"], a["recompute_s"])
+        self.assertLessEqual(b["step_time_s"], a["step_time_s"])
+        cost = Path(__file__).resolve().parents[2] / "benchmarks/results/cost_h200_llama13b.json"
+        r = subprocess.run(
+            [TOOL, "--model", str(cost), "--lean-layer", "--distribution", "wikipedia"],
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--lean-layer", r.stderr)
+        self.assertIn("profile the lean layer", r.stderr)
 
 
 if __name__ == "__main__":

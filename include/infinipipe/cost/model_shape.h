@@ -18,6 +18,10 @@ struct ModelShape {
   int ffn = 0;  // SwiGLU intermediate size
   int vocab = 0;
   int bytes_per_element = 2;  // activations and weights (bf16 on GPU, 4 or 8 on CPU tests)
+  // InfiniPipe's lean layer (LlamaConfig::lean_layer): each RMSNorm keeps its input and rstd,
+  // the SwiGLU its gate and up, and their backwards recompute the rest, so a layer keeps less
+  // (CostCoefficients::analytic). False: the eager layer, as transformers' modules run it.
+  bool lean_layer = false;
 
   int head_dim() const { return hidden / heads; }
   int64_t params_per_layer() const;  // attention + SwiGLU MLP + two RMSNorms

@@ -49,6 +49,7 @@ def stage(
         dtype=config.dtype,
         seed=seed,
         device=torch.device(device),
+        lean_layer=config.lean_layer,
     )
 
 

@@ -26,6 +26,8 @@ def model_shape_json(config: llama.LlamaConfig, dtype: torch.dtype, name: str = 
             ffn=config.ffn,
             vocab=config.vocab,
             bytes_per_element=torch.empty((), dtype=dtype).element_size(),
+            # only when set: an eager model's shape is what it always was
+            **({"lean_layer": True} if config.lean_layer else {}),
         )
     )
 

@@ -188,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument(
+        "--lean-layer",
+        action="store_true",
+        help="profile the lean layer (LlamaConfig.lean_layer: norms and SwiGLU keep less)",
+    )
+    p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
@@ -280,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kv_heads=args.kv_heads,
         ffn=args.ffn,
         dtype=getattr(torch, args.dtype),
+        lean_layer=args.lean_layer,
     )
     if args.neighbours < 0:
         p.error(f"--neighbours must be 0 or more, got {args.neighbours}")

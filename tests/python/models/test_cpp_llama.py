@@ -249,6 +249,15 @@ PIPELINE_CASES = [
         seed=2,
         plan=dict(method="chunkflow", chunk_tokens=96, recompute="pattern"),
     ),
+    # The lean layer's C++ functions (LeanRmsNorm, LeanSwiGlu) against the Python model's,
+    # recomputed and split into B and W.
+    dict(
+        name="hybrid-checkpointed-lean-zero-bubble",
+        dtype="float64-lean",
+        lengths=[200, 40, 25, 13],
+        seed=2,
+        plan=dict(method="chunkflow", chunk_tokens=96, recompute="pattern", zero_bubble="h1"),
+    ),
 ]
 
 

@@ -23,7 +23,10 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.
 
 
 def model_config(dtype: str) -> llama.LlamaConfig:
-    return llama.LlamaConfig(**MODEL, dtype=DTYPES[dtype])
+    """The tiny model in `dtype` ("float64", ...); "float64-lean" and so on: with the lean layer
+    (LlamaConfig.lean_layer)."""
+    name, _, variant = dtype.partition("-")
+    return llama.LlamaConfig(**MODEL, dtype=DTYPES[name], lean_layer=variant == "lean")
 
 
 def make_batch(lengths: list[int], seed: int) -> list[torch.Tensor]:

@@ -22,6 +22,11 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     dtype: torch.dtype = torch.float32
+    # The lean layer: each RMSNorm keeps its input and rstd, the SwiGLU its gate and up outputs,
+    # and their backwards recompute the rest (a few element-wise passes): 29% fewer saved bytes
+    # at LLaMA-13B in bf16, the same values (layers.py, LeanRMSNorm and LeanSwiGLU). False: the
+    # eager layer, which keeps what transformers' modules keep.
+    lean_layer: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab", "hidden", "layers", "heads", "kv_heads", "ffn"):
@@ -38,6 +43,10 @@ class LlamaConfig:
             )
         if self.head_dim % 2 != 0:
             raise ValueError(f"LlamaConfig: head_dim ({self.head_dim}) must be even for rotary")
+        if not isinstance(self.lean_layer, bool):
+            raise ValueError(
+                f"LlamaConfig.lean_layer must be True or False, got {self.lean_layer!r}"
+            )
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise ValueError(
                 f"LlamaConfig.dtype must be a floating torch.dtype, got {self.dtype!r}"

@@ -22,6 +22,45 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+class LeanRMSNorm(torch.autograd.Function):
+    """The lean layer's RMSNorm (LlamaConfig.lean_layer): the eager norm's arithmetic, keeping
+    only its input and rstd; the backward recomputes the normalised value n = x * rstd and
+    returns dx = rstd * (dn - n * mean(dn * n)), dn the gradient reaching n, and the gain's
+    gradient. The C++ stage's LeanRmsNorm (src/models/llama.cc) is the same."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        h = x.to(_compute_dtype(x.dtype))
+        rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return weight * (h * rstd).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        n = x.to(rstd.dtype) * rstd
+        n_out = n.to(x.dtype)
+        dweight = (dy * n_out).reshape(-1, n_out.shape[-1]).sum(0)
+        dn = (dy * weight).to(rstd.dtype)
+        dx = rstd * (dn - n * (dn * n).mean(-1, keepdim=True))
+        return dx.to(x.dtype), dweight, None
+
+
+class LeanSwiGLU(torch.autograd.Function):
+    """The lean layer's SwiGLU product silu(gate) * up, keeping gate and up only: the backward
+    recomputes SiLU's output with the forward's kernel, so its gradients are the eager ones."""
+
+    @staticmethod
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gate, up = ctx.saved_tensors
+        return torch.ops.aten.silu_backward(dy * up, gate), dy * F.silu(gate)
+
+
 class RMSNorm(nn.Module):
     def __init__(
         self,
@@ -29,12 +68,16 @@ class RMSNorm(nn.Module):
         eps: float = 1e-6,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
+        lean: bool = False,
     ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
         self.eps = eps
+        self.lean = lean
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.lean:
+            return LeanRMSNorm.apply(x, self.weight, self.eps)
         input_dtype = x.dtype
         h = x.to(_compute_dtype(input_dtype))
         variance = h.pow(2).mean(-1, keepdim=True)
@@ -42,7 +85,7 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(input_dtype)
 
     def extra_repr(self) -> str:
-        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+        return f"{tuple(self.weight.shape)}, eps={self.eps}" + (", lean" if self.lean else "")
 
 
 def rotary_inv_freq(
@@ -108,9 +151,11 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden, config.ffn, **kw)
         self.up_proj = nn.Linear(config.hidden, config.ffn, **kw)
         self.down_proj = nn.Linear(config.ffn, config.hidden, **kw)
+        self.lean = config.lean_layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(LeanSwiGLU.apply(gate, up) if self.lean else F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -120,8 +165,9 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = Attention(config, device)
         self.mlp = MLP(config, device)
-        self.input_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
-        self.post_attention_layernorm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
+        norm = (config.hidden, config.rms_eps, config.dtype, device, config.lean_layer)
+        self.input_layernorm = RMSNorm(*norm)
+        self.post_attention_layernorm = RMSNorm(*norm)
 
     def forward(self, hidden: torch.Tensor, rotary: Rotary, attend: Attend) -> torch.Tensor:
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), rotary, attend)

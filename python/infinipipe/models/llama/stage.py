@@ -55,7 +55,9 @@ class LlamaStage(nn.Module):
             {str(i): DecoderLayer(config, device) for i in range(first_layer, last_layer)}
         )
         if has_head:
-            self.norm = RMSNorm(config.hidden, config.rms_eps, config.dtype, device)
+            self.norm = RMSNorm(
+                config.hidden, config.rms_eps, config.dtype, device, config.lean_layer
+            )
             self.lm_head = nn.Linear(
                 config.hidden, config.vocab, bias=False, dtype=config.dtype, device=device
             )
