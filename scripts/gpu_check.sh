@@ -31,7 +31,8 @@
 #                 Gloo (RuntimeConfig(share_gpus=True)) against the unpipelined model
 #   step_speed    benchmarks/experiments/gpu_step_speed.py: a ~1B LLaMA's training step on packed and
 #                 split 16K-token batches, the executor against the plain step; OUT/gpu_step_speed.json
-#   memory        benchmarks/experiments/gpu_memory.py: 4-layer stages of LLaMA-7B and -13B shape,
+#   memory        benchmarks/experiments/gpu_memory.py: 4-layer stages of LLaMA-7B and -13B shape
+#                 (13B also with the lean layer),
 #                 the peak of torch.cuda.max_memory_allocated against the plan's; OUT/gpu_memory.json
 #   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
 #                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json

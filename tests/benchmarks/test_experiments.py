@@ -294,9 +294,14 @@ def test_gpu_step_speed_smoke_trains_every_runner_alike(tmp_path):
 
 def test_gpu_memory_smoke_plans_and_predicts_every_case(tmp_path):
     data = smoke_result("gpu_memory.py", tmp_path)
-    assert [c["batch"] for c in data["cases"]] == ["packed", "split"]
+    assert [c["batch"] for c in data["cases"]] == ["packed", "split"] * 2
     for c in data["cases"]:
         assert c["predicted_bytes"] > c["predicted_model_state_bytes"] > 0
+    # the lean layer's stage is predicted to hold less, the same model state
+    eager, lean = data["cases"][:2], data["cases"][2:]
+    for e, n in zip(eager, lean, strict=True):
+        assert n["model"] == "tiny, lean layer" and n["predicted_bytes"] < e["predicted_bytes"]
+        assert n["predicted_model_state_bytes"] == e["predicted_model_state_bytes"]
     sys.path.insert(0, str(BENCHMARKS))
     from lib import gpu_report
 

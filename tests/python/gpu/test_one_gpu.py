@@ -6,7 +6,8 @@ The rank is a real process (tests/python/runtime/launcher.py) that the Trainer p
 The batch holds a split sequence (K/V buffers) beside packed ones. float64 runs the math path on
 the GPU, float32 ATen's varlen memory-efficient kernel, bfloat16 its flash kernel. bfloat16 is
 held to what its 8-bit mantissa allows: the loss within 1% of the float32 CPU run, each
-gradient within 5% of the reference's norm (against_cpu.py). Skipped, saying so, without CUDA.
+gradient within 5% of the reference's norm (against_cpu.py); so is the lean layer
+(LlamaConfig.lean_layer) in bfloat16. Skipped, saying so, without CUDA.
 """
 
 import sys
@@ -28,7 +29,7 @@ def cases():
             seed=3,
             plan=CHUNKFLOW,
         )
-        for dtype in TOL
+        for dtype in [*TOL, "bfloat16-lean"]  # the lean layer's functions on CUDA too
     ]
 
 
