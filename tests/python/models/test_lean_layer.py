@@ -1,0 +1,42 @@
+"""The lean layer (LlamaConfig.lean_layer; models/llama/layers.py, LeanRMSNorm and LeanSwiGLU):
+what a layer keeps changes, not what it computes. What it keeps is checked against the cost
+model in tests/python/test_profile.py, the pipelines with it in tests/python/runtime and
+test_cpp_llama.py."""
+
+import pytest
+import torch
+from llama_fixtures import model_with_random_norms, rel
+
+from infinipipe.models import llama
+from infinipipe.models.llama import LlamaConfig
+
+SMALL = dict(vocab=97, hidden=64, layers=4, heads=4, kv_heads=2, ffn=96)
+
+
+def random_sequences(lengths: list[int], seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, SMALL["vocab"], (n,), generator=g) for n in lengths]
+
+
+@pytest.mark.parametrize(
+    "dtype,grad_tol", [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
+)
+def test_lean_layer_equals_the_eager_one(dtype, grad_tol):
+    """LlamaConfig.lean_layer changes what a layer keeps, not what it computes: the same loss to
+    the bit (the forward is the same arithmetic), the same gradients but for the norm backward's
+    order of rounding."""
+    losses, grads = {}, {}
+    for lean in (False, True):
+        model = model_with_random_norms(
+            LlamaConfig(**SMALL, dtype=dtype, lean_layer=lean), seed=3, noise_dtype=torch.float64
+        )
+        loss = llama.reference_loss(model, random_sequences([13, 4, 20], seed=4))
+        loss.backward()
+        losses[lean] = loss.item()
+        grads[lean] = {n: p.grad.float() for n, p in model.named_parameters()}
+    assert losses[True] == losses[False]
+    assert grads[True].keys() == grads[False].keys()
+    for name, eager in grads[False].items():
+        assert rel(grads[True][name], eager) < grad_tol, (name, rel(grads[True][name], eager))
+    norms = [n for n in grads[False] if n.endswith("norm.weight")]
+    assert norms and all(grads[False][n].abs().max() > 0 for n in norms)
