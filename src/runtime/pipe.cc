@@ -16,6 +16,10 @@ int message_tag(int chunk, Direction direction) {
   return kDirections * chunk + static_cast<int>(direction);
 }
 
+bool takes_host_memory_only(const c10d::ProcessGroup& group) {
+  return group.getBackendName() == "gloo";
+}
+
 std::string format_duration(std::chrono::milliseconds duration) {
   const double ms = static_cast<double>(duration.count());
   std::ostringstream os;
@@ -33,9 +37,7 @@ Pipes::Pipes(c10::intrusive_ptr<c10d::ProcessGroup> group, std::chrono::millisec
   check(group_.defined(), "Pipes: the process group is null");
   check(timeout_.count() > 0, "Pipes: the timeout must be positive");
   if (!describe_peer_) describe_peer_ = [](int rank) { return "rank " + std::to_string(rank); };
-  // Gloo's send and receive read and write host memory only (its collectives copy CUDA tensors
-  // themselves): torch.distributed's backend table, "send/recv: CPU".
-  stages_through_host_ = group_->getBackendName() == "gloo";
+  stages_through_host_ = takes_host_memory_only(*group_);
 }
 
 void Pipes::post_recv(int tag, at::Tensor buffer, int from_rank) {

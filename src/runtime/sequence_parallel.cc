@@ -96,6 +96,7 @@ SequenceParallel::SequenceParallel(c10::intrusive_ptr<c10d::ProcessGroup> group,
   check(options_.timeout.count() > 0, "sequence parallelism: the timeout must be positive");
   rank_ = group_->getRank();
   size_ = group_->getSize();
+  stages_through_host_ = takes_host_memory_only(*group_);
   if (options_.global_ranks.empty()) {
     // Learn the members' global ranks once, for messages that name a lost peer.
     check(options_.global_rank >= 0,
@@ -151,8 +152,7 @@ void SequenceParallel::exchange(at::Tensor& out, const at::Tensor& in,
     peer_text = "one of ranks " + ranks + " (the sequence group of stage " +
                 std::to_string(options_.stage) + ")";
   }
-  // Gloo's all-to-all takes host tensors only (ranks sharing a GPU: runtime::Pipes says why).
-  const bool staged = in.is_cuda() && group_->getBackendName() == "gloo";
+  const bool staged = in.is_cuda() && stages_through_host_;
   at::Tensor output = staged ? at::empty_like(out, out.options().device(at::kCPU)) : out;
   at::Tensor input = staged ? in.cpu() : in;
   wait_collective([&] { return all_to_all_equal(*group_, output, input); }, options_.timeout,

@@ -67,6 +67,12 @@ void wait_collective(const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
                      std::chrono::milliseconds timeout, const std::string& what, int peer = -1,
                      const std::string& peer_text = "");
 
+// Whether the group's backend takes host memory only for point-to-point messages and
+// all-to-alls (Gloo; its all-reduce copies CUDA tensors itself: torch.distributed's backend
+// table), so a CUDA tensor goes through a host copy on each side (ranks sharing a GPU;
+// docs/runtime.md).
+bool takes_host_memory_only(const c10d::ProcessGroup& group);
+
 // Tag of the message carrying chunk `chunk`'s activation (forward), input gradient (backward),
 // head hidden state or head gradient, or, for kTiedGradient, the gradient of tied weight number
 // `chunk`.
@@ -110,8 +116,7 @@ class Pipes {
 
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  // Whether the backend's point-to-point messages carry host memory only (Gloo), so a CUDA
-  // tensor goes through a host copy on each side (ranks sharing a GPU; docs/runtime.md).
+  // takes_host_memory_only(group()): CUDA tensors go through a host copy.
   bool stages_through_host() const { return stages_through_host_; }
 
  private:

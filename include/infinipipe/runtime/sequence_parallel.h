@@ -89,6 +89,7 @@ class SequenceParallel : public std::enable_shared_from_this<SequenceParallel> {
   SequenceParallelOptions options_;
   int rank_ = 0;
   int size_ = 1;
+  bool stages_through_host_ = false;  // takes_host_memory_only(group): CUDA exchanges via host
   mutable std::atomic<int64_t> exchange_ns_{0};
   mutable std::atomic<int64_t> exchange_bytes_{0};
 };

@@ -32,9 +32,8 @@ def local_device(share_gpus: bool = False) -> torch.device:
         return torch.device("cpu")
     local_rank, count = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
     if shares_gpus() and not share_gpus:
-        ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), local_rank + 1)
         raise Error(
-            f"this node runs {ranks} ranks but has {count} GPU{'s' if count != 1 else ''}: "
+            f"this node runs {_local_ranks()} ranks but has {count} GPU{'s' if count != 1 else ''}: "
             f"launch one rank per GPU (torchrun --nproc_per_node={count}), or let ranks share "
             "GPUs with RuntimeConfig(share_gpus=True) (over Gloo, pipeline messages staged "
             "through host memory: for tests, not for speed)"
@@ -47,12 +46,12 @@ def local_device(share_gpus: bool = False) -> torch.device:
 def shares_gpus() -> bool:
     """Whether this node runs more ranks than it has GPUs (torchrun's LOCAL_WORLD_SIZE and
     LOCAL_RANK)."""
-    if not torch.cuda.is_available():
-        return False
-    ranks = max(
-        int(os.environ.get("LOCAL_WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)) + 1
-    )
-    return ranks > torch.cuda.device_count()
+    return torch.cuda.is_available() and _local_ranks() > torch.cuda.device_count()
+
+
+def _local_ranks() -> int:
+    """The ranks on this node: LOCAL_WORLD_SIZE, or at least this one's LOCAL_RANK + 1."""
+    return max(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)) + 1)
 
 
 def default_group(
