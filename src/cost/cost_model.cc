@@ -97,8 +97,14 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
                                               : c.backward_gemm_s_per_token.last();
     c.a2 = gemm + 2 * h / attention_rate + elementwise_s;
     c.backward_a1 = kAttentionBackwardFlops * c.a1;
-    c.backward_a2 =
-        backward_gemm + kAttentionBackwardFlops * 2 * h / attention_rate + 2 * elementwise_s;
+    // The lean layer's refill (lean::Refill, models/lean_layer.h), counted as the forward's element-wise
+    // work is: each norm reads and writes h, the product reads two f and writes one. (The flat
+    // model, a backward of backward_ratio forwards, leaves it within that approximation.)
+    const double refill_s = shape.lean_layer && hw.memory_bandwidth > 0
+                                ? (4 * h + 3 * f) * bytes / hw.memory_bandwidth
+                                : 0.0;
+    c.backward_a2 = backward_gemm + kAttentionBackwardFlops * 2 * h / attention_rate +
+                    2 * elementwise_s + refill_s;
     // The backward launches about twice the forward's kernels, as backward_ratio charged it.
     c.backward_b = c.backward_ratio * c.b;
   }
@@ -140,20 +146,21 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
   //     backward), the product (the down projection's input).
   //   The residual adds keep nothing.
   // Sum: b*(6h + 2kv + 4f) + cb*(2h + 2 + heads).
-  //   The lean layer (ModelShape::lean_layer; models/llama.cc, LeanRmsNorm and LeanSwiGlu) keeps
-  //   per norm its input in the model's dtype and rstd, and recomputes the normalised value in
-  //   its backward: h*cb less per norm (the compute-dtype copy and the normalised value give way
-  //   to the input, h*b). Its SwiGLU keeps the gate and up outputs and recomputes SiLU's: f*b
-  //   less. Sum: b*(6h + 2kv + 3f) + cb*(2 + heads), 29% less at LLaMA-13B in bf16. Its times
-  //   are left as the eager layer's: the backward moves about 2f*b bytes more per token (SiLU's
-  //   output written and read again; the norm's recompute replaces reading what the eager one
-  //   saved), 0.35% of LLaMA-13B's backward GEMMs per token at the A800's figures above; measured
-  //   on the 2-core dev CPU (2 layers, hidden 1024, 2048 tokens, one thread, median of 10 runs
-  //   each, alternating), lean over eager forward + backward: 1.010 in float32, 0.996 in bf16,
-  //   within that machine's noise. A profile of the lean layer (--lean-layer) measures them.
+  //   The lean layer (ModelShape::lean_layer; models/lean_layer.h: its norm, SwiGLU and
+  //   Refill) keeps per norm its input in the model's dtype and rstd, and recomputes the
+  //   normalised value in its backward: h*cb less per norm (the compute-dtype copy and the
+  //   normalised value give way to the input, h*b). Its SwiGLU keeps the gate and up outputs and
+  //   recomputes SiLU's: f*b less. And it frees its GEMMs' inputs, the norms' outputs and the
+  //   SwiGLU product, from the forward to the layer's backward, which refills them first: 2h*b +
+  //   f*b less. Sum: b*(4h + 2kv + 2f) + cb*(2 + heads), 50% less than eager at LLaMA-13B in
+  //   bf16. Its forward is the eager one's; its backward adds the refill (backward_a2 below);
+  //   measured, before the refill existed, on the 2-core dev CPU (2 layers, hidden 1024, 2048
+  //   tokens, one thread, median of 10 runs each, alternating), lean over eager forward +
+  //   backward: 1.010 in float32, 0.996 in bf16, within that machine's noise. A profile of the
+  //   lean layer (--lean-layer) measures its times.
   const double cb = std::max(bytes, 4.0);
   c.activation_bytes = shape.lean_layer
-                           ? bytes * (6 * h + 2 * kv_dim + 3 * f) + cb * (2 + shape.heads)
+                           ? bytes * (4 * h + 2 * kv_dim + 2 * f) + cb * (2 + shape.heads)
                            : bytes * (6 * h + 2 * kv_dim + 4 * f) + cb * (2 * h + 2 + shape.heads);
   c.checkpoint_bytes = bytes * h;  // the layer input, from which the layer is recomputed
   c.kv_bytes = bytes * 2 * kv_dim;
@@ -614,10 +621,19 @@ double CostModel::checkpoint_saving_bytes(const Chunk& chunk, int stage) const {
 double CostModel::backward_workspace_bytes(const Chunk& chunk, int stage) const {
   check_stage(*this, stage);
   const double tokens = double(chunk.tokens());
-  // One layer's activations plus the gradient flowing into it (one hidden vector per token).
+  // One layer's activations plus the gradient flowing into it (one hidden vector per token);
+  // the lean layer's refilled GEMM inputs besides (forward_workspace_bytes).
   return (full_layer_bytes(*this, chunk) +
           tokens * double(shape_.bytes_per_element) * shape_.hidden) /
-         layout_.sequence;
+             layout_.sequence +
+         forward_workspace_bytes(chunk, stage);
+}
+
+double CostModel::forward_workspace_bytes(const Chunk& chunk, int stage) const {
+  check_stage(*this, stage);
+  if (!shape_.lean_layer) return 0.0;
+  return double(chunk.tokens()) * double(shape_.bytes_per_element) *
+         (2.0 * shape_.hidden + shape_.ffn) / layout_.sequence;
 }
 
 double CostModel::weight_gradient_bytes(const Chunk& chunk, int stage, bool with_head) const {

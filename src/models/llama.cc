@@ -3,13 +3,14 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/custom_function.h>
 
+#include <memory>
 #include <set>
 #include <sstream>
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/runtime/chunk_context.h"
+#include "lean_layer.h"
 
 namespace infinipipe::models {
 
@@ -17,47 +18,6 @@ namespace {
 
 // Norms and rotary tables run in at least float32, as the Python model and transformers do.
 at::ScalarType compute_dtype(at::ScalarType dtype) { return at::promote_types(dtype, at::kFloat); }
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// The lean layer's RMSNorm (LlamaConfig::lean_layer): the eager norm's arithmetic, keeping only
-// its input and rstd; the backward recomputes the normalised value n = x * rstd and returns
-// dx = rstd * (dn - n * mean(dn * n)) with dn the gradient reaching n, and the gain's gradient
-// (so a zero-bubble W reruns this node for it: a few element-wise passes).
-struct LeanRmsNorm : torch::autograd::Function<LeanRmsNorm> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            double eps) {
-    const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
-    const at::Tensor rstd = at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-    ctx->save_for_backward({x, weight, rstd});
-    return weight * (h * rstd).to(x.scalar_type());
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &dy = grads[0];
-    const at::Tensor n = x.to(rstd.scalar_type()) * rstd;
-    const at::Tensor n_out = n.to(x.scalar_type());
-    const at::Tensor dweight = (dy * n_out).reshape({-1, n_out.size(-1)}).sum(0);
-    const at::Tensor dn = (dy * weight).to(rstd.scalar_type());
-    const at::Tensor dx = rstd * (dn - n * (dn * n).mean({-1}, /*keepdim=*/true));
-    return {dx.to(x.scalar_type()), dweight, at::Tensor()};
-  }
-};
-
-// The lean layer's SwiGLU product silu(gate) * up, keeping gate and up only: the backward
-// recomputes SiLU's output with the forward's kernel, so its gradients are the eager ones.
-struct LeanSwiGlu : torch::autograd::Function<LeanSwiGlu> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
-    ctx->save_for_backward({gate, up});
-    return at::silu(gate) * up;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &gate = saved[0], &up = saved[1], &dy = grads[0];
-    return {at::silu_backward(dy * up, gate), dy * at::silu(gate)};
-  }
-};
 
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
@@ -280,7 +240,7 @@ void LlamaStage::load_state_dict(const std::map<std::string, at::Tensor>& weight
 // --- forward pieces -------------------------------------------------------------------------
 
 at::Tensor LlamaStage::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
-  if (config_.lean_layer) return LeanRmsNorm::apply(x, weight, config_.rms_eps);
+  if (config_.lean_layer) return lean::rms_norm(x, weight, config_.rms_eps);
   const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
   const at::Tensor variance = h.pow(2).mean({-1}, /*keepdim=*/true);
   return weight * (h * at::rsqrt(variance + config_.rms_eps)).to(x.scalar_type());
@@ -335,7 +295,21 @@ at::Tensor LlamaStage::layer(int local_index, const at::Tensor& hidden,
   const Rotary& rot = rotary(ctx, hidden.scalar_type());
   const int64_t d = config_.head_dim();
 
-  const at::Tensor x = rms_norm(hidden, l.input_layernorm);
+  // The lean layer drops its GEMM inputs until the backward (lean::Refill); nothing to drop when no
+  // graph is recorded (evaluation, a checkpointed layer's first forward).
+  const std::shared_ptr<lean::Refill> refill =
+      config_.lean_layer && at::GradMode::is_enabled() ? std::make_shared<lean::Refill>() : nullptr;
+  const double eps = config_.rms_eps;
+  auto norm = [&](const at::Tensor& input, const at::Tensor& weight) {
+    const at::Tensor out = rms_norm(input, weight);
+    if (refill)
+      refill->keep(out, [x = input.detach(), weight, eps](at::Tensor& into) {
+        lean::rms_norm_into(into, x, weight, eps);
+      });
+    return out;
+  };
+
+  const at::Tensor x = norm(hidden, l.input_layernorm);
   const at::Tensor q =
       apply_rotary(at::linear(x, l.q_proj).view({t, config_.heads, d}), rot.cos, rot.sin);
   const at::Tensor k =
@@ -345,11 +319,17 @@ at::Tensor LlamaStage::layer(int local_index, const at::Tensor& hidden,
   const at::Tensor after_attention =
       hidden + at::linear(attended.reshape({t, config_.heads * d}), l.o_proj);
 
-  const at::Tensor y = rms_norm(after_attention, l.post_attention_layernorm);
+  const at::Tensor y = norm(after_attention, l.post_attention_layernorm);
   const at::Tensor gate = at::linear(y, l.gate_proj), up = at::linear(y, l.up_proj);
-  const at::Tensor product = config_.lean_layer ? LeanSwiGlu::apply(gate, up) : at::silu(gate) * up;
+  const at::Tensor product = config_.lean_layer ? lean::swiglu(gate, up) : at::silu(gate) * up;
+  if (refill)
+    refill->keep(product, [gate = gate.detach(), up = up.detach()](at::Tensor& into) {
+      at::mul_out(into, at::silu(gate), up);
+    });
   const at::Tensor mlp = at::linear(product, l.down_proj);
-  return after_attention + mlp;
+  const at::Tensor out = after_attention + mlp;
+  if (refill && out.requires_grad()) lean::Refill::attach(refill, out);
+  return out;
 }
 
 at::Tensor LlamaStage::head(const at::Tensor& hidden, runtime::ChunkContext& /*ctx*/) {

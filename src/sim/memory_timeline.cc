@@ -64,7 +64,10 @@ double observable_activation_peak(const Schedule& schedule, int stage,
         const Action& action = schedule.stages[stage][action_index];
         if (action.type == ActionType::kBackward) {
           const Chunk& chunk = chunks[action.chunk];
-          bytes -= cost.backward_workspace_bytes(chunk, stage);
+          // Of the workspace the meter sees the lean layer's refilled GEMM inputs (they are
+          // saved tensors), not the gradients.
+          bytes -= cost.backward_workspace_bytes(chunk, stage) -
+                   cost.forward_workspace_bytes(chunk, stage);
           // Recomputing layer l keeps inputs 0..l and the layer's saved tensors, its input among
           // them: at most checkpoint_saving_bytes more than the chunk's in-flight count when all
           // layers are checkpointed, and never more than that count when a full layer was held.

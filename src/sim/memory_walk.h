@@ -166,7 +166,9 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       pushed_as[action.chunk] = pushes++;
       if (weights) weight_sum += weights[action.chunk];
       if (headed[action.chunk]) unkept += cost.head_logits_bytes(chunk);
-      visit(index, buffer_bytes() - unkept + awaiting_weights, in_flight, weight_sum);
+      visit(index,
+            buffer_bytes() - unkept + awaiting_weights + cost.forward_workspace_bytes(chunk, stage),
+            in_flight, weight_sum);
       continue;
     }
 

@@ -59,17 +59,37 @@ TEST(CostCoefficients, Llama7bFlopsMatchHandCount) {
   EXPECT_EQ(c.checkpoint_bytes, 2 * 4096.0);
   EXPECT_EQ(c.kv_bytes, 2 * 2 * 4096.0);
   // The lean layer: each norm keeps its bf16 input instead of the fp32 copy and the normalised
-  // value (4 * 4096 less per norm), the SwiGLU not SiLU's output (2 * 11008 less); the final norm
-  // likewise. Times and everything else as the eager layer's.
+  // value (4 * 4096 less per norm), the SwiGLU not SiLU's output (2 * 11008 less), and the GEMM
+  // inputs wait for the backward's refill (the norms' outputs, 2 * 2 * 4096, and the product,
+  // 2 * 11008); the final norm keeps its input and rstd. The flat model's times as eager's.
   ModelShape lean_shape = shape;
   lean_shape.lean_layer = true;
   const CostCoefficients lean = CostCoefficients::analytic(lean_shape, flat_a800());
-  EXPECT_EQ(lean.activation_bytes, 186504.0 - 2 * 4 * 4096 - 2 * 11008);
+  EXPECT_EQ(lean.activation_bytes, 186504.0 - 2 * 4 * 4096 - 2 * 11008 - 2 * 2 * 4096 - 2 * 11008);
   EXPECT_EQ(lean.logits_bytes, c.logits_bytes - 4 * 4096);
   EXPECT_EQ(lean.a2, c.a2);
   EXPECT_EQ(lean.checkpoint_bytes, c.checkpoint_bytes);
   EXPECT_EQ(c.p2p_bytes_per_token, 2 * 4096.0);
   EXPECT_EQ(c.model_state_bytes_per_param, 16);
+}
+
+TEST(CostCoefficients, LeanLayerRefillIsInItsBackward) {
+  // With size curves (the built-in A800) the backward has its own coefficients: the lean layer's
+  // refill adds its element-wise bytes to backward_a2 (norms read and write h each, the product
+  // reads two ffn and writes one), and a layer's backward holds the refilled tensors.
+  ModelShape shape = ModelShape::builtin("llama-7b");
+  const Hardware a800 = Hardware::builtin("a800");
+  const CostCoefficients eager = CostCoefficients::analytic(shape, a800);
+  shape.lean_layer = true;
+  const CostCoefficients lean = CostCoefficients::analytic(shape, a800);
+  EXPECT_EQ(lean.a2, eager.a2);
+  EXPECT_NEAR(lean.backward_a2 - eager.backward_a2,
+              (4.0 * 4096 + 3.0 * 11008) * 2 / a800.memory_bandwidth, 1e-18);
+  Chunk chunk;
+  chunk.slices.push_back({0, 0, 1000, 1000});
+  const CostModel model = CostModel::analytic(shape, a800, 4);
+  EXPECT_EQ(model.backward_workspace_bytes(chunk, 1),
+            1000 * (lean.activation_bytes + 2.0 * (4096 + 2 * 4096 + 11008)));
 }
 
 TEST(CostCoefficients, StateBytesPerParamFollowsPrecision) {

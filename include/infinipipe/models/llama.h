@@ -38,10 +38,12 @@ struct LlamaConfig {
   double rms_eps = 1e-6;
   at::ScalarType dtype = at::kFloat;  // parameters and activations
   // The lean layer: each RMSNorm keeps its input and rstd, the SwiGLU its gate and up outputs,
-  // and their backwards recompute the rest (a few element-wise passes), so a layer keeps 29%
-  // less at LLaMA-13B in bf16 (ModelShape::lean_layer, CostCoefficients::analytic). The same
-  // values and, up to rounding order in the norm's backward, the same gradients as the eager
-  // layer, which keeps what transformers' modules keep.
+  // and their backwards recompute the rest (a few element-wise passes); the GEMMs' inputs (the
+  // norms' outputs, the SwiGLU product) are freed after the forward and refilled when the
+  // backward reaches the layer. A layer keeps half the eager layer's bytes at LLaMA-13B in bf16
+  // (ModelShape::lean_layer, CostCoefficients::analytic). The same values and, up to rounding
+  // order in the norm's backward, the same gradients as the eager layer, which keeps what
+  // transformers' modules keep.
   bool lean_layer = false;
 
   int64_t head_dim() const { return hidden / heads; }

@@ -7,7 +7,8 @@
 // the end of the backward of its first slice (backwards run slices in reverse); its dK/dV
 // buffer from the start of its first backward to the same end (the chunk attention allocates
 // it lazily at that backward: kernels/chunk_attention.h). Moments:
-//   - after every forward: model state + buffers + activations of the chunks in flight;
+//   - at every forward: model state + buffers + activations of the chunks in flight, the new
+//     one's included, plus its forward workspace (the lean layer's GEMM inputs of one layer);
 //   - during every backward: the same plus the chunk's backward workspace;
 //   - during every H (spread head): the same plus the chunk's logits (head_logits_bytes).
 // A stage other than the last holds the head's replica as model state when it runs H actions,

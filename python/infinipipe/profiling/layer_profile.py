@@ -197,7 +197,8 @@ def layer_saved_bytes(
     one slice (tokens at context), on the executor's path: a C++ ChunkContext with K/V buffers for
     a split slice. With two layers it is the second
     layer's share, which leaves out the per-chunk rotary tables (the cost model counts them once
-    per chunk) and includes the layer's input (its RMSNorm keeps it). Parameters excluded."""
+    per chunk) and includes the layer's input (its RMSNorm keeps it). Parameters excluded; a
+    storage the lean layer frees until the backward counts as what it holds then: nothing."""
     n = min(2, int(module.num_layers))
     kv = []
     if context:
@@ -217,14 +218,17 @@ def layer_saved_bytes(
         ]
     ctx = _C.runtime.ChunkContext([(0, context, context + tokens)], kv)
     exclude = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    first_layer: dict[int, tuple[int, int]] = {}  # storage -> (layer that saved it first, bytes)
+    # storage -> (layer that saved it first, the storage): its bytes are read once the forward
+    # is done, as the lean layer frees some (layers.Refill) until the backward.
+    first_layer: dict[int, tuple[int, torch.UntypedStorage]] = {}
     current = 0
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key not in exclude and key not in first_layer and storage.nbytes():
-            first_layer[key] = (current, storage.nbytes())
+        # Keyed by the storage itself: a freed storage's address may be reused by the next one.
+        key = storage._cdata
+        if storage.data_ptr() not in exclude and key not in first_layer and storage.nbytes():
+            first_layer[key] = (current, storage)
         return t
 
     hidden = torch.randn(
@@ -233,7 +237,7 @@ def layer_saved_bytes(
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for current in range(n):
             hidden = module.layer(current, hidden, ctx)
-    return sum(b for layer, b in first_layer.values() if layer == n - 1)
+    return sum(s.nbytes() for layer, s in first_layer.values() if layer == n - 1)
 
 
 def activation_bytes(

@@ -36,21 +36,20 @@ class MemoryMeter:
     def __init__(self, executor: Any, parameters: Iterable[torch.Tensor]) -> None:
         self.executor = executor
         self.exclude = {p.untyped_storage().data_ptr() for p in parameters}
-        self.saved: dict[int, list[int]] = {}  # storage pointer -> [bytes, references]
-        self.saved_bytes = 0
+        # storage (by identity: a freed storage's address may be reused) -> [it, references]
+        self.saved: dict[int, list[Any]] = {}
         self.peak_bytes = 0
         self.peak_saved_bytes = 0
         self.peak_held_bytes = 0
 
     def _pack(self, tensor: torch.Tensor) -> Any:
         storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key in self.exclude or storage.nbytes() == 0:
+        if storage.data_ptr() in self.exclude or storage.nbytes() == 0:
             return tensor
+        key = storage._cdata
         entry = self.saved.get(key)
         if entry is None:
-            entry = self.saved[key] = [storage.nbytes(), 0]
-            self.saved_bytes += entry[0]
+            entry = self.saved[key] = [storage, 0]
         entry[1] += 1
         handle = _Saved(self, key, tensor)
         self.sample()
@@ -66,25 +65,31 @@ class MemoryMeter:
             return
         entry[1] -= 1
         if entry[1] == 0:
-            self.saved_bytes -= entry[0]
             del self.saved[key]
 
     def sample(self, _action: str | None = None) -> None:
-        held, seen = 0, set()
+        # Each saved storage's bytes now, not when it was saved: the lean layer frees some from
+        # its forward to its backward (models/llama/layers.py, Refill).
+        saved_bytes, seen = 0, set()
+        for storage, _ in self.saved.values():
+            if storage.nbytes():
+                saved_bytes += storage.nbytes()
+                seen.add(storage.data_ptr())
+        held = 0
         for t in self.executor.held_tensors():
             if t is None:  # a dK/dV accumulator not allocated yet
                 continue
             storage = t.untyped_storage()
             key = storage.data_ptr()
-            if key in seen or key in self.saved:
+            if key in seen:
                 continue
             seen.add(key)
             held += storage.nbytes()
-        total = self.saved_bytes + held
+        total = saved_bytes + held
         if total > self.peak_bytes:
             self.peak_bytes, self.peak_saved_bytes, self.peak_held_bytes = (
                 total,
-                self.saved_bytes,
+                saved_bytes,
                 held,
             )
 

@@ -249,7 +249,7 @@ PIPELINE_CASES = [
         seed=2,
         plan=dict(method="chunkflow", chunk_tokens=96, recompute="pattern"),
     ),
-    # The lean layer's C++ functions (LeanRmsNorm, LeanSwiGlu) against the Python model's,
+    # The lean layer's C++ functions (src/models/lean_layer.cc) against the Python model's,
     # recomputed and split into B and W.
     dict(
         name="hybrid-checkpointed-lean-zero-bubble",

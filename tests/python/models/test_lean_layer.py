@@ -1,6 +1,6 @@
-"""The lean layer (LlamaConfig.lean_layer; models/llama/layers.py, LeanRMSNorm and LeanSwiGLU):
-what a layer keeps changes, not what it computes. What it keeps is checked against the cost
-model in tests/python/test_profile.py, the pipelines with it in tests/python/runtime and
+"""The lean layer (LlamaConfig.lean_layer; models/llama/layers.py, LeanRMSNorm, LeanSwiGLU and
+Refill): what a layer keeps changes, not what it computes. What it keeps is checked against the
+cost model in tests/python/test_profile.py, the pipelines with it in tests/python/runtime and
 test_cpp_llama.py."""
 
 import pytest
@@ -40,3 +40,24 @@ def test_lean_layer_equals_the_eager_one(dtype, grad_tol):
         assert rel(grads[True][name], eager) < grad_tol, (name, rel(grads[True][name], eager))
     norms = [n for n in grads[False] if n.endswith("norm.weight")]
     assert norms and all(grads[False][n].abs().max() > 0 for n in norms)
+
+
+def test_refilled_inputs_serve_every_backward_of_a_kept_graph():
+    """The lean layer's GEMM inputs are freed after the forward and refilled once, when the
+    gradient first reaches the layer (layers.Refill): a graph kept and differentiated twice gets
+    the same gradients both times, and a forward without a graph frees nothing."""
+    model = model_with_random_norms(
+        LlamaConfig(**SMALL, dtype=torch.float64, lean_layer=True),
+        seed=3,
+        noise_dtype=torch.float64,
+    )
+    sequences = random_sequences([13, 4, 20], seed=4)
+    loss = llama.reference_loss(model, sequences)
+    loss.backward(retain_graph=True)
+    first = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert torch.equal(p.grad, first[name]), name
+    with torch.no_grad():
+        assert llama.reference_loss(model, sequences).item() == loss.item()

@@ -22,18 +22,69 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def lean_rms_norm_value(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the norm's output, rstd): the eager norm's arithmetic, written into `out` when given, so
+    that a refill (Refill) reproduces the forward's value bit for bit."""
+    h = x.to(_compute_dtype(x.dtype))
+    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return torch.mul(weight, (h * rstd).to(x.dtype), out=out), rstd
+
+
+class Refill:
+    """The lean layer's GEMM inputs (the two norms' outputs and the SwiGLU product), dropped
+    after the layer's forward and refilled when the gradient reaches the layer's output, so
+    that autograd holds them only while their GEMMs' backward needs them: from the layer's
+    backward (with zero bubble, from its B until its W) instead of from the forward on.
+
+    The tensors autograd saved keep their metadata and version; only their storage is freed
+    (resized to zero bytes) and, before the layer's first backward node runs, reallocated and
+    written by the forward's own arithmetic from what the layer keeps anyway (the norms'
+    inputs, gate and up), through a fresh alias so that no version counter moves. Megatron-LM's
+    output-discarding checkpoint frees and refills storage the same way. The C++ stage's
+    Refill (src/models/lean_layer.h) is the same.
+
+    It assumes autograd keeps what the layer saves: the executor's recompute runs a checkpointed
+    layer's first forward without a graph (nothing dropped). Under torch.utils.checkpoint the
+    drop would save nothing and the recipes would hold gate and up until the backward."""
+
+    def __init__(self) -> None:
+        self._dropped: list[tuple[torch.Tensor, int, Callable[[torch.Tensor], object]]] = []
+
+    def keep(self, tensor: torch.Tensor, compute: Callable[[torch.Tensor], object]) -> None:
+        """To drop `tensor` at `attach`; `compute(into)` writes its value into `into`."""
+        self._dropped.append((tensor.detach(), tensor.untyped_storage().nbytes(), compute))
+
+    def attach(self, output: torch.Tensor) -> None:
+        """Drop the kept tensors and refill them when the gradient reaches `output`."""
+        for tensor, _, _ in self._dropped:
+            tensor.untyped_storage().resize_(0)
+        output.register_hook(self._refill)
+
+    def _refill(self, grad: torch.Tensor) -> None:
+        with torch.no_grad():
+            for tensor, nbytes, compute in self._dropped:
+                storage = tensor.untyped_storage()
+                storage.resize_(nbytes)
+                into = tensor.new_empty(0).set_(
+                    storage, tensor.storage_offset(), tensor.shape, tensor.stride()
+                )
+                compute(into)
+        self._dropped = []  # one backward; and what the recipes hold goes now
+
+
 class LeanRMSNorm(torch.autograd.Function):
     """The lean layer's RMSNorm (LlamaConfig.lean_layer): the eager norm's arithmetic, keeping
     only its input and rstd; the backward recomputes the normalised value n = x * rstd and
     returns dx = rstd * (dn - n * mean(dn * n)), dn the gradient reaching n, and the gain's
-    gradient. The C++ stage's LeanRmsNorm (src/models/llama.cc) is the same."""
+    gradient. The C++ stage's lean::rms_norm (src/models/lean_layer.cc) is the same."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        h = x.to(_compute_dtype(x.dtype))
-        rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        out, rstd = lean_rms_norm_value(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
-        return weight * (h * rstd).to(x.dtype)
+        return out
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
@@ -75,9 +126,13 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.lean = lean
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, refill: Refill | None = None) -> torch.Tensor:
         if self.lean:
-            return LeanRMSNorm.apply(x, self.weight, self.eps)
+            out = LeanRMSNorm.apply(x, self.weight, self.eps)
+            if refill is not None:
+                x, weight = x.detach(), self.weight.detach()
+                refill.keep(out, lambda into: lean_rms_norm_value(x, weight, self.eps, into))
+            return out
         input_dtype = x.dtype
         h = x.to(_compute_dtype(input_dtype))
         variance = h.pow(2).mean(-1, keepdim=True)
@@ -153,9 +208,15 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.ffn, config.hidden, **kw)
         self.lean = config.lean_layer
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, refill: Refill | None = None) -> torch.Tensor:
         gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(LeanSwiGLU.apply(gate, up) if self.lean else F.silu(gate) * up)
+        if not self.lean:
+            return self.down_proj(F.silu(gate) * up)
+        product = LeanSwiGLU.apply(gate, up)
+        if refill is not None:
+            gate, up = gate.detach(), up.detach()
+            refill.keep(product, lambda into: torch.mul(F.silu(gate), up, out=into))
+        return self.down_proj(product)
 
 
 class DecoderLayer(nn.Module):
@@ -168,7 +229,14 @@ class DecoderLayer(nn.Module):
         norm = (config.hidden, config.rms_eps, config.dtype, device, config.lean_layer)
         self.input_layernorm = RMSNorm(*norm)
         self.post_attention_layernorm = RMSNorm(*norm)
+        self.lean = config.lean_layer
 
     def forward(self, hidden: torch.Tensor, rotary: Rotary, attend: Attend) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rotary, attend)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        # The lean layer drops its GEMM inputs until the backward (Refill); nothing to drop
+        # when no graph is recorded (evaluation, a checkpointed layer's first forward).
+        refill = Refill() if self.lean and torch.is_grad_enabled() else None
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden, refill), rotary, attend)
+        out = hidden + self.mlp(self.post_attention_layernorm(hidden, refill), refill)
+        if refill is not None and out.requires_grad:
+            refill.attach(out)
+        return out
