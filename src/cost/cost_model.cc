@@ -97,9 +97,10 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
                                               : c.backward_gemm_s_per_token.last();
     c.a2 = gemm + 2 * h / attention_rate + elementwise_s;
     c.backward_a1 = kAttentionBackwardFlops * c.a1;
-    // The lean layer's refill (lean::Refill, models/lean_layer.h), counted as the forward's element-wise
-    // work is: each norm reads and writes h, the product reads two f and writes one. (The flat
-    // model, a backward of backward_ratio forwards, leaves it within that approximation.)
+    // The lean layer's refill (lean::Refill, models/lean_layer.h), counted as the forward's
+    // element-wise work is: each norm reads and writes h, the product reads two f and writes
+    // one. (The flat model, a backward of backward_ratio forwards, leaves it within that
+    // approximation.)
     const double refill_s = shape.lean_layer && hw.memory_bandwidth > 0
                                 ? (4 * h + 3 * f) * bytes / hw.memory_bandwidth
                                 : 0.0;
