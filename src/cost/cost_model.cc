@@ -154,11 +154,12 @@ CostCoefficients CostCoefficients::analytic(const ModelShape& shape, const Hardw
   //   recomputes SiLU's: f*b less. And it frees its GEMMs' inputs, the norms' outputs and the
   //   SwiGLU product, from the forward to the layer's backward, which refills them first: 2h*b +
   //   f*b less. Sum: b*(4h + 2kv + 2f) + cb*(2 + heads), 50% less than eager at LLaMA-13B in
-  //   bf16. Its forward is the eager one's; its backward adds the refill (backward_a2 below);
-  //   measured, before the refill existed, on the 2-core dev CPU (2 layers, hidden 1024, 2048
-  //   tokens, one thread, median of 10 runs each, alternating), lean over eager forward +
-  //   backward: 1.010 in float32, 0.996 in bf16, within that machine's noise. A profile of the
-  //   lean layer (--lean-layer) measures its times.
+  //   bf16. Its forward is the eager one's; its backward adds the refill (backward_a2 above).
+  //   Measured on the 2-core dev CPU (2 layers, hidden 1024, 2048 tokens, one thread, median of
+  //   10 to 16 runs each, alternating), lean over eager forward + backward: float32 0.992,
+  //   1.057 and 1.009 in three runs, bf16 0.996 and 1.004; one pair of runs spreads from 0.86
+  //   to 1.13 there, so the refill's few tenths of a percent are below that machine's noise.
+  //   A profile of the lean layer (--lean-layer) measures its times.
   const double cb = std::max(bytes, 4.0);
   c.activation_bytes = shape.lean_layer
                            ? bytes * (4 * h + 2 * kv_dim + 2 * f) + cb * (2 + shape.heads)

@@ -13,21 +13,15 @@ using torch::autograd::variable_list;
 // Norms run in at least float32, as the eager layer and transformers do.
 at::ScalarType compute_dtype(at::ScalarType dtype) { return at::promote_types(dtype, at::kFloat); }
 
-at::Tensor rstd_of(const at::Tensor& x, double eps) {
-  const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
-  return at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-}
-
 // The norm's backward recomputes the normalised value n = x * rstd and returns
 // dx = rstd * (dn - n * mean(dn * n)) with dn the gradient reaching n, and the gain's gradient
 // (so a zero-bubble W reruns this node for it: a few element-wise passes).
 struct RmsNorm : torch::autograd::Function<RmsNorm> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            double eps) {
+                            const at::Tensor& rstd) {
     at::Tensor out =
         at::empty({0}, x.options().dtype(at::promote_types(weight.scalar_type(), x.scalar_type())));
-    const at::Tensor rstd = rstd_of(x, eps);
-    at::mul_out(out, weight, (x.to(rstd.scalar_type()) * rstd).to(x.scalar_type()));
+    rms_norm_into(out, x, weight, rstd);
     ctx->save_for_backward({x, weight, rstd});
     return out;
   }
@@ -59,12 +53,18 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
 
 }  // namespace
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  return RmsNorm::apply(x, weight, eps);
+at::Tensor rms_rstd(const at::Tensor& x, double eps) {
+  at::NoGradGuard no_grad;  // the norm's backward differentiates through it
+  const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
+  return at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
 }
 
-void rms_norm_into(at::Tensor& into, const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor rstd = rstd_of(x, eps);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& rstd) {
+  return RmsNorm::apply(x, weight, rstd);
+}
+
+void rms_norm_into(at::Tensor& into, const at::Tensor& x, const at::Tensor& weight,
+                   const at::Tensor& rstd) {
   at::mul_out(into, weight, (x.to(rstd.scalar_type()) * rstd).to(x.scalar_type()));
 }
 

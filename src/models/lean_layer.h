@@ -11,10 +11,14 @@
 
 namespace infinipipe::models::lean {
 
-// RMSNorm keeping its input and rstd; its backward recomputes the normalised value.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// 1 / sqrt(mean(x^2) + eps) per row, in at least float32, as the eager norm computes it.
+at::Tensor rms_rstd(const at::Tensor& x, double eps);
+// RMSNorm with that rstd, keeping its input and rstd; its backward recomputes the normalised
+// value.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& rstd);
 // The norm's value written into `into` by the forward's arithmetic (for a Refill).
-void rms_norm_into(at::Tensor& into, const at::Tensor& x, const at::Tensor& weight, double eps);
+void rms_norm_into(at::Tensor& into, const at::Tensor& x, const at::Tensor& weight,
+                   const at::Tensor& rstd);
 // silu(gate) * up keeping gate and up; its backward recomputes SiLU's output.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 

@@ -240,7 +240,7 @@ void LlamaStage::load_state_dict(const std::map<std::string, at::Tensor>& weight
 // --- forward pieces -------------------------------------------------------------------------
 
 at::Tensor LlamaStage::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
-  if (config_.lean_layer) return lean::rms_norm(x, weight, config_.rms_eps);
+  if (config_.lean_layer) return lean::rms_norm(x, weight, lean::rms_rstd(x, config_.rms_eps));
   const at::Tensor h = x.to(compute_dtype(x.scalar_type()));
   const at::Tensor variance = h.pow(2).mean({-1}, /*keepdim=*/true);
   return weight * (h * at::rsqrt(variance + config_.rms_eps)).to(x.scalar_type());
@@ -299,13 +299,13 @@ at::Tensor LlamaStage::layer(int local_index, const at::Tensor& hidden,
   // graph is recorded (evaluation, a checkpointed layer's first forward).
   const std::shared_ptr<lean::Refill> refill =
       config_.lean_layer && at::GradMode::is_enabled() ? std::make_shared<lean::Refill>() : nullptr;
-  const double eps = config_.rms_eps;
   auto norm = [&](const at::Tensor& input, const at::Tensor& weight) {
-    const at::Tensor out = rms_norm(input, weight);
-    if (refill)
-      refill->keep(out, [x = input.detach(), weight, eps](at::Tensor& into) {
-        lean::rms_norm_into(into, x, weight, eps);
-      });
+    if (!refill) return rms_norm(input, weight);
+    const at::Tensor rstd = lean::rms_rstd(input, config_.rms_eps);
+    const at::Tensor out = lean::rms_norm(input, weight, rstd);
+    refill->keep(out, [x = input.detach(), weight, rstd](at::Tensor& into) {
+      lean::rms_norm_into(into, x, weight, rstd);
+    });
     return out;
   };
 

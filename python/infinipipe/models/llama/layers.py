@@ -22,14 +22,18 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def lean_rms_norm_value(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the norm's output, rstd): the eager norm's arithmetic, written into `out` when given, so
-    that a refill (Refill) reproduces the forward's value bit for bit."""
+def rms_rstd(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean(x^2) + eps) per row, in at least float32, as the eager norm computes it."""
     h = x.to(_compute_dtype(x.dtype))
-    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return torch.mul(weight, (h * rstd).to(x.dtype), out=out), rstd
+    return torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def lean_rms_norm_value(
+    x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The norm's output by the eager norm's arithmetic, written into `out` when given, so that
+    a refill (Refill) reproduces the forward's value bit for bit."""
+    return torch.mul(weight, (x.to(rstd.dtype) * rstd).to(x.dtype), out=out)
 
 
 class Refill:
@@ -81,10 +85,9 @@ class LeanRMSNorm(torch.autograd.Function):
     gradient. The C++ stage's lean::rms_norm (src/models/lean_layer.cc) is the same."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        out, rstd = lean_rms_norm_value(x, weight, eps)
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, weight, rstd)
-        return out
+        return lean_rms_norm_value(x, weight, rstd)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
@@ -128,10 +131,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, refill: Refill | None = None) -> torch.Tensor:
         if self.lean:
-            out = LeanRMSNorm.apply(x, self.weight, self.eps)
+            with torch.no_grad():
+                rstd = rms_rstd(x, self.eps)
+            out = LeanRMSNorm.apply(x, self.weight, rstd)
             if refill is not None:
                 x, weight = x.detach(), self.weight.detach()
-                refill.keep(out, lambda into: lean_rms_norm_value(x, weight, self.eps, into))
+                refill.keep(out, lambda into: lean_rms_norm_value(x, weight, rstd, into))
             return out
         input_dtype = x.dtype
         h = x.to(_compute_dtype(input_dtype))
