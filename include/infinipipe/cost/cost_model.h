@@ -336,7 +336,8 @@ class CostModel {
   // differentiated) and their gradients.
   double backward_workspace_bytes(const Chunk& chunk, int stage) const;
   // Transient during the chunk's forward: the lean layer's GEMM inputs, which a layer keeps until
-  // its forward ends (models/llama.cc, Refill); zero for the eager layer, which keeps them.
+  // its forward ends (lean::Refill, models/lean_layer.h); zero for the eager layer, which keeps
+  // them.
   double forward_workspace_bytes(const Chunk& chunk, int stage) const;
   // K/V buffer of a split sequence on the stage, preallocated to its full length. The dK/dV
   // buffer held during its backward is the same size.

@@ -43,21 +43,29 @@ def test_lean_layer_equals_the_eager_one(dtype, grad_tol):
 
 
 def test_refilled_inputs_serve_every_backward_of_a_kept_graph():
-    """The lean layer's GEMM inputs are freed after the forward and refilled once, when the
-    gradient first reaches the layer (layers.Refill): a graph kept and differentiated twice gets
-    the same gradients both times, and a forward without a graph frees nothing."""
-    model = model_with_random_norms(
-        LlamaConfig(**SMALL, dtype=torch.float64, lean_layer=True),
-        seed=3,
-        noise_dtype=torch.float64,
-    )
-    sequences = random_sequences([13, 4, 20], seed=4)
-    loss = llama.reference_loss(model, sequences)
+    """The lean layer's GEMM inputs (two norm outputs and the SwiGLU product per layer) are
+    freed after the forward and refilled once, when the gradient first reaches the layer
+    (layers.Refill): a graph kept and differentiated twice gets the same gradients both
+    times."""
+    config = LlamaConfig(**SMALL, dtype=torch.float64, lean_layer=True)
+    model = model_with_random_norms(config, seed=3, noise_dtype=torch.float64)
+    saved: dict[int, torch.UntypedStorage] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.setdefault(t.untyped_storage()._cdata, t.untyped_storage())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = llama.reference_loss(model, random_sequences([13, 4, 20], seed=4))
+
+    def freed() -> int:
+        return sum(s.nbytes() == 0 for s in saved.values())
+
+    assert freed() == 3 * config.layers
     loss.backward(retain_graph=True)
+    assert freed() == 0
     first = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     loss.backward()
     for name, p in model.named_parameters():
         assert torch.equal(p.grad, first[name]), name
-    with torch.no_grad():
-        assert llama.reference_loss(model, sequences).item() == loss.item()
