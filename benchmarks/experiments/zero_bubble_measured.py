@@ -9,7 +9,8 @@ The tiny LLaMA on pipeline ranks (Gloo, CPU, one thread each), the same batches 
 lengths, synthetic tokens) and memory budget as measured_comparison.py, three EPP trainers
 stepped in turn on each batch (so a noisy machine's slow phases hit all alike): zero bubble off,
 forced (`PlanConfig(zero_bubble="h1")`: every stage but the first runs its backwards as B and
-W) and tried (`"try"`: the planner keeps it on a step where its simulator finds it faster);
+W; `"h2"`: the same on ZB-H2's longer warm-up) and tried (`"try"`: the planner keeps ZB-H1 or
+ZB-H2 on a step where its simulator finds it faster);
 beside them, in the same turns, torch.distributed.pipelining's zero-bubble schedules (ZBV,
 interleaved ZB) and its 1F1B on the packed peer (benchmarks/lib/torch_packed.py), each with rows
 of TORCH_ROW_LENGTH tokens and without checkpointing where that fits the budget (torch_peer).
@@ -45,7 +46,7 @@ from lib.torch_packed import TorchPacked  # noqa: E402
 import infinipipe
 from infinipipe.models.llama import LlamaConfig
 
-MODES = ("off", "h1", "try")
+MODES = ("off", "h1", "h2", "try")
 # The packed torch peers' rows: 1024 tokens, the fastest row length of every schedule that fit at
 # 192 MiB on 2 ranks in measured_comparison.py's search (benchmarks/results/measured.json,
 # "packed_config"). Checkpointing is chosen here (torch_peer), since the stages' memory depends
@@ -105,7 +106,7 @@ def epp_row(trainer, batch) -> dict:
         loss=result.loss,
         bubble=statistics.mean(waits),
         weight_s=sum(gathered(s["weight_s"])),
-        split=result.plan["setting"].endswith("zero-bubble=h1"),
+        split="zero-bubble=" in result.plan["setting"],
         predicted_s=result.plan["predicted_step_s"],
     )
 

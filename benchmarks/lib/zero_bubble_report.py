@@ -27,6 +27,7 @@ RUNS = [
 LABELS = {
     "off": "EPP",
     "h1": "EPP, zero bubble forced (ZB-H1 on every step)",
+    "h2": "EPP, ZB-H2 forced (ZB-H1 on a longer warm-up, every step)",
     "try": "EPP, zero bubble tried (kept where predicted faster)",
     "torch 1f1b": "torch.distributed.pipelining Schedule1F1B (packed)",
     "torch zbv": "torch.distributed.pipelining ScheduleZBVZeroBubble (packed)",

@@ -483,7 +483,8 @@ void bind_plan(py::module_& root) {
         py::arg("zero_bubble") = "off",
         "A plan from explicit chunks (lists of (sequence, start, end)) and waves (lists of chunk "
         "ids), scheduled 1F1B (each wave starting during the previous one's cool-down with "
-        "overlap_waves; backwards split into B and W with zero_bubble 'h1') and validated; for "
+        "overlap_waves; backwards split into B and W with zero_bubble 'h1', on ZB-H2's longer "
+        "warm-up with 'h2') and validated; for "
         "tests and experiments.");
   m.def(
       "epp_chunks",

@@ -139,8 +139,12 @@ double CostModel::p2p_time(const Chunk& chunk, int boundary) const {
               num_stages());
   const Link& link = p2p_link_[boundary];
   // Every SP rank sends its own tokens/d_s rows to its peer, all at once over their own links.
+  return message_bytes(chunk) / link.bandwidth + link.latency_s;
+}
+
+double CostModel::message_bytes(const Chunk& chunk) const {
   const double rows = double(chunk.tokens()) / layout_.sequence;
-  return rows * coefficients_.p2p_bytes_per_token / link.bandwidth + link.latency_s;
+  return rows * coefficients_.p2p_bytes_per_token;
 }
 
 double CostModel::stage_params(int stage) const {

@@ -40,11 +40,13 @@ PlanResult plan_with_setting(Method method, const std::vector<int64_t>& lengths,
   const std::vector<RecomputeMethod> spread_methods =
       setting.uniform_recompute >= 0 ? std::vector<RecomputeMethod>{}
                                      : std::vector<RecomputeMethod>{RecomputeMethod::kUniform};
-  // A baseline is zero-bubble only when forced (PlannerOptions::zero_bubble "h1": ablations).
+  // A baseline is zero-bubble only when forced (PlannerOptions::zero_bubble "h1" or "h2":
+  // ablations).
   auto finish = [&](Plan plan) {
     std::string reason;
     if (zero_bubble_choice(options) == ZeroBubbleChoice::kAlways &&
-        !split_backwards(plan, cost, options, spread_methods, true, reason))
+        !split_backwards(plan, cost, options, spread_methods,
+                         parse_zero_bubble(options.zero_bubble), true, reason))
       return infeasible(std::string(to_string(method)) + " " + describe(method, plan.setting) +
                         ": " + reason);
     PlanResult result;

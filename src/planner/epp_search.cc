@@ -48,11 +48,10 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
                                           RecomputeMethod::kUntiedGreedy};
   if (options.recompute_time_limit_s > 0) methods.push_back(RecomputeMethod::kStageAware);
   const ZeroBubbleChoice zero_bubble = zero_bubble_choice(options);
-  std::string reason;
   auto finish = [&](Plan& plan) {
     spread_heads_if_faster(plan, cost, options, methods);
     if (zero_bubble == ZeroBubbleChoice::kTry)
-      split_backwards(plan, cost, options, methods, false, reason);
+      split_backwards_if_faster(plan, cost, options, methods);
   };
   finish(result.plan);
   for (Candidate& cand : runners_up) {
@@ -63,8 +62,10 @@ PlanResult finish_epp(Candidate best, const std::vector<int64_t>& lengths, const
     if (other.step_time_s < result.plan.step_time_s) result.plan = std::move(other);
   }
   // Forced (ablations), the mode goes on the finished plan whatever the time.
+  std::string reason;
   if (zero_bubble == ZeroBubbleChoice::kAlways &&
-      !split_backwards(result.plan, cost, options, methods, true, reason))
+      !split_backwards(result.plan, cost, options, methods, parse_zero_bubble(options.zero_bubble),
+                       true, reason))
     return infeasible("EPP's plan " + describe(Method::kEpp, result.plan.setting) + ": " + reason);
   call.finish(result.plan, cost);
   return result;

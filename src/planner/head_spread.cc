@@ -150,6 +150,9 @@ Schedule spread_head_schedule(const std::vector<Chunk>& chunks, const std::vecto
   ScheduleOptions with_virtual = options;
   with_virtual.num_stages = d + 1;
   with_virtual.zero_bubble = ZeroBubble::kOff;  // W actions go onto the merged lists below
+  // The real stages' warm-up: the virtual last stage would otherwise count as one more.
+  if (options.zero_bubble == ZeroBubble::kH2 && options.extra_warmup == 0)
+    with_virtual.extra_warmup = h2_extra_warmup(d);
   const Schedule built = build_schedule(chunks, waves, with_virtual);
   SimOptions timing;
   timing.record_events = false;

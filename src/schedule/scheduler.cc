@@ -72,11 +72,11 @@ std::vector<Action> gpipe(const WaveOrder& order) {
 }
 
 // Adds the point-to-point actions around a stage's computes: each compute's SEND right after
-// it, and its RECV posted kRecvLookahead computes ahead. RECVs are posted in compute order and
-// every stage runs the same forward order and the same backward order, so each channel's
-// receives come in the order of the peer's sends.
+// it, and its RECV posted kRecvLookahead computes ahead, a forward's `forward_lookahead` ahead.
+// RECVs are posted in compute order per channel and every stage runs the same forward order and
+// the same backward order, so each channel's receives come in the order of the peer's sends.
 std::vector<Action> with_communication(const std::vector<Action>& computes, int stage,
-                                       int num_stages) {
+                                       int num_stages, size_t forward_lookahead) {
   auto recv_for = [&](const Action& a, Action& recv) {
     if (a.type == ActionType::kForward && stage > 0) {
       recv = {ActionType::kRecvForward, a.chunk};
@@ -92,11 +92,24 @@ std::vector<Action> with_communication(const std::vector<Action>& computes, int 
   // candidate and per wave it weighs (growing these was 5% of its time at 32 stages).
   std::vector<Action> out;
   out.reserve(3 * computes.size());
-  size_t posted = 0;  // computes whose RECV (if any) is already in `out`
+  size_t posted = 0;   // computes whose RECV (if any) is already in `out`
+  size_t scanned = 0;  // computes the pass for forwards further ahead has looked at
+  std::vector<char> early(forward_lookahead > kRecvLookahead ? computes.size() : 0, 0);
   for (size_t i = 0; i < computes.size(); ++i) {
     for (; posted < computes.size() && posted <= i + kRecvLookahead; ++posted) {
       Action recv;
-      if (recv_for(computes[posted], recv)) out.push_back(recv);
+      if ((early.empty() || !early[posted]) && recv_for(computes[posted], recv))
+        out.push_back(recv);
+    }
+    // Forwards further ahead (a longer warm-up's), in order, after the nearer RECVs.
+    for (scanned = std::max(scanned, posted);
+         !early.empty() && scanned < computes.size() && scanned <= i + forward_lookahead;
+         ++scanned) {
+      Action recv;
+      if (computes[scanned].type == ActionType::kForward && recv_for(computes[scanned], recv)) {
+        out.push_back(recv);
+        early[scanned] = 1;
+      }
     }
     const Action& a = computes[i];
     out.push_back(a);
@@ -110,16 +123,29 @@ std::vector<Action> with_communication(const std::vector<Action>& computes, int 
 
 }  // namespace
 
-const char* to_string(ZeroBubble mode) { return mode == ZeroBubble::kH1 ? "h1" : "off"; }
+int h2_extra_warmup(int num_stages) { return num_stages / 2; }
+
+const char* to_string(ZeroBubble mode) {
+  switch (mode) {
+    case ZeroBubble::kH1:
+      return "h1";
+    case ZeroBubble::kH2:
+      return "h2";
+    default:
+      return "off";
+  }
+}
 
 ZeroBubble parse_zero_bubble(const std::string& name) {
   if (name == "off") return ZeroBubble::kOff;
   if (name == "h1") return ZeroBubble::kH1;
-  throw Error("unknown zero-bubble mode \"" + name + "\": expected off or h1");
+  if (name == "h2") return ZeroBubble::kH2;
+  throw Error("unknown zero-bubble mode \"" + name + "\": expected off, h1 or h2");
 }
 
 Schedule with_weight_actions(const Schedule& schedule, ZeroBubble mode) {
   if (mode == ZeroBubble::kOff) return schedule;
+  // ZB-H2 differs from ZB-H1 in its warm-up (build_schedule), not in where its W actions go.
   Schedule out;
   out.stages.resize(schedule.stages.size());
   out.stages[0] = schedule.stages[0];  // the first stage's backwards stay whole (scheduler.h)
@@ -219,6 +245,9 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
   std::vector<std::vector<Action>> computes(d);
   for (std::vector<Action>& actions : computes) actions.reserve(2 * static_cast<size_t>(n));
   std::vector<int> cooldown(d, 0);  // of the stage's previous wave
+  const int extra = options.extra_warmup > 0                 ? options.extra_warmup
+                    : options.zero_bubble == ZeroBubble::kH2 ? h2_extra_warmup(d)
+                                                             : 0;
   for (const Wave& wave : waves) {
     const WaveOrder order = order_wave(chunks, wave, options);
     if (order.forward.empty()) continue;
@@ -231,7 +260,7 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
     std::vector<char> forwarded(n, 0);
     for (int p = 0; p < d; ++p) {
       for (int id : order.forward) forwarded[id] = 0;
-      const int warmup = (d - 1 - p) + (k_max - 1);
+      const int warmup = (d - 1 - p) + std::max(0, extra - p) + (k_max - 1);
       if (options.kind == ScheduleKind::kGPipe) {
         const std::vector<Action> part = gpipe(order);
         computes[p].insert(computes[p].end(), part.begin(), part.end());
@@ -248,7 +277,14 @@ Schedule build_schedule(const std::vector<Chunk>& chunks, const std::vector<Wave
   }
   Schedule schedule;
   schedule.stages.reserve(d);
-  for (int p = 0; p < d; ++p) schedule.stages.push_back(with_communication(computes[p], p, d));
+  // Stage p-1 runs max(0, extra - (p-1)) forwards more than 1F1B before this stage's forwards
+  // catch up, about two computes apart here: their RECVs are posted that much further ahead, so
+  // those SENDs find them (a SEND waits for its RECV).
+  for (int p = 0; p < d; ++p) {
+    const int ahead_of_previous = p > 0 ? std::max(0, extra - (p - 1)) : 0;
+    schedule.stages.push_back(
+        with_communication(computes[p], p, d, kRecvLookahead + 2 * ahead_of_previous));
+  }
   if (options.zero_bubble != ZeroBubble::kOff)
     return with_weight_actions(schedule, options.zero_bubble);
   return schedule;

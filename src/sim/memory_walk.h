@@ -145,8 +145,30 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
     if (state[seq] == BufferState::kKvAndGrad) buffers -= seq_buffer_bytes[seq];
   };
 
+  // Posted receives: each holds its message's buffer (CostModel::message_bytes) from its RECV
+  // until its compute takes it: a forward's input and a backward's gradient before their
+  // moments (the chunk's activations and the backward's workspace count them from there on), an
+  // H's hidden state after its moment. `receiving` is their sum; per chunk and kind (an F's
+  // input, a B's gradient, an H's hidden state), what its compute releases.
+  enum Received { kForwardInput, kBackwardGradient, kHeadInput };
+  std::vector<double> posted(3 * static_cast<size_t>(num_chunks), 0.0);
+  double receiving = 0;
+  auto release = [&](Received kind, int chunk) {
+    double& bytes = posted[kind * static_cast<size_t>(num_chunks) + chunk];
+    receiving -= bytes;
+    bytes = 0;
+  };
+
   for (int index = 0; index < static_cast<int>(actions.size()); ++index) {
     const Action& action = actions[index];
+    if (action.is_recv() && action.chunk >= 0 && action.chunk < num_chunks) {
+      const Received kind = action.type == ActionType::kRecvForward ? kForwardInput
+                            : action.type == ActionType::kRecvHead  ? kHeadInput
+                                                                    : kBackwardGradient;
+      const double bytes = cost.message_bytes(chunks[action.chunk]);
+      posted[kind * static_cast<size_t>(num_chunks) + action.chunk] += bytes;
+      receiving += bytes;
+    }
     if (!action.is_compute()) continue;
     if (action.chunk < 0 || action.chunk >= num_chunks)
       throw Error("memory_moments: stage " + std::to_string(stage) + " action " + action.text() +
@@ -166,21 +188,25 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
       pushed_as[action.chunk] = pushes++;
       if (weights) weight_sum += weights[action.chunk];
       if (headed[action.chunk]) unkept += cost.head_logits_bytes(chunk);
+      release(kForwardInput, action.chunk);
       visit(index,
-            buffer_bytes() - unkept + awaiting_weights + cost.forward_workspace_bytes(chunk, stage),
+            buffer_bytes() - unkept + awaiting_weights + receiving +
+                cost.forward_workspace_bytes(chunk, stage),
             in_flight, weight_sum);
       continue;
     }
 
     // H: the chunk's logits and loss are held while it runs, nothing in flight changes.
     if (action.type == ActionType::kHead) {
-      visit(index, buffer_bytes() - unkept + awaiting_weights + cost.head_logits_bytes(chunk),
+      visit(index,
+            buffer_bytes() - unkept + awaiting_weights + receiving + cost.head_logits_bytes(chunk),
             in_flight, weight_sum);
+      release(kHeadInput, action.chunk);
       continue;
     }
     // W: what its B left is held while it runs, then freed.
     if (action.type == ActionType::kWeight) {
-      visit(index, buffer_bytes() - unkept + awaiting_weights, in_flight, weight_sum);
+      visit(index, buffer_bytes() - unkept + awaiting_weights + receiving, in_flight, weight_sum);
       awaiting_weights -= awaiting[action.chunk];
       awaiting[action.chunk] = 0;
       continue;
@@ -198,9 +224,10 @@ void for_each_memory_moment(const Schedule& schedule, int stage, const std::vect
     if (has_weight_action[action.chunk] && times_held[action.chunk] > 0)
       kept = cost.weight_input_bytes(chunk, stage, !headed[action.chunk]) +
              cost.weight_gradient_bytes(chunk, stage, !headed[action.chunk]);
+    release(kBackwardGradient, action.chunk);
     visit(index,
-          buffer_bytes() - unkept + awaiting_weights + cost.backward_workspace_bytes(chunk, stage) +
-              kept,
+          buffer_bytes() - unkept + awaiting_weights + receiving +
+              cost.backward_workspace_bytes(chunk, stage) + kept,
           in_flight, weight_sum);
     awaiting[action.chunk] = kept;
     awaiting_weights += kept;

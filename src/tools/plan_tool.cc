@@ -143,10 +143,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       "simulator finds it faster (docs/design.md, \"Spread head\"); the table and the JSON "
       "name the heads per stage");
   app.add_option("--zero-bubble", args.zero_bubble,
-                 "split backwards into B and W (ZB-H1, docs/design.md \"Zero bubble\"): try (EPP "
-                 "keeps it where the simulator finds it faster), h1 (every method, for "
-                 "ablations) or off")
-      ->check(CLI::IsMember({"off", "try", "h1"}))
+                 "split backwards into B and W (docs/design.md \"Zero bubble\"): try (EPP "
+                 "keeps ZB-H1 or ZB-H2 where the simulator finds it faster), h1 or h2 (every "
+                 "method, for ablations) or off")
+      ->check(CLI::IsMember({"off", "try", "h1", "h2"}))
       ->capture_default_str();
   app.add_flag("--ideal-even-head", args.ideal_even_head,
                "what-if for studies: every stage runs 1/d of each chunk's head, logits and head "

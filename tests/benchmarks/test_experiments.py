@@ -232,7 +232,7 @@ def test_step_breakdown_parts_add_up_to_the_step_and_the_busy_time():
 
 @pytest.mark.slow  # 2 processes, three trainers and torch's ZBV
 def test_zero_bubble_measured_steps_every_mode_on_the_same_batches(tmp_path):
-    """Three tiny steps of EPP with zero bubble off, forced and tried, and torch's ZBV on the
+    """Three tiny steps of EPP with zero bubble off, forced (ZB-H1, ZB-H2) and tried, and torch's ZBV on the
     packed peer: forced splits every timed step, the modes train alike (the split's gradients are
     the plain ones), ZBV steps the same tokens, and the summary is relative to "off"."""
     out = tmp_path / "zero_bubble_measured.json"
@@ -244,16 +244,18 @@ def test_zero_bubble_measured_steps_every_mode_on_the_same_batches(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
     res = json.loads(out.read_text())
-    assert set(res["summary"]) == {"off", "h1", "try", "torch zbv"}
+    assert set(res["summary"]) == {"off", "h1", "h2", "try", "torch zbv"}
     assert [r["tokens"] for r in res["rows"]["torch zbv"]] == [
         r["tokens"] for r in res["rows"]["off"]
     ]
     assert res["summary"]["torch zbv"]["tokens_per_s"] > 0
     assert res["summary"]["off"]["speedup_over_off"] == 1.0
-    assert res["summary"]["h1"]["split_steps"] == 2 and res["summary"]["off"]["split_steps"] == 0
-    for a, b in zip(res["rows"]["off"], res["rows"]["h1"]):
-        assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
-        assert b["weight_s"] > 0 and a["weight_s"] == 0
+    assert res["summary"]["off"]["split_steps"] == 0
+    for mode in ("h1", "h2"):
+        assert res["summary"][mode]["split_steps"] == 2
+        for a, b in zip(res["rows"]["off"], res["rows"][mode]):
+            assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
+            assert b["weight_s"] > 0 and a["weight_s"] == 0
 
 
 def test_gpu_cost_plans_smoke_plans_both_cost_models_of_both_models():

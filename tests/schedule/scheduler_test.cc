@@ -349,10 +349,61 @@ TEST(ZeroBubble, H1OnTextbookPackedChunks) {
       << joined(s.stages[1]);
 }
 
+TEST(ZeroBubble, H2IsH1OnALongerWarmUpOnRandomSteps) {
+  // Every extra warm-up the planner tries (1 to d-1 on stage 0), and ZB-H2's own.
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Step step = testing::random_step(rng);
+    for (int d : {1, 2, 3, 4, 8}) {
+      for (int extra = 0; extra < std::max(2, d); ++extra) {
+        for (bool overlap : {false, true}) {
+          ScheduleOptions options;
+          options.num_stages = d;
+          options.overlap_waves = overlap;
+          options.extra_warmup = extra == 0 ? h2_extra_warmup(d) : extra;
+          const Schedule plain = build_schedule(step.chunks, step.waves, options);
+          ASSERT_NO_THROW(validate_schedule(plain, step.chunks))
+              << "trial " << trial << " d=" << d << " extra=" << extra;
+          options.zero_bubble = ZeroBubble::kH2;
+          options.extra_warmup = extra;
+          const Schedule split = build_schedule(step.chunks, step.waves, options);
+          ASSERT_NO_THROW(validate_schedule(split, step.chunks))
+              << "trial " << trial << " d=" << d << " extra=" << extra << " overlap=" << overlap;
+          check_weight_actions(plain, split);
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(ZeroBubble, H2OnTextbookPackedChunks) {
+  const Step step = testing::packed_step(6);
+  ScheduleOptions options;
+  options.num_stages = 4;
+  options.zero_bubble = ZeroBubble::kH2;
+  ASSERT_EQ(h2_extra_warmup(4), 2);
+  const Schedule s = build_schedule(step.chunks, {{0, 1, 2, 3, 4, 5}}, options);
+  // 1F1B's warm-up d-1-p, plus 2 on stage 0 and 1 on stage 1: each stage runs one forward more
+  // before its first backward.
+  EXPECT_EQ(joined(computes_of(s.stages[0])), "F0 F1 F2 F3 F4 F5 B0 B1 B2 B3 B4 B5");
+  EXPECT_EQ(joined(computes_of(s.stages[1])),
+            "F0 F1 F2 F3 B0 F4 B1 W0 F5 B2 W1 B3 W2 B4 W3 B5 W4 W5");
+  EXPECT_EQ(joined(computes_of(s.stages[2])),
+            "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 B5 W3 W4 W5");
+  EXPECT_EQ(joined(computes_of(s.stages[3])),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 W3 W4 W5");
+  // Stage 1 posts its forwards' receives 1 + 2 x 2 computes ahead (stage 0 runs 2 more), so
+  // stage 0's first five SENDs find theirs posted.
+  EXPECT_EQ(joined(s.stages[1]).rfind("RECV_F0 RECV_F1 RECV_F2 RECV_F3 RECV_F4 F0 SEND_F0", 0), 0u)
+      << joined(s.stages[1]);
+}
+
 TEST(ZeroBubble, ModesHaveTextFormsAndAScheduleIsSplitOnce) {
   EXPECT_EQ(parse_zero_bubble(to_string(ZeroBubble::kH1)), ZeroBubble::kH1);
+  EXPECT_EQ(parse_zero_bubble(to_string(ZeroBubble::kH2)), ZeroBubble::kH2);
   EXPECT_EQ(parse_zero_bubble(to_string(ZeroBubble::kOff)), ZeroBubble::kOff);
-  EXPECT_THROW(parse_zero_bubble("h2"), Error);
+  EXPECT_THROW(parse_zero_bubble("h3"), Error);
   const Step step = testing::packed_step(2);
   ScheduleOptions options;
   options.num_stages = 2;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -32,7 +33,8 @@ CostModel scaled_cost(int stages, double kv_scale, double activation_scale) {
 }
 
 // Every moment's fixed bytes as the walk once summed them: model state, then the open K/V
-// buffers in opening order, then the open dK/dV buffers, then the workspace.
+// buffers in opening order, then the open dK/dV buffers, then the posted receives' buffers
+// (whole numbers of bytes here, so their running sum is exact), then the workspace.
 std::vector<double> fixed_in_opening_order(const RandomStep& step, int p, const CostModel& cost) {
   std::vector<int> kv, grad;
   std::set<int> closed;
@@ -40,10 +42,20 @@ std::vector<double> fixed_in_opening_order(const RandomStep& step, int p, const 
     return std::find(list.begin(), list.end(), seq) != list.end();
   };
   std::vector<double> fixed;
+  std::map<std::pair<bool, int>, double> posted;  // (for a backward, chunk) -> bytes
+  double receiving = 0;
   for (const Action& a : step.schedule.stages[p]) {
+    if (a.is_recv()) {
+      const double message = cost.message_bytes(step.chunks[a.chunk]);
+      EXPECT_EQ(message, std::floor(message));
+      posted[{a.type == ActionType::kRecvBackward, a.chunk}] += message;
+      receiving += message;
+    }
     if (!a.is_compute()) continue;
     const Chunk& chunk = step.chunks[a.chunk];
     const bool backward = a.type == ActionType::kBackward;
+    receiving -= posted[{backward, a.chunk}];
+    posted[{backward, a.chunk}] = 0;
     for (const Slice& s : chunk.slices) {
       if (s.whole()) continue;
       if (!backward && !has(kv, s.seq) && !closed.count(s.seq)) kv.push_back(s.seq);
@@ -52,6 +64,7 @@ std::vector<double> fixed_in_opening_order(const RandomStep& step, int p, const 
     double bytes = cost.model_state_bytes(p);
     for (int seq : kv) bytes += cost.kv_buffer_bytes(step.lengths[seq], p);
     for (int seq : grad) bytes += cost.kv_buffer_bytes(step.lengths[seq], p);
+    bytes += receiving;
     if (backward) bytes += cost.backward_workspace_bytes(chunk, p);
     fixed.push_back(bytes);
     if (!backward) continue;

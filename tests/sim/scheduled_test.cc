@@ -127,6 +127,16 @@ TEST(ScheduledSimulation, RandomEppStepsSimulateWithoutDeadlock) {
         double expected = cost.model_state_bytes(p);
         for (int seq : open) expected += cost.kv_buffer_bytes(lengths[seq], p);
         for (int seq : grad) expected += cost.kv_buffer_bytes(lengths[seq], p);
+        // A posted receive's buffer, from its RECV until the compute that takes it.
+        for (int j = 0; j < i; ++j) {
+          const Action& recv = s.stages[p][j];
+          if (!recv.is_recv()) continue;
+          const ActionType taker =
+              recv.type == ActionType::kRecvForward ? ActionType::kForward : ActionType::kBackward;
+          int k = j + 1;
+          while (!(s.stages[p][k].type == taker && s.stages[p][k].chunk == recv.chunk)) ++k;
+          if (k > i) expected += cost.message_bytes(chunks[recv.chunk]);
+        }
         if (a.type == ActionType::kBackward) expected += cost.backward_workspace_bytes(chunk, p);
         ASSERT_LT(next, moments.size());
         EXPECT_EQ(moments[next].action_index, i);

@@ -417,10 +417,13 @@ TEST(Simulator, SpreadHeadChargesHOnItsStageAndTheTransfersAsSends) {
   EXPECT_EQ(h->category, "head");
   EXPECT_NEAR(h->start_s, 0.040, 1e-12);
   EXPECT_NEAR(r.start_s[0][4], 0.040, 1e-12);
-  // Stage 0 holds the head's replica and, while H0 runs, the chunk's logits.
+  // Stage 0 holds the head's replica and, while H0 runs, the chunk's logits, the hidden state it
+  // received and the buffer its RECV_B0 posted.
   const double state = cost.model_state_bytes(0) + cost.head_replica_bytes();
+  EXPECT_GT(cost.message_bytes(chunks[0]), 0);
   EXPECT_NEAR(r.peak_memory_bytes[0],
-              state + cost.activation_bytes(chunks[0], 0, 0) + cost.head_logits_bytes(chunks[0]),
+              state + cost.activation_bytes(chunks[0], 0, 0) + cost.head_logits_bytes(chunks[0]) +
+                  2 * cost.message_bytes(chunks[0]),
               1e-6);
   EXPECT_EQ(stage_model_state_bytes(s, 0, cost), state);
   EXPECT_EQ(stage_model_state_bytes(s, 1, cost), cost.model_state_bytes(1));

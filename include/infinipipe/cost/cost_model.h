@@ -342,6 +342,9 @@ class CostModel {
   // K/V buffer of a split sequence on the stage, preallocated to its full length. The dK/dV
   // buffer held during its backward is the same size.
   double kv_buffer_bytes(int64_t seq_length, int stage) const;
+  // One rank's message of the chunk between stages (its activation, or that gradient: its
+  // tokens / d_s rows): what a posted receive holds from its posting until its compute takes it.
+  double message_bytes(const Chunk& chunk) const;
 
  private:
   struct Link {

@@ -71,9 +71,10 @@ struct PlannerOptions {
   std::vector<int> drain_taper_chunks = {8, 16, 24, 32, 48, 64};
   std::vector<int> drain_taper_splits = {2, 4};
   // Zero bubble (ScheduleOptions::zero_bubble, docs/design.md "Zero bubble"): "try" gives EPP's
-  // finished plan ZB-H1's W actions (recompute solved again for the memory they hold) and keeps
-  // it where the simulator finds it faster within the budget; "h1" gives every method's plan
-  // them whatever the time (for ablations; a plan that then fits no recompute is infeasible);
+  // finished plan ZB-H1's W actions, and apart ZB-H2's (W actions on a longer warm-up), each
+  // with recompute solved again for the memory it holds, and keeps the faster where the
+  // simulator finds it faster within the budget; "h1" or "h2" gives every method's plan that
+  // mode whatever the time (for ablations; a plan that then fits no recompute is infeasible);
   // "off" never. Off by default until measured faster on hardware (docs/design.md, "Zero
   // bubble"); the executor runs W actions.
   std::string zero_bubble = "off";

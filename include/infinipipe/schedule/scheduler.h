@@ -16,7 +16,9 @@
 // succeed because on each side the compute right after the send is the one that needs the
 // other's message, so its RECV is already posted. Posting just before the compute deadlocks there;
 // one ahead passed the validator's deadlock check on ~190k random instances (1-16 stages, up to 30
-// chains of 1-10 chunks, 1-5 waves; 1F1B, short-first and GPipe).
+// chains of 1-10 chunks, 1-5 waves; 1F1B, short-first and GPipe). A longer warm-up
+// (ScheduleOptions::extra_warmup, ZB-H2) posts forwards' RECVs further ahead, so the previous
+// stage's extra SENDs find them (scheduler_test checks every extra count on random steps).
 #include <string>
 #include <vector>
 
@@ -45,9 +47,21 @@ enum class ZeroBubble {
   // stages keep about stage 0's count: the paper's ZB-H1, which needs no more memory than 1F1B's
   // first stage and leaves the downstream stages' W off the backward's critical path.
   kH1,
+  // ZB-H2-like: ZB-H1's W actions on a schedule whose first stages run more warm-up forwards
+  // (ScheduleOptions::extra_warmup, h2_extra_warmup by default), so they have forwards to run
+  // while a wave's first backward travels back, instead of idling: ZB-H2 trades the memory of
+  // those chunks for that ramp.
+  kH2,
 };
-const char* to_string(ZeroBubble mode);                 // "off", "h1"
+const char* to_string(ZeroBubble mode);                 // "off", "h1", "h2"
 ZeroBubble parse_zero_bubble(const std::string& name);  // Error listing the valid names
+// ZB-H2's extra warm-up forwards on stage 0 of `num_stages` when no count is given: d/2, half of
+// the paper's doubling (d-1 on stage 0). Neither is best everywhere: more chunks in flight cost
+// recompute where memory binds, so the planner tries every count (zero_bubble_plan.h;
+// LLaMA-13B, 96K, 8 stages, 80 GiB, 16 Wikipedia steps: EPP's mean step 27.505 s with ZB-H1
+// alone, 27.417 s with ZB-H2 at d-1, 27.394 s at d/2, 27.302 s with every count tried;
+// docs/notes/2026-11-29-zero-bubble-gap.md).
+int h2_extra_warmup(int num_stages);
 
 struct ScheduleOptions {
   int num_stages = 1;
@@ -59,6 +73,10 @@ struct ScheduleOptions {
   bool overlap_waves = false;
   // Split backwards into B and W (with_weight_actions) after the schedule is built.
   ZeroBubble zero_bubble = ZeroBubble::kOff;
+  // 1F1B only: stage 0 runs this many warm-up forwards more than 1F1B's w_0, stage p
+  // max(0, extra_warmup - p) more, and each stage posts its forwards' RECVs far enough ahead for
+  // the previous stage's extra SENDs. 0 with kH2: h2_extra_warmup(num_stages).
+  int extra_warmup = 0;
 };
 
 // The order chunks go forward in one wave, and the order they go backward.

@@ -151,6 +151,26 @@ CASES = [
         overlapped=True,
         zero_bubble=True,
     ),
+    # ZB-H2 (the longer warm-up with forwards' receives posted further ahead): split sequences
+    # carrying K/V, and recompute with overlapped waves.
+    case(
+        "zero-bubble-h2-long-sliced",
+        "float64",
+        LONG,
+        dict(method="chunkflow", chunk_tokens=128, zero_bubble="h2"),
+        kinds={"split"},
+        zero_bubble=True,
+    ),
+    case(
+        "zero-bubble-h2-checkpoint-overlapped",
+        "float64",
+        WAVES,
+        dict(OVERLAPPED_WAVES, recompute="pattern", zero_bubble="h2"),
+        recompute=True,
+        min_waves=3,
+        overlapped=True,
+        zero_bubble=True,
+    ),
     # float32
     case("short", "float32", SHORT, OWN),
     case("long-sliced", "float32", LONG, dict(method="chunkflow", chunk_tokens=128)),
@@ -232,6 +252,8 @@ def check_expectations(c: dict, per_rank: list[dict]) -> None:
             assert r["stats"]["unsplit_graphs"] == 0, r["stage"]
             assert (r["stats"]["split_graphs"] > 0) == (r["stage"] > 0), r["stage"]
             assert r["stats"]["weight_s"] > 0 or r["stage"] == 0, r["stage"]
+        mode = c["plan"].get("zero_bubble", "h1")
+        assert f"zero-bubble={mode}" in summary["setting"], summary["setting"]
     if expect.get("recompute"):
         table = first["recompute"]
         flat = [n for row in table for n in row]
