@@ -129,5 +129,9 @@ def test_zero_bubble_is_off_for_training_and_names_itself_when_asked_for():
     assert weights(split) == 3 * len(split.chunks)  # every chunk's W on stages 1-3
     assert plain.summary()["setting"] + " zero-bubble=h1" == split.summary()["setting"]
     assert '"zero_bubble":"h1"' in split.to_json() and "zero_bubble" not in plain.to_json()
-    with pytest.raises(Exception, match='zero_bubble is "h2": expected "try"'):
-        _C.plan.plan_step(lengths, cost, 2**30, "epp", zero_bubble="h2")
+    longer = _C.plan.plan_step(lengths, cost, 2**30, "epp", zero_bubble="h2")
+    assert weights(longer) == 3 * len(longer.chunks)
+    assert longer.summary()["setting"].endswith(" zero-bubble=h2")
+    assert '"zero_bubble":"h2"' in longer.to_json()
+    with pytest.raises(Exception, match='zero_bubble is "h3": expected "try"'):
+        _C.plan.plan_step(lengths, cost, 2**30, "epp", zero_bubble="h3")
