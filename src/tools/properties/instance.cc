@@ -170,6 +170,8 @@ Instance draw_instance(uint64_t seed, int64_t index) {
   in.options.max_k = pick(rng, std::vector<int>{1, 2, 4, 8, 16, 32});
   in.options.overlap_waves = rng.chance(0.8);
   in.options.recompute_time_limit_s = rng.chance(0.1) ? 0.01 : 0;
+  // Drawn last, so the draws above are what they were before zero bubble was drawn.
+  in.options.zero_bubble = rng.chance(0.3) ? "try" : "off";
   return in;
 }
 
@@ -201,7 +203,8 @@ std::string plan_tool_command(const Instance& in, const std::string& lengths_pat
          " --hardware " + in.hardware + " --stages " + std::to_string(in.stages()) +
          " --layers-per-stage " + layers + " --memory-gib " + gib_text(in.memory_gib) +
          " --method epp --max-k " + std::to_string(in.options.max_k) + " --checkpoint-seconds " +
-         seconds + (in.options.overlap_waves ? "" : " --waves-back-to-back");
+         seconds + (in.options.overlap_waves ? "" : " --waves-back-to-back") +
+         (in.options.zero_bubble == "off" ? "" : " --zero-bubble " + in.options.zero_bubble);
 }
 
 }  // namespace infinipipe::properties
