@@ -86,7 +86,7 @@ void split_backwards_if_faster(Plan& plan, const CostModel& cost, const PlannerO
   std::string reason;
   split_backwards(plan, cost, options, methods, ZeroBubble::kH1, false, reason);
   const int d = options.num_stages;
-  // Every count from 1 to d-1 up to 32 stages, about eight of them evenly apart beyond.
+  // Every count from 1 to d-1 up to 16 stages; beyond, every (d-1)/8-th (8 to 15 of them).
   for (int extra = 1; extra < d; extra += std::max(1, (d - 1) / 8)) {
     Plan h2 = before;
     split_backwards(h2, cost, options, methods, ZeroBubble::kH2, false, reason, extra);

@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: scheduler.cc's one test file (tests mirror the sources), and its
+// 1F1B shapes, waves and both zero-bubble modes each need their own instances.
 #include "infinipipe/schedule/scheduler.h"
 
 #include <gtest/gtest.h>
