@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests" / "python" / "runtime"))
+from launcher import free_port  # noqa: E402
 
 
 def binary() -> Path:
@@ -36,12 +37,6 @@ def binary() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train(ranks: int, *extra: str) -> list[float]:

@@ -14,6 +14,7 @@ every rank of `wait_for` has exited (for a rank that stopped itself with SIGSTOP
 from __future__ import annotations
 
 import functools
+import itertools
 import multiprocessing
 import multiprocessing.context
 import os
@@ -67,9 +68,42 @@ def launch_log(stdout: str, stderr: str, keep: int = 3000) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a rendezvous store that nothing else takes before the store binds it.
+
+    A port the kernel hands out for bind(0) is free only at that moment: it is drawn from the
+    ephemeral range, where every outgoing connection (another test's Gloo pairs, store clients)
+    also draws its local port, and CI once lost a test to one taken in between (EADDRINUSE,
+    2026-11-30). So the ports come from below that range, a block of their own per pytest-xdist
+    worker, taken in turn and checked by binding (no SO_REUSEADDR: a port still in TIME_WAIT
+    counts as taken)."""
+    block = _PORT_BLOCK * _xdist_worker()
+    for _ in range(_PORT_BLOCK):
+        port = _FIRST_PORT + block + next(_port_turn) % _PORT_BLOCK
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(
+        f"no free port in {_FIRST_PORT + block}..{_FIRST_PORT + block + _PORT_BLOCK}"
+    )
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts there
+
+
+def _xdist_worker() -> int:
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 16
+
+
+_FIRST_PORT = 10000  # above the well-known and most registered services' ports
+_PORT_BLOCK = max(16, (_ephemeral_floor() - _FIRST_PORT) // 16)  # 16 workers' blocks fit below
+_port_turn = itertools.count(os.getpid())  # another pytest run on the machine starts elsewhere
 
 
 def _forked_rank(*args) -> None:
