@@ -5,7 +5,8 @@ model on the CPU (issue 37, item 2; docs/runtime.md, "On GPUs").
 
 The ranks are real processes (tests/python/runtime/launcher.py) on cuda:0 together. The batch
 holds a split sequence (K/V buffers between the stages' slices) beside packed ones; float64 also
-runs EPP with zero bubble (B and W apart). Tolerances as one GPU's (against_cpu.py). Skipped,
+runs EPP with zero bubble (B and W apart), and bfloat16 ZB-H2 with the lean layer (its norms',
+SwiGLU's and refill's functions on CUDA with B and W apart, issue 39). Tolerances as one GPU's (against_cpu.py). Skipped,
 saying so, without CUDA.
 """
 
@@ -20,6 +21,7 @@ from launcher import check_all_ok, run_ranks  # noqa: E402 (path: against_cpu)
 
 pytestmark = needs_cuda
 ZERO_BUBBLE = dict(epp_k=3, zero_bubble="h1")  # EPP's chunks at K = 3, one wave
+ZERO_BUBBLE_H2 = dict(epp_k=3, zero_bubble="h2")  # the longer warm-up and its receives ahead
 
 
 def cases(ranks: int) -> list[dict]:
@@ -30,6 +32,15 @@ def cases(ranks: int) -> list[dict]:
     if ranks == 2:
         out.append(
             dict(name="epp-zb-float64", dtype="float64", lengths=HYBRID, seed=4, plan=ZERO_BUBBLE)
+        )
+        out.append(
+            dict(
+                name="epp-zb-h2-bfloat16-lean",
+                dtype="bfloat16-lean",
+                lengths=HYBRID,
+                seed=4,
+                plan=ZERO_BUBBLE_H2,
+            )
         )
     return out
 
