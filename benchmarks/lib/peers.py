@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,12 +111,12 @@ def _check_gradients(stage: nn.Module, reference: dict[str, torch.Tensor], what:
 
 
 def _smoke_rank(
-    rank: int, port: int, expected: list[float], gradients: dict[str, torch.Tensor]
+    rank: int, rendezvous: str, expected: list[float], gradients: dict[str, torch.Tensor]
 ) -> None:
     """One rank: every smoke configuration for both steps; raises on the first mismatch (then
     mp.spawn reports it and ends the other rank)."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
     config = llama.LlamaConfig.tiny()
     batches = smoke_batches(config)
     for mbs, ckpt in SMOKE_CONFIGS:
@@ -144,12 +144,6 @@ def _smoke_rank(
     leave()  # skips interpreter teardown, where Gloo's threads can abort after all has passed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def smoke() -> int:
     import torch.multiprocessing as mp
 
@@ -164,7 +158,10 @@ def smoke() -> int:
             gradients = {n: p.grad.clone() for n, p in reference.model.named_parameters()}
     print(f"unpipelined losses: {[round(x, 6) for x in expected]}", flush=True)
     try:
-        mp.spawn(_smoke_rank, args=(_free_port(), expected, gradients), nprocs=2, join=True)
+        # A file rendezvous: a TCP port picked here could be taken before rank 0 binds it.
+        with tempfile.TemporaryDirectory() as tmp:
+            rendezvous = os.path.join(tmp, "rendezvous")
+            mp.spawn(_smoke_rank, args=(rendezvous, expected, gradients), nprocs=2, join=True)
     except mp.ProcessRaisedException as e:
         print(f"SMOKE FAILED: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
         return 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -71,21 +70,17 @@ def default_group(
         if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
             join_default_group(backend, timeout_s, describe)
         else:
+            # An in-process store: a world of one has no one to meet, and a TCP port picked
+            # here could be taken by another process before the store binds it.
             dist.init_process_group(
                 backend,
-                init_method=f"tcp://127.0.0.1:{_free_port()}",
+                store=dist.HashStore(),
                 rank=0,
                 world_size=1,
                 timeout=datetime.timedelta(seconds=timeout_s),
             )
         at_exit(destroy_default_group)  # made here, so ended here if the caller does not
     return dist.group.WORLD
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bounded(fn: Callable[[], Any], seconds: float, what: str) -> Any:
