@@ -45,6 +45,12 @@ void ExecutorOptions::validate() const {
 void Executor::Step::check_inputs() {
   const int stage = opt_.stage;
   const std::string where = "plan " + plan_.hash() + ", " + stage_text(stage) + ": ";
+  // Virtual stages are planned and validated (docs/design.md, "Virtual stages"), not yet run.
+  check(plan_.schedule.ranks.empty(),
+        where + "the plan places its " + std::to_string(plan_.schedule.num_stages()) +
+            " stages on " + std::to_string(plan_.schedule.num_ranks()) +
+            " ranks (virtual stages), which this executor does not run yet; plan one stage per "
+            "rank");
   check(plan_.schedule.num_stages() == opt_.num_stages,
         where + "the plan is for " + std::to_string(plan_.schedule.num_stages()) +
             " stages but this pipeline has " + std::to_string(opt_.num_stages));

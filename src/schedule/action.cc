@@ -111,11 +111,50 @@ std::vector<int> Schedule::head_stages(int num_chunks) const {
   return stage_of;
 }
 
+std::vector<int> Schedule::rank_of_stage() const {
+  std::vector<int> rank(stages.size(), -1);
+  if (ranks.empty()) {
+    for (size_t s = 0; s < rank.size(); ++s) rank[s] = static_cast<int>(s);
+    return rank;
+  }
+  for (int r = static_cast<int>(ranks.size()) - 1; r >= 0; --r)
+    for (int s : ranks[r])
+      if (s >= 0 && s < num_stages()) rank[s] = r;
+  return rank;
+}
+
+std::vector<std::vector<std::pair<int, int>>> Schedule::rank_programs() const {
+  std::vector<std::vector<std::pair<int, int>>> programs(num_ranks());
+  if (ranks.empty()) {
+    for (int s = 0; s < num_stages(); ++s)
+      for (int i = 0; i < static_cast<int>(stages[s].size()); ++i) programs[s].push_back({s, i});
+    return programs;
+  }
+  std::vector<int> taken(stages.size(), 0);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (int s : ranks[r]) {
+      check(s >= 0 && s < num_stages(), "schedule: rank " + std::to_string(r) + " names stage " +
+                                            std::to_string(s) + ", which does not exist (" +
+                                            std::to_string(num_stages()) + " stages)");
+      programs[r].push_back({s, taken[s]++});
+    }
+  return programs;
+}
+
 std::string Schedule::text() const {
   std::string out;
   for (int s = 0; s < num_stages(); ++s) {
     out += "stage " + std::to_string(s) + ":";
     for (const Action& a : stages[s]) out += " " + a.text();
+    out += "\n";
+  }
+  if (ranks.empty()) return out;
+  const auto programs = rank_programs();
+  for (size_t r = 0; r < programs.size(); ++r) {
+    out += "rank " + std::to_string(r) + ":";
+    for (auto [s, i] : programs[r])
+      out += " " + std::to_string(s) + ":" +
+             (i < static_cast<int>(stages[s].size()) ? stages[s][i].text() : "(none)");
     out += "\n";
   }
   return out;
@@ -178,6 +217,7 @@ void to_json(nlohmann::json& j, const Schedule& s) {
     stages.push_back(std::move(texts));
   }
   j = nlohmann::json{{"stages", std::move(stages)}};
+  if (!s.ranks.empty()) j["ranks"] = s.ranks;
 }
 
 void from_json(const nlohmann::json& j, Schedule& s) {
@@ -205,6 +245,30 @@ void from_json(const nlohmann::json& j, Schedule& s) {
       }
     }
     result.stages.push_back(std::move(actions));
+  }
+  if (j.contains("ranks")) {
+    const std::string ranks_form =
+        "expected \"ranks\": [[0, 0, 7, ...], ...], per rank the stage "
+        "of each of its steps";
+    const nlohmann::json& ranks = j.at("ranks");
+    check(ranks.is_array() && !ranks.empty(),
+          "schedule JSON: \"ranks\" is not a non-empty array: " + ranks_form);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      check(ranks[r].is_array(), "schedule JSON: ranks[" + std::to_string(r) + "] is " +
+                                     std::string(ranks[r].type_name()) +
+                                     ", not an array: " + ranks_form);
+      std::vector<int> order;
+      for (size_t i = 0; i < ranks[r].size(); ++i) {
+        const nlohmann::json& s_json = ranks[r][i];
+        if (!s_json.is_number_integer() || s_json.get<int64_t>() < 0 ||
+            s_json.get<int64_t>() >= static_cast<int64_t>(result.stages.size()))
+          throw Error("schedule JSON: ranks[" + std::to_string(r) + "][" + std::to_string(i) +
+                      "] is " + s_json.dump() + ", not one of the " +
+                      std::to_string(result.stages.size()) + " stages: " + ranks_form);
+        order.push_back(s_json.get<int>());
+      }
+      result.ranks.push_back(std::move(order));
+    }
   }
   s = std::move(result);
 }

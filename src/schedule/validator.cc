@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "dry_run.h"
 #include "infinipipe/core/error.h"
 
 namespace infinipipe {
@@ -250,65 +251,6 @@ void check_head_order(const Schedule& schedule, const Positions& positions,
   }
 }
 
-// One direction of one link for one kind of message: the SENDs of `sender` and the RECVs of
-// `receiver`, in list order. Pipeline channels join neighbours; head channels join the last
-// stage and each other stage, one per direction.
-struct Channel {
-  int sender, receiver;
-  ActionType send, recv;
-};
-
-std::vector<Channel> all_channels(int d) {
-  std::vector<Channel> channels;
-  for (int p = 0; p + 1 < d; ++p) {
-    channels.push_back({p, p + 1, ActionType::kSendForward, ActionType::kRecvForward});
-    channels.push_back({p + 1, p, ActionType::kSendBackward, ActionType::kRecvBackward});
-  }
-  for (int o = 0; o + 1 < d; ++o) {
-    channels.push_back({d - 1, o, ActionType::kSendHead, ActionType::kRecvHead});
-    channels.push_back({o, d - 1, ActionType::kSendHeadGrad, ActionType::kRecvHeadGrad});
-  }
-  return channels;
-}
-
-// The channel (index into all_channels) a SEND or RECV on `stage` uses, -1 for a compute.
-int channel_of(int d, int stage, const Action& a) {
-  if (a.is_compute()) return -1;
-  const int peer = a.peer(stage);
-  switch (a.type) {
-    case ActionType::kSendForward:
-      return 2 * stage;
-    case ActionType::kRecvForward:
-      return 2 * peer;
-    case ActionType::kSendBackward:
-      return 2 * peer + 1;
-    case ActionType::kRecvBackward:
-      return 2 * stage + 1;
-    case ActionType::kSendHead:
-      return 2 * (d - 1) + 2 * peer;
-    case ActionType::kRecvHead:
-      return 2 * (d - 1) + 2 * stage;
-    case ActionType::kSendHeadGrad:
-      return 2 * (d - 1) + 2 * stage + 1;
-    case ActionType::kRecvHeadGrad:
-      return 2 * (d - 1) + 2 * peer + 1;
-    default:
-      return -1;
-  }
-}
-
-// The action on a channel's other side for `chunk`: its peer stage set for head transfers.
-Action send_of(const Channel& ch, int chunk) {
-  Action a{ch.send, chunk};
-  if (a.is_head_transfer()) a.peer_stage = ch.receiver;
-  return a;
-}
-Action recv_of(const Channel& ch, int chunk) {
-  Action a{ch.recv, chunk};
-  if (a.is_head_transfer()) a.peer_stage = ch.sender;
-  return a;
-}
-
 // (chunk, step) of every action of `type` on `stage` from `peer`, in list order.
 std::vector<std::pair<int, int>> occurrences(const Schedule& schedule, int stage, ActionType type,
                                              int peer) {
@@ -383,91 +325,77 @@ void check_inputs(const Schedule& schedule, const Positions& positions) {
   }
 }
 
-// The RECV whose data a compute waits for, or a compute's type when it needs none: F c its
-// RECV_F (not on stage 0), B c its RECV_B (not on the last stage; there, with the head on another
-// stage, its RECV_HG), H c on a stage other than the last its RECV_H.
-Action input_of(int d, int stage, const Action& a, const std::vector<int>& head) {
-  const int k = a.chunk;
-  if (a.type == ActionType::kForward && stage > 0) return {ActionType::kRecvForward, k};
-  if (a.type == ActionType::kBackward && stage < d - 1) return {ActionType::kRecvBackward, k};
-  if (a.type == ActionType::kBackward && head[k] != -1 && head[k] != d - 1)
-    return {ActionType::kRecvHeadGrad, k, head[k]};
-  if (a.type == ActionType::kHead && stage != d - 1) return {ActionType::kRecvHead, k, d - 1};
-  return a;
-}
-
 // Runs every stage's list under action.h's semantics until all are done or none can move.
-void check_deadlock(const Schedule& schedule, const Positions& positions,
-                    const std::vector<int>& head) {
-  const int d = schedule.num_stages();
-  const std::vector<Channel> channels = all_channels(d);
-  // Per channel: receives posted and messages sent so far.
-  std::vector<int> posted(channels.size(), 0), sent(channels.size(), 0);
-  // Per action: its channel, and for a RECV its place on that channel (a compute's data has
-  // arrived once that many were sent).
-  std::vector<std::vector<int>> channel(d), recv_slot(d);
-  for (int p = 0; p < d; ++p) {
-    std::vector<int> count(channels.size(), 0);
-    for (const Action& a : schedule.stages[p]) {
-      const int ch = channel_of(d, p, a);
-      channel[p].push_back(ch);
-      recv_slot[p].push_back(a.is_recv() ? count[ch]++ : -1);
-    }
-  }
-  // For a compute waiting on data: its RECV's step, or -1 when it needs none.
-  auto input_step = [&](int p, const Action& a) {
-    const Action recv = input_of(d, p, a, head);
-    return recv.is_recv() ? pos(positions, p, recv.type, a.chunk) : -1;
-  };
-  auto ready = [&](int p, size_t i) {
-    const Action& a = schedule.stages[p][i];
-    if (a.is_recv()) return true;
-    if (a.is_send()) return posted[channel[p][i]] > sent[channel[p][i]];
-    const int r = input_step(p, a);
-    return r == -1 || sent[channel[p][r]] > recv_slot[p][r];
-  };
-  auto waits_for = [&](int p, const Action& a) {
-    if (a.is_send()) {
-      const Channel& ch = channels[channel_of(d, p, a)];
-      return "stage " + std::to_string(ch.receiver) + " to post " + recv_of(ch, a.chunk).text();
-    }
-    const int r = input_step(p, a);
-    if (r == -1) return std::string("nothing");
-    const Channel& ch = channels[channel[p][r]];
-    return "stage " + std::to_string(ch.sender) + " to send " + send_of(ch, a.chunk).text();
-  };
-  std::vector<size_t> next(d, 0);
+void check_deadlock(const Schedule& schedule, int num_chunks) {
+  DryRun run(schedule, num_chunks);
+  // Ranks run their programs; without virtual stages a rank's program is its stage's list.
+  const std::vector<std::vector<std::pair<int, int>>> programs = schedule.rank_programs();
+  std::vector<size_t> next(programs.size(), 0);
   for (bool moved = true; moved;) {
     moved = false;
-    for (int p = 0; p < d; ++p) {
-      const std::vector<Action>& list = schedule.stages[p];
-      while (next[p] < list.size() && ready(p, next[p])) {
-        const size_t i = next[p]++;
-        if (list[i].is_recv()) ++posted[channel[p][i]];
-        if (list[i].is_send()) ++sent[channel[p][i]];
+    for (size_t r = 0; r < programs.size(); ++r) {
+      while (next[r] < programs[r].size()) {
+        const auto [p, i] = programs[r][next[r]];
+        if (!run.ready(p, i)) break;
+        ++next[r];
+        run.run(p, i);
         moved = true;
       }
     }
   }
-  int first_stuck = -1;
+  std::pair<int, int> first_stuck{-1, -1};
   std::string waits;
-  for (int p = 0; p < d; ++p) {
-    const std::vector<Action>& list = schedule.stages[p];
-    if (next[p] == list.size()) continue;
-    if (first_stuck == -1) first_stuck = p;
-    const int i = static_cast<int>(next[p]);
-    waits += (waits.empty() ? "" : "; ") + at(p, i) + " " + list[i].text() + " waits for " +
-             waits_for(p, list[i]);
+  for (size_t r = 0; r < programs.size(); ++r) {
+    if (next[r] == programs[r].size()) continue;
+    const auto [p, i] = programs[r][next[r]];
+    if (first_stuck.first == -1) first_stuck = {p, i};
+    const std::string rank = schedule.ranks.empty() ? ""
+                                                    : "rank " + std::to_string(r) + " step " +
+                                                          std::to_string(next[r]) + ", ";
+    waits += (waits.empty() ? "" : "; ") + rank + at(p, i) + " " + schedule.stages[p][i].text() +
+             " waits for " + run.waits_for(p, i);
   }
-  if (first_stuck != -1)
-    fail(schedule, first_stuck, static_cast<int>(next[first_stuck]),
-         "deadlock, no stage can move: " + waits);
+  if (first_stuck.first != -1)
+    fail(schedule, first_stuck.first, first_stuck.second,
+         std::string("deadlock, no ") + (schedule.ranks.empty() ? "stage" : "rank") +
+             " can move: " + waits);
+}
+
+// Virtual stages (action.h): every stage runs on exactly one rank, which takes each of its
+// actions once (a stage without actions, as in an empty step, may be named by none).
+void check_ranks(const Schedule& schedule) {
+  if (schedule.ranks.empty()) return;
+  const int d = schedule.num_stages();
+  std::vector<int> rank_of(d, -1), count(d, 0);
+  for (int r = 0; r < schedule.num_ranks(); ++r) {
+    for (int s : schedule.ranks[r]) {
+      check(s >= 0 && s < d, "invalid schedule: rank " + std::to_string(r) + " names stage " +
+                                 std::to_string(s) + ", which does not exist (" +
+                                 std::to_string(d) + " stages)");
+      if (rank_of[s] != -1 && rank_of[s] != r)
+        throw Error("invalid schedule: stage " + std::to_string(s) + " runs on rank " +
+                    std::to_string(rank_of[s]) + " and on rank " + std::to_string(r) +
+                    "; a stage's layers live on one rank");
+      rank_of[s] = r;
+      ++count[s];
+    }
+  }
+  for (int s = 0; s < d; ++s)
+    if (count[s] != static_cast<int>(schedule.stages[s].size()))
+      fail(schedule, s, std::min(count[s], static_cast<int>(schedule.stages[s].size())),
+           "stage " + std::to_string(s) + " has " + std::to_string(schedule.stages[s].size()) +
+               " actions but " +
+               (rank_of[s] == -1 ? std::string("no rank runs it")
+                                 : "rank " + std::to_string(rank_of[s]) + " takes " +
+                                       std::to_string(count[s]) + " steps of it") +
+               ": each rank's order names its stages once per action");
 }
 
 }  // namespace
 
 void validate_schedule(const Schedule& schedule, const std::vector<Chunk>& chunks) {
   check(schedule.num_stages() >= 1, "invalid schedule: it has no stages");
+  check_ranks(schedule);
   const Positions positions = check_structure(schedule, static_cast<int>(chunks.size()));
   const std::vector<int> head = head_stages(schedule, positions, static_cast<int>(chunks.size()));
   check_head_transfers(schedule, head);
@@ -475,7 +403,7 @@ void validate_schedule(const Schedule& schedule, const std::vector<Chunk>& chunk
   check_slice_order(schedule, chunks, positions);
   check_channels(schedule, positions);
   check_inputs(schedule, positions);
-  check_deadlock(schedule, positions, head);
+  check_deadlock(schedule, static_cast<int>(chunks.size()));
 }
 
 }  // namespace infinipipe

@@ -134,6 +134,31 @@ TEST(Schedule, JsonHasTheDocumentedShape) {
              R"({"stages": [["F0","SEND_F0","RECV_B0","B0"],["RECV_F0","F0","B0","SEND_B0"]]})"));
 }
 
+// Both stages on one rank: the rank posts stage 1's receive before stage 0 sends, and runs stage
+// 1's backward before stage 0's (docs/design.md, "Virtual stages").
+Schedule small_schedule_on_one_rank() {
+  Schedule s = small_schedule();
+  s.ranks = {{1, 0, 0, 0, 1, 1, 1, 0}};
+  return s;
+}
+
+TEST(Schedule, VirtualStagesAddOneLinePerRankAndTheirOwnJsonField) {
+  const Schedule s = small_schedule_on_one_rank();
+  EXPECT_EQ(s.text(),
+            "stage 0: F0 SEND_F0 RECV_B0 B0\nstage 1: RECV_F0 F0 B0 SEND_B0\n"
+            "rank 0: 1:RECV_F0 0:F0 0:SEND_F0 0:RECV_B0 1:F0 1:B0 1:SEND_B0 0:B0\n");
+  EXPECT_EQ(s.num_ranks(), 1);
+  EXPECT_EQ(s.rank_of_stage(), (std::vector<int>{0, 0}));
+  EXPECT_EQ(small_schedule().rank_of_stage(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.rank_programs()[0][4], (std::pair<int, int>{1, 1}));  // stage 1's F0
+  const nlohmann::json j = s;
+  EXPECT_EQ(j.at("ranks"), nlohmann::json::parse("[[1, 0, 0, 0, 1, 1, 1, 0]]"));
+  const Schedule back = nlohmann::json::parse(j.dump()).get<Schedule>();
+  EXPECT_EQ(back.stages, s.stages);
+  EXPECT_EQ(back.ranks, s.ranks);
+  EXPECT_FALSE(nlohmann::json(small_schedule()).contains("ranks"));
+}
+
 std::string json_error(const std::string& text) {
   try {
     nlohmann::json::parse(text).get<Schedule>();
@@ -153,6 +178,13 @@ TEST(Schedule, JsonErrorsSayWhereTheProblemIs) {
   const std::string bad_text = json_error(R"({"stages": [["F0"], ["RECV_F0", "F0", "SEND_Q0"]]})");
   EXPECT_NE(bad_text.find("stages[1][2]"), std::string::npos) << bad_text;
   EXPECT_NE(bad_text.find("SEND_Q0"), std::string::npos) << bad_text;
+  const std::string bad_rank = json_error(R"({"stages": [["F0"]], "ranks": [[0, 1]]})");
+  EXPECT_NE(bad_rank.find("ranks[0][1] is 1, not one of the 1 stages"), std::string::npos)
+      << bad_rank;
+  EXPECT_NE(json_error(R"({"stages": [["F0"]], "ranks": [0]})").find("ranks[0] is number"),
+            std::string::npos);
+  EXPECT_NE(json_error(R"({"stages": [["F0"]], "ranks": []})").find("not a non-empty array"),
+            std::string::npos);
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {

@@ -377,6 +377,51 @@ TEST_F(SpreadHead, FindsADeadlockOfHeadMessages) {
                  "for stage 0 to send SEND_HG0@1");
 }
 
+// Virtual stages (docs/design.md, "Virtual stages"): two stages on one rank, as a V's turn.
+class VirtualStages : public ::testing::Test {
+ protected:
+  Schedule schedule = parse_schedule({"F0 SEND_F0 RECV_B0 B0", "RECV_F0 F0 B0 SEND_B0"});
+  std::vector<Chunk> chunks = packed_step(1).chunks;
+};
+
+TEST_F(VirtualStages, AnOrderThatPostsBeforeItSendsPasses) {
+  schedule.ranks = {{1, 0, 0, 0, 1, 1, 1, 0}};
+  EXPECT_NO_THROW(validate_schedule(schedule, chunks));
+  schedule.ranks = {{0, 0, 0, 0}, {1, 1, 1, 1}};  // a rank per stage, written out
+  EXPECT_NO_THROW(validate_schedule(schedule, chunks));
+}
+
+TEST_F(VirtualStages, ARankWaitingOnItselfIsADeadlock) {
+  // Stage 0 sends before the same rank posts stage 1's receive: the rank blocks in the send.
+  schedule.ranks = {{0, 0, 1, 1, 1, 1, 0, 0}};
+  expect_invalid(schedule, chunks, 0, 1,
+                 "deadlock, no rank can move: rank 0 step 1, stage 0 step 1 SEND_F0 waits for "
+                 "stage 1 to post RECV_F0");
+  // Both stages would pass on ranks of their own.
+  schedule.ranks.clear();
+  EXPECT_NO_THROW(validate_schedule(schedule, chunks));
+}
+
+TEST_F(VirtualStages, EachStageRunsWholeOnOneRank) {
+  schedule.ranks = {{1, 0, 0, 0, 1, 1, 0}, {1, 0}};
+  EXPECT_THROW(
+      {
+        try {
+          validate_schedule(schedule, chunks);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("stage 1 runs on rank 0 and on rank 1"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+  schedule.ranks = {{1, 0, 0, 0, 1, 1, 0}};  // stage 1's SEND_B0 never taken
+  expect_invalid(schedule, chunks, 1, 3, "stage 1 has 4 actions but rank 0 takes 3 steps of it");
+  schedule.ranks = {{0, 0, 0, 0}};  // stage 1 on no rank
+  expect_invalid(schedule, chunks, 1, 0, "stage 1 has 4 actions but no rank runs it");
+}
+
 TEST_F(Validator, AcceptsAnEmptyStepAndRejectsNoStages) {
   Schedule s;
   EXPECT_THROW(validate_schedule(s, {}), Error);

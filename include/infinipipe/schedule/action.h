@@ -20,6 +20,7 @@
 // for it; a SEND blocks until the peer has posted the matching RECV (rendezvous). Messages on
 // one (sender, receiver, direction) channel are matched in order, as NCCL does.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -77,14 +78,31 @@ struct Action {
 };
 
 // Per stage, the ordered actions of one training step (all waves, back to back).
+//
+// Virtual stages (docs/design.md, "Virtual stages"): a rank may hold several stages, as in
+// interleaved and V-shaped pipelines (ZB-V puts stages r and 2d-1-r of 2d on rank r). `stages`
+// then lists every stage's actions as if each had a rank of its own, and `ranks` says how the
+// ranks run them: per rank, the stage of each of its steps in order, so that the k-th time stage
+// s appears there the rank runs stage s's k-th action. Stages are kept whole because every rule
+// of a pipeline (coverage, slice order, channels, inputs) is a rule of stages; only the deadlock
+// check and the clock belong to ranks. Messages between two stages of one rank stay SEND/RECV
+// pairs (the executor hands them over locally). Empty `ranks`: stage p runs alone on rank p.
 struct Schedule {
   std::vector<std::vector<Action>> stages;
+  std::vector<std::vector<int>> ranks;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
+  int num_ranks() const { return ranks.empty() ? num_stages() : static_cast<int>(ranks.size()); }
+  // Per stage, the rank that runs it: the first rank whose order names it (validate_schedule
+  // checks that exactly one does), -1 for a stage no rank names.
+  std::vector<int> rank_of_stage() const;
+  // Per rank, its program: (stage, index into that stage's list) of each step, in order.
+  std::vector<std::vector<std::pair<int, int>>> rank_programs() const;
   // Per chunk, the stage that runs its H action, or -1 where the last stage's F computes the
   // head and the loss itself (every chunk when the head is not spread).
   std::vector<int> head_stages(int num_chunks) const;
-  // One line per stage: "stage 0: F0 SEND_F0 F1 ...".
+  // One line per stage: "stage 0: F0 SEND_F0 F1 ..."; with virtual stages, then one line per
+  // rank, each step written stage:action: "rank 0: 0:F0 0:SEND_F0 7:RECV_F0 7:F0 ...".
   std::string text() const;
   // The grid: one column per stage, one row per step of each stage's list; `mark_stage` and
   // `mark_index` put ">>" before one cell (used by validation errors). A marked grid of more than
@@ -92,7 +110,8 @@ struct Schedule {
   std::string grid(int mark_stage = -1, int mark_index = -1) const;
 };
 
-void to_json(nlohmann::json& j, const Schedule& s);  // {"stages": [["F0", "SEND_F0", ...], ...]}
+// {"stages": [["F0", "SEND_F0", ...], ...]}; with virtual stages also "ranks": [[0, 0, 7, ...]].
+void to_json(nlohmann::json& j, const Schedule& s);
 void from_json(const nlohmann::json& j, Schedule& s);
 
 }  // namespace infinipipe

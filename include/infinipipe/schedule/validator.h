@@ -22,8 +22,11 @@ namespace infinipipe {
 //   RECV_H c@d-1 before H c and sends SEND_HG c@d-1 after it; with o = d-1, H c runs between F c
 //   and B c on the last stage and nothing is sent; no head transfer for a chunk without H, nor
 //   on another stage or naming another peer;
+// - virtual stages (Schedule::ranks): each stage on one rank, whose order takes each of the
+//   stage's actions once;
 // - no deadlock under the semantics of action.h (RECV posts, compute waits for data, SEND waits
-//   for the posted RECV), head messages included, each (sender, receiver, kind) channel in order.
+//   for the posted RECV), head messages included, each (sender, receiver, kind) channel in order;
+//   ranks run their programs, so two stages on one rank wait for each other's steps.
 void validate_schedule(const Schedule& schedule, const std::vector<Chunk>& chunks);
 
 }  // namespace infinipipe
