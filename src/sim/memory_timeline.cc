@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "infinipipe/core/error.h"
 #include "memory_walk.h"
@@ -18,6 +19,38 @@ double stage_model_state_bytes(const Schedule& schedule, int stage, const CostMo
   const bool runs_heads = std::any_of(actions.begin(), actions.end(),
                                       [](const Action& a) { return a.type == ActionType::kHead; });
   return runs_heads ? bytes + cost.head_replica_bytes() : bytes;
+}
+
+std::vector<RankPeak> rank_memory_peaks(
+    const std::vector<std::vector<std::pair<double, double>>>& timelines,
+    const std::vector<double>& idle_bytes, const std::vector<int>& rank_of_stage, int num_ranks) {
+  check(timelines.size() == idle_bytes.size() && timelines.size() == rank_of_stage.size(),
+        "rank_memory_peaks: give each stage a timeline, its idle bytes and its rank");
+  std::vector<RankPeak> peaks(num_ranks);
+  std::vector<double> held = idle_bytes;
+  // Per rank, (time, stage, bytes) of its stages' moments: a stable sort keeps each stage's
+  // moments in their order, and the sum is taken after each, so ties count every order.
+  std::vector<std::vector<std::tuple<double, int, double>>> events(num_ranks);
+  for (size_t p = 0; p < timelines.size(); ++p) {
+    const int r = rank_of_stage[p];
+    check(r >= 0 && r < num_ranks, "rank_memory_peaks: stage " + std::to_string(p) +
+                                       " is on rank " + std::to_string(r) + " of " +
+                                       std::to_string(num_ranks));
+    peaks[r].bytes += idle_bytes[p];
+    for (const auto& [time, bytes] : timelines[p])
+      events[r].emplace_back(time, static_cast<int>(p), bytes);
+  }
+  for (int r = 0; r < num_ranks; ++r) {
+    std::stable_sort(events[r].begin(), events[r].end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    double total = peaks[r].bytes;
+    for (const auto& [time, p, bytes] : events[r]) {
+      total += bytes - held[p];
+      held[p] = bytes;
+      if (total > peaks[r].bytes) peaks[r] = {total, time};
+    }
+  }
+  return peaks;
 }
 
 std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,

@@ -59,7 +59,9 @@ class Simulation {
   }
   void check_chunk(int stage, int index, const Action& action) const;
   [[noreturn]] void fail(int stage, int index, const std::string& what) const;
-  [[noreturn]] void deadlock() const;
+  // `programs` and `next`: with virtual stages, each rank's program and its next step in it.
+  [[noreturn]] void deadlock(const std::vector<std::vector<std::pair<int, int>>>& programs,
+                             const std::vector<size_t>& next) const;
   std::string waiting_for(int stage) const;
   // Planners simulate without events: the test inlines, the event is made out of line.
   void record(int stage, const Action& action, const char* category, double start, double end,
@@ -74,6 +76,7 @@ class Simulation {
   void computed(int stage, const Action& action, double start, double duration,
                 const char* category);
   void measure_memory(int stage);
+  void measure_rank_memory();  // virtual stages: a rank's stages add up, against its budget
   void report_peak(int stage, double peak, int peak_index);  // peak_index -1: no moment
 
   size_t cell(int stage, int chunk) const { return static_cast<size_t>(stage) * n_ + chunk; }
@@ -100,6 +103,9 @@ class Simulation {
   const bool virtual_head_;
 
   std::vector<int> pc_;
+  // Per stage, its rank: clock_ is per rank, so a rank's stages (virtual stages: action.h) run
+  // one action at a time. Without virtual stages each stage is its own rank.
+  std::vector<int> rank_of_;
   std::vector<double> clock_;
   std::vector<double> arrive_forward_;   // per (stage, chunk): when the activation is there
   std::vector<double> arrive_backward_;  // per (stage, chunk): when the output gradient is there
@@ -155,11 +161,11 @@ void Simulation::record_event(int stage, const Action& action, const char* categ
 
 void Simulation::computed(int p, const Action& a, double start, double duration,
                           const char* category) {
-  clock_[p] = start + duration;
+  const double end = clock_[rank_of_[p]] = start + duration;
   result_.busy_s[p] += duration;
   if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
-  moment_time_[p][pc_[p]] = a.type == ActionType::kForward ? clock_[p] : start;
-  record(p, a, category, start, clock_[p]);
+  moment_time_[p][pc_[p]] = a.type == ActionType::kForward ? end : start;
+  record(p, a, category, start, end);
 }
 
 double Simulation::forward_cost(int p, int c) {
@@ -185,7 +191,7 @@ const Simulation::BackwardCost& Simulation::backward_cost(int p, int c) {
 
 Simulation::Step Simulation::execute(int p, const Action& a) {
   const int c = a.chunk;
-  double& clock = clock_[p];
+  double& clock = clock_[rank_of_[p]];
   switch (a.type) {
     case ActionType::kForward: {
       double start = clock;
@@ -289,7 +295,7 @@ int Simulation::channel_of(int p, const Action& a) const {
 // (or, on the last stage, after F c).
 Simulation::Step Simulation::execute_head(int p, const Action& a) {
   const int c = a.chunk;
-  double start = clock_[p];
+  double start = clock_[rank_of_[p]];
   if (p != d_ - 1) {
     if (arrive_head_[c] == kUnknown) return Step::kBlocked;
     start = std::max(start, arrive_head_[c]);
@@ -322,13 +328,15 @@ Simulation::Step Simulation::execute_send(int p, const Action& a) {
                         : a.type == ActionType::kSendHeadGrad ? headed_[c]
                                                               : forwarded_[cell(p, c)];
   if (!produced) fail(p, pc_[p], a.text() + " sends before the compute that produces it");
-  double& clock = clock_[p];
+  double& clock = clock_[rank_of_[p]];
   clock = std::max(clock, channel.posted_at[channel.matched]);
   ++channel.matched;
   const double start = std::max(clock, channel.free_at);
   // Sends to and from the virtual head stage go over the last real boundary's link.
+  // Between two stages of one rank (virtual stages) the data stays in memory.
   const int last_boundary = cost_.num_stages() - 2;
-  const double transfer = a.is_head_transfer()
+  const double transfer = rank_of_[p] == rank_of_[peer] ? 0.0
+                          : a.is_head_transfer()
                               ? cost_.head_transfer_time(chunks_[c], std::min(p, peer))
                           : std::min(p, peer) > last_boundary
                               ? (last_boundary >= 0 ? cost_.p2p_time(chunks_[c], last_boundary) : 0)
@@ -380,15 +388,24 @@ std::string Simulation::waiting_for(int p) const {
   }
 }
 
-void Simulation::deadlock() const {
-  std::string message = "deadlock: no stage can make progress;";
+void Simulation::deadlock(const std::vector<std::vector<std::pair<int, int>>>& programs,
+                          const std::vector<size_t>& next) const {
+  std::string message = programs.empty() ? "deadlock: no stage can make progress;"
+                                         : "deadlock: no rank can make progress;";
   int first = -1;
-  for (int p = 0; p < d_; ++p) {
-    if (pc_[p] >= static_cast<int>(schedule_.stages[p].size())) continue;
+  auto stuck = [&](int p, const std::string& rank) {
     if (first < 0) first = p;
-    message += " stage " + std::to_string(p) + " is stuck at " +
+    message += rank + " stage " + std::to_string(p) + " is stuck at " +
                schedule_.stages[p][pc_[p]].text() + " (step " + std::to_string(pc_[p]) + ", " +
                waiting_for(p) + ");";
+  };
+  if (programs.empty()) {
+    for (int p = 0; p < d_; ++p)
+      if (pc_[p] < static_cast<int>(schedule_.stages[p].size())) stuck(p, "");
+  } else {
+    for (size_t r = 0; r < programs.size(); ++r)
+      if (next[r] < programs[r].size())
+        stuck(programs[r][next[r]].first, " rank " + std::to_string(r) + ":");
   }
   message +=
       " each waits on another stuck stage (a SEND blocks until its peer posts the matching RECV,"
@@ -399,7 +416,8 @@ void Simulation::deadlock() const {
 void Simulation::measure_memory(int p) {
   // Peaks measured already (SimOptions::known_peaks); with events the timeline walks anyway.
   const MemoryPeaks* known = options_.known_peaks;
-  if (known && !options_.record_events) {
+  const bool timeline_needed = options_.record_events || !schedule_.ranks.empty();
+  if (known && !timeline_needed) {
     report_peak(p, known->bytes[p], known->action_index[p]);
     return;
   }
@@ -440,7 +458,7 @@ void Simulation::measure_memory(int p) {
         }
       },
       activation.data());
-  if (options_.record_events) {
+  if (timeline_needed) {
     auto& timeline = result_.memory[p];
     timeline.reserve(schedule_.stages[p].size());
     for_each_memory_moment(
@@ -454,6 +472,26 @@ void Simulation::measure_memory(int p) {
   // A stage with nothing to run still holds its model state.
   if (peak_index < 0) peak = stage_model_state_bytes(schedule_, p, cost_);
   report_peak(p, peak, peak_index);
+}
+
+void Simulation::measure_rank_memory() {
+  std::vector<double> idle(d_);
+  for (int p = 0; p < d_; ++p) idle[p] = stage_model_state_bytes(schedule_, p, cost_);
+  const std::vector<RankPeak> peaks =
+      rank_memory_peaks(result_.memory, idle, rank_of_, schedule_.num_ranks());
+  for (int r = 0; r < static_cast<int>(peaks.size()); ++r) {
+    result_.rank_peak_memory_bytes.push_back(peaks[r].bytes);
+    if (peaks[r].bytes <= options_.memory_budget_bytes) continue;
+    char at[32];
+    std::snprintf(at, sizeof at, "%.3f s", peaks[r].time_s);
+    result_.over_budget_message += std::string(result_.over_budget ? "; " : "") + "rank " +
+                                   std::to_string(r) + " needs " + gib_text(peaks[r].bytes) +
+                                   " at " + at + " (its stages together), over its budget of " +
+                                   gib_text(options_.memory_budget_bytes);
+    result_.over_budget = true;
+  }
+  if (!options_.record_events)
+    for (auto& timeline : result_.memory) timeline.clear();
 }
 
 void Simulation::report_peak(int p, double peak, int peak_index) {
@@ -494,8 +532,14 @@ SimResult Simulation::run() {
             "simulate: a known peak names an action outside its stage's list");
   }
 
+  check(schedule_.ranks.empty() || !virtual_head_,
+        "simulate: a schedule with virtual stages has no virtual head stage");
+  const bool on_ranks = !schedule_.ranks.empty();
+  const int ranks = schedule_.num_ranks();
+  rank_of_ = schedule_.rank_of_stage();
+  for (int& r : rank_of_) r = std::max(r, 0);  // a stage without actions: any rank will do
   pc_.assign(d_, 0);
-  clock_.assign(d_, 0.0);
+  clock_.assign(ranks, 0.0);
   size_t cells = static_cast<size_t>(d_) * n_;
   arrive_forward_.assign(cells, kUnknown);
   arrive_backward_.assign(cells, kUnknown);
@@ -541,31 +585,49 @@ SimResult Simulation::run() {
   }
   if (options_.record_events) result_.events.reserve(total_actions);
 
-  // Every action's time is a max over its own stage's previous action and data from earlier
-  // actions elsewhere, so running each stage as far as it can, sweeping until nothing moves,
+  // Every action's time is a max over its own rank's previous action and data from earlier
+  // actions elsewhere, so running each rank as far as it can, sweeping until nothing moves,
   // yields the event times of a time-ordered simulation. Sweeps alternate direction so that
   // activations (downwards) and gradients (upwards) both travel a whole pipeline per pair.
+  // Without virtual stages a rank's program is its stage's list, walked directly (the planner
+  // simulates thousands of schedules).
+  const std::vector<std::vector<std::pair<int, int>>> programs =
+      on_ranks ? schedule_.rank_programs() : std::vector<std::vector<std::pair<int, int>>>{};
+  std::vector<size_t> next(on_ranks ? ranks : 0, 0);
+  auto run_rank = [&](int r, size_t& done) {
+    if (!on_ranks) {
+      const std::vector<Action>& actions = schedule_.stages[r];
+      while (pc_[r] < static_cast<int>(actions.size()) &&
+             execute(r, actions[pc_[r]]) == Step::kDone) {
+        ++pc_[r];
+        ++done;
+      }
+      return;
+    }
+    for (; next[r] < programs[r].size(); ++next[r]) {
+      const auto [p, i] = programs[r][next[r]];
+      if (pc_[p] != i) fail(p, pc_[p], "rank " + std::to_string(r) + " takes it out of order");
+      if (execute(p, schedule_.stages[p][i]) != Step::kDone) return;
+      ++pc_[p];
+      ++done;
+    }
+  };
   size_t done = 0;
   for (bool upward = true; done < total_actions; upward = !upward) {
     size_t before = done;
-    for (int i = 0; i < d_; ++i) {
-      int p = upward ? i : d_ - 1 - i;
-      const std::vector<Action>& actions = schedule_.stages[p];
-      while (pc_[p] < static_cast<int>(actions.size()) &&
-             execute(p, actions[pc_[p]]) == Step::kDone) {
-        ++pc_[p];
-        ++done;
-      }
-      const double least_end =
-          clock_[p] +
-          (options_.stop_floor.empty() ? 0.0 : options_.stop_floor[p] - result_.busy_s[p]);
-      if (std::max(clock_[p], least_end) > options_.stop_above) {
-        result_.step_time_s = std::max(clock_[p], least_end);
+    for (int i = 0; i < ranks; ++i) {
+      const int r = upward ? i : ranks - 1 - i;
+      run_rank(r, done);
+      const double least_end = clock_[r] + (options_.stop_floor.empty() || on_ranks
+                                                ? 0.0
+                                                : options_.stop_floor[r] - result_.busy_s[r]);
+      if (std::max(clock_[r], least_end) > options_.stop_above) {
+        result_.step_time_s = std::max(clock_[r], least_end);
         result_.stopped_early = true;
         return std::move(result_);
       }
     }
-    if (done == before) deadlock();
+    if (done == before) deadlock(programs, next);
   }
 
   // Each stage synchronises its gradients once its last action is done; the step ends with the
@@ -577,14 +639,22 @@ SimResult Simulation::run() {
   const double head_sync = replicas ? cost_.head_replica_sync_time() : 0.0;
   for (int p = 0; p < real_stages; ++p)
     result_.gradient_sync_s[p] = cost_.gradient_sync_time(p, replicas) + head_sync;
-  for (int p = 0; p < d_; ++p)
-    result_.step_time_s = std::max(result_.step_time_s, clock_[p] + result_.gradient_sync_s[p]);
+  // A rank synchronises its stages' gradients one after the other.
+  std::vector<double> rank_sync(ranks, 0.0), rank_busy(ranks, 0.0);
+  for (int p = 0; p < d_; ++p) {
+    rank_sync[rank_of_[p]] += result_.gradient_sync_s[p];
+    rank_busy[rank_of_[p]] += result_.busy_s[p];
+  }
+  for (int r = 0; r < ranks; ++r)
+    result_.step_time_s = std::max(result_.step_time_s, clock_[r] + rank_sync[r]);
+  // Per stage, its rank's bubble: the rank idles, not a stage.
   result_.bubble_fraction.assign(d_, 0.0);
   for (int p = 0; p < d_; ++p)
     if (result_.step_time_s > 0)
       result_.bubble_fraction[p] =
-          1 - (result_.busy_s[p] + result_.gradient_sync_s[p]) / result_.step_time_s;
+          1 - (rank_busy[rank_of_[p]] + rank_sync[rank_of_[p]]) / result_.step_time_s;
   for (int p = 0; p < real_stages; ++p) measure_memory(p);
+  if (on_ranks) measure_rank_memory();
   if (result_.over_budget)
     result_.over_budget_message +=
         "; checkpoint more layers, use smaller chunks or split the step into more waves";

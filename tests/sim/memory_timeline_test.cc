@@ -140,6 +140,23 @@ TEST(MemoryTimeline, ObservablePeakIsBelowThePeakAndAboveEveryForwardMoment) {
   }
 }
 
+TEST(MemoryTimeline, RankPeaksAddEachStagesLatestMomentOverTime) {
+  // Rank 0 holds stages 0 and 2, rank 1 stage 1. Stage 0: 5 at t=1, 2 at t=4; stage 2: 3 at
+  // t=2, 7 at t=5. Rank 0 holds 1 + 1 idle, then 5 + 1, 5 + 3 = 8 at t=2, 2 + 3, 2 + 7 = 9 at t=5.
+  const std::vector<std::vector<std::pair<double, double>>> timelines = {
+      {{1, 5}, {4, 2}}, {{0.5, 4}}, {{2, 3}, {5, 7}}};
+  const std::vector<RankPeak> peaks = rank_memory_peaks(timelines, {1, 2, 1}, {0, 1, 0}, 2);
+  ASSERT_EQ(peaks.size(), 2u);
+  EXPECT_EQ(peaks[0].bytes, 9);
+  EXPECT_EQ(peaks[0].time_s, 5);
+  EXPECT_EQ(peaks[1].bytes, 4);
+  EXPECT_EQ(peaks[1].time_s, 0.5);
+  // A stage without moments holds its idle bytes all along.
+  const std::vector<RankPeak> idle = rank_memory_peaks({{}, {}}, {2, 3}, {0, 0}, 1);
+  EXPECT_EQ(idle[0].bytes, 5);
+  EXPECT_THROW(rank_memory_peaks(timelines, {1, 2, 1}, {0, 2, 0}, 2), Error);
+}
+
 TEST(MemoryTimeline, RejectsAStageOutsideTheSchedule) {
   CostModel cost = test::simple_cost({1});
   Schedule s;

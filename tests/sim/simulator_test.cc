@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "infinipipe/core/error.h"
+#include "infinipipe/schedule/placement.h"
 #include "infinipipe/sim/memory_timeline.h"
 #include "sim/random_step.h"
 #include "sim/sim_fixtures.h"
@@ -367,6 +368,134 @@ TEST(Simulator, RandomPipelinesRespectEveryDependency) {
     EXPECT_EQ(q.busy_s, r.busy_s);
     EXPECT_EQ(q.peak_memory_bytes, r.peak_memory_bytes);
     for (const auto& timeline : q.memory) EXPECT_TRUE(timeline.empty());  // traces only
+  }
+}
+
+// Virtual stages (docs/design.md, "Virtual stages"): both stages of a 2-stage 1F1B on one rank.
+// Nothing waits on a link or a peer, so the step is all the compute, one action at a time, and the
+// transfers between the two stages are free even on a slow link.
+TEST(Simulator, TwoStagesOnOneRankRunOneActionAtATimeWithFreeHandovers) {
+  const CostModel cost = test::simple_cost({1, 3}, 0.5e-3);
+  const std::vector<Chunk> chunks = test::equal_chunks(4, 10);
+  const Schedule apart = test::one_f_one_b(2, 4);
+  const Schedule together = place_on_ranks(apart, {0, 0}, 4);
+  const SimResult r = simulate(together, chunks, cost, {}, {});
+  const double compute = r.busy_s[0] + r.busy_s[1];
+  EXPECT_NEAR(r.step_time_s, compute, 1e-12);
+  EXPECT_EQ(r.p2p_s, (std::vector<double>{0, 0}));
+  EXPECT_NEAR(r.bubble_fraction[0], 0, 1e-12);
+  EXPECT_NEAR(r.bubble_fraction[1], 0, 1e-12);
+  const SimResult two_ranks = simulate(apart, chunks, cost, {}, {});
+  EXPECT_EQ(two_ranks.busy_s, r.busy_s);
+  EXPECT_GT(two_ranks.p2p_s[0], 0);
+  EXPECT_LT(two_ranks.step_time_s, r.step_time_s);  // two ranks overlap their work
+}
+
+TEST(Simulator, ARanksMemoryIsItsStagesAddedUpOverTime) {
+  const CostModel cost = test::simple_cost({2, 2});
+  const std::vector<Chunk> chunks = test::equal_chunks(1, 10);
+  const Schedule s = place_on_ranks(test::one_f_one_b(2, 1), {0, 0}, 1);
+  const SimResult r = simulate(s, chunks, cost, {}, {});
+  // Moments in time: stage 0's F0, stage 1's F0, stage 1's B0, stage 0's B0. At stage 1's B0
+  // stage 0 still holds what its F0 left; at stage 0's B0, stage 1 is taken to hold its B0's
+  // bytes (rank_memory_peaks' upper bound).
+  ASSERT_EQ(r.memory[0].size(), 2u);
+  ASSERT_EQ(r.memory[1].size(), 2u);
+  const double expected = std::max(r.memory[0][0].second + r.memory[1][1].second,
+                                   r.memory[0][1].second + r.memory[1][1].second);
+  ASSERT_EQ(r.rank_peak_memory_bytes.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.rank_peak_memory_bytes[0], expected);
+  EXPECT_GT(expected, std::max(r.peak_memory_bytes[0], r.peak_memory_bytes[1]));
+  SimOptions options;
+  options.memory_budget_bytes = std::max(r.peak_memory_bytes[0], r.peak_memory_bytes[1]);
+  const SimResult over = simulate(s, chunks, cost, {}, options);
+  ASSERT_TRUE(over.over_budget);
+  EXPECT_NE(over.over_budget_message.find("rank 0 needs"), std::string::npos)
+      << over.over_budget_message;
+  EXPECT_EQ(over.over_budget_message.find("stage "), std::string::npos)
+      << over.over_budget_message;  // each stage alone fits
+  options.memory_budget_bytes = expected;
+  EXPECT_FALSE(simulate(s, chunks, cost, {}, options).over_budget);
+  EXPECT_TRUE(
+      simulate(test::one_f_one_b(2, 1), chunks, cost, {}, {}).rank_peak_memory_bytes.empty());
+}
+
+TEST(Simulator, ARankWaitingOnItselfIsADeadlock) {
+  const CostModel cost = test::simple_cost({1, 1});
+  Schedule s = test::one_f_one_b(1 + 1, 1);
+  ASSERT_EQ(s.text(), "stage 0: RECV_B0 F0 SEND_F0 B0\nstage 1: RECV_F0 F0 B0 SEND_B0\n");
+  s.ranks = {{0, 0, 0, 1, 1, 1, 1, 0}};  // stage 0 sends before the rank posts stage 1's receive
+  try {
+    simulate(s, test::equal_chunks(1, 10), cost, {}, {});
+    FAIL() << "expected a deadlock";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("no rank can make progress; rank 0: stage 0 is stuck at SEND_F0"),
+              std::string::npos)
+        << message;
+  }
+}
+
+// Random V-shaped steps on 1-4 ranks: a rank runs one compute at a time, a compute starts after
+// what it needs (plus the link's time between ranks, none within one), and a rank's memory lies
+// between its largest stage's peak and the sum of its stages' peaks.
+TEST(Simulator, RandomVShapedStepsKeepEveryDependencyAndOneComputePerRank) {
+  std::mt19937_64 rng(91);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int ranks = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int d = 2 * ranks;
+    const int m = std::uniform_int_distribution<int>(1, 10)(rng);
+    std::vector<int> layers(d);
+    for (int& l : layers) l = std::uniform_int_distribution<int>(1, 3)(rng);
+    const CostModel cost =
+        test::simple_cost(layers, std::uniform_real_distribution<double>(0, 2e-3)(rng));
+    std::vector<Chunk> chunks;
+    for (int c = 0; c < m; ++c)
+      chunks.push_back(test::whole(c, std::uniform_int_distribution<int>(1, 100)(rng)));
+    const std::vector<int> rank_of = v_shape(ranks);
+    const Schedule s = place_on_ranks(test::one_f_one_b(d, m), rank_of, m);
+    SCOPED_TRACE("trial " + std::to_string(trial) + "\n" + s.text());
+    const SimResult r = simulate(s, chunks, cost, {}, {});
+    std::map<std::pair<int, std::string>, const SimEvent*> by_name;
+    std::vector<std::vector<std::pair<double, double>>> computes(ranks);
+    for (const SimEvent& e : r.events) {
+      by_name[{e.stage, e.name}] = &e;
+      if (e.category != "send") computes[rank_of[e.stage]].push_back({e.start_s, e.end_s});
+    }
+    for (auto& spans : computes) {
+      std::sort(spans.begin(), spans.end());
+      for (size_t i = 1; i < spans.size(); ++i)
+        EXPECT_GE(spans[i].first, spans[i - 1].second - 1e-12);
+    }
+    for (int p = 0; p < d; ++p)
+      for (int c = 0; c < m; ++c) {
+        const std::string k = std::to_string(c);
+        const double f = by_name.at({p, "F" + k})->start_s, b = by_name.at({p, "B" + k})->start_s;
+        EXPECT_GE(b, by_name.at({p, "F" + k})->end_s - 1e-12);
+        if (p > 0) {
+          const double link = rank_of[p] == rank_of[p - 1] ? 0 : cost.p2p_time(chunks[c], p - 1);
+          EXPECT_GE(f, by_name.at({p - 1, "F" + k})->end_s + link - 1e-12);
+        }
+        if (p < d - 1) {
+          const double link = rank_of[p] == rank_of[p + 1] ? 0 : cost.p2p_time(chunks[c], p);
+          EXPECT_GE(b, by_name.at({p + 1, "B" + k})->end_s + link - 1e-12);
+        }
+      }
+    ASSERT_EQ(r.rank_peak_memory_bytes.size(), static_cast<size_t>(ranks));
+    for (int q = 0; q < ranks; ++q) {
+      const int a = q, b = d - 1 - q;
+      EXPECT_GE(r.rank_peak_memory_bytes[q],
+                std::max(r.peak_memory_bytes[a], r.peak_memory_bytes[b]) - 1e-3);
+      EXPECT_LE(r.rank_peak_memory_bytes[q],
+                r.peak_memory_bytes[a] + r.peak_memory_bytes[b] + 1e-3);
+    }
+    SimOptions quiet;
+    quiet.record_events = false;
+    const SimResult q = simulate(s, chunks, cost, {}, quiet);
+    EXPECT_EQ(q.step_time_s, r.step_time_s);
+    EXPECT_EQ(q.rank_peak_memory_bytes, r.rank_peak_memory_bytes);
+    for (const auto& timeline : q.memory) EXPECT_TRUE(timeline.empty());
+    if (::testing::Test::HasFailure()) return;
   }
 }
 

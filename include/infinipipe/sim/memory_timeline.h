@@ -17,6 +17,7 @@
 // from F to B: their bytes (which activation_bytes counts there whatever the recompute) come off
 // the moment's fixed bytes while the chunk is in flight, so moment_bytes stays fixed bytes plus
 // activations.
+#include <utility>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -58,6 +59,20 @@ std::vector<MemoryMoment> memory_moments(const Schedule& schedule, int stage,
 // all in flight together) then keeps one moment instead of thousands of growing lists.
 std::vector<MemoryMoment> binding_moments(const Schedule& schedule, int stage,
                                           const std::vector<Chunk>& chunks, const CostModel& cost);
+
+// Virtual stages (action.h): per rank, the peak of its stages' memory added up over time.
+// `timelines`: per stage, (time, bytes) at each of its moments in time order; `idle_bytes`: per
+// stage, what it holds before its first moment (its model state); `rank_of_stage`: per stage,
+// its rank. A stage is taken to hold a moment's bytes until its next moment: an upper bound,
+// since a backward's workspace and its chunk's activations go at its end, and a rank's peak
+// within that bound fits its memory.
+struct RankPeak {
+  double bytes = 0;
+  double time_s = 0;  // the first time it is reached (0 when idle)
+};
+std::vector<RankPeak> rank_memory_peaks(
+    const std::vector<std::vector<std::pair<double, double>>>& timelines,
+    const std::vector<double>& idle_bytes, const std::vector<int>& rank_of_stage, int num_ranks);
 
 double moment_bytes(const MemoryMoment& moment, int stage, const std::vector<Chunk>& chunks,
                     const CostModel& cost, const Recompute& recompute);

@@ -17,7 +17,8 @@
 namespace infinipipe {
 
 struct SimOptions {
-  double memory_budget_bytes = std::numeric_limits<double>::infinity();  // per stage
+  // Per stage, and with virtual stages per rank as well.
+  double memory_budget_bytes = std::numeric_limits<double>::infinity();
   bool record_events = true;  // keep the timeline (for traces); planners turn it off for speed
   // A planner that only needs to know whether the step beats a time: once the step surely takes
   // longer, the run stops (SimResult::stopped_early) without measuring memory. Surely: some
@@ -61,6 +62,11 @@ struct SimResult {
   // (CostModel::gradient_sync_time; not part of busy_s, not a bubble).
   std::vector<double> gradient_sync_s;
   std::vector<double> peak_memory_bytes;  // per stage
+  // Virtual stages (Schedule::ranks) only, per rank: its stages' memory added up over time
+  // (rank_memory_peaks, an upper bound), checked against the budget as well as each stage's peak.
+  // Then bubble_fraction gives each stage its rank's bubble, and the step ends when the last
+  // rank has synchronised its stages' gradients one after the other.
+  std::vector<double> rank_peak_memory_bytes;
   // Per stage: (time, bytes) at every memory moment, in time order; kept only with
   // SimOptions::record_events (peak_memory_bytes is always there).
   std::vector<std::vector<std::pair<double, double>>> memory;
