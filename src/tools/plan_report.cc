@@ -208,4 +208,40 @@ void print_candidates(std::ostream& out, const ip::LayerSplitChoice& choice) {
   }
 }
 
+nlohmann::json v_shape_json(const VShapePlan& v) {
+  if (!v.fits) return {{"fits", false}, {"reason", v.reason}, {"candidates", v.candidates}};
+  return {{"fits", true},
+          {"step_time_s", v.step_time_s},
+          {"zero_bubble", ip::to_string(v.zero_bubble)},
+          {"extra_warmup", v.extra_warmup},
+          {"layers_per_stage", v.layers_per_stage},
+          {"rank_peak_memory_gib", to_gib(v.sim.rank_peak_memory_bytes)},
+          {"bubble_fraction", v.sim.mean_bubble_fraction()},
+          {"candidates", v.candidates}};
+}
+
+void print_v_shape(std::ostream& out, const VShapePlan& v) {
+  if (!v.fits) {
+    out << "      V shape    does not fit without recompute: " << v.reason << "\n";
+    return;
+  }
+  out << "      V shape    step time " << fixed(v.step_time_s, 3) << " s, zero bubble "
+      << ip::to_string(v.zero_bubble) << ", +" << v.extra_warmup << " warm-up, rank peaks GiB "
+      << list(to_gib(v.sim.rank_peak_memory_bytes), 1) << "\n";
+}
+
+void print_v_shape_mean(std::ostream& out, const std::vector<VShapePlan>& v,
+                        const std::vector<PlanResult>& epp) {
+  double total = 0;
+  int kept = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!epp[i].feasible) return;
+    const bool faster = v[i].fits && v[i].step_time_s < epp[i].plan.step_time_s;
+    total += faster ? v[i].step_time_s : epp[i].plan.step_time_s;
+    kept += faster ? 1 : 0;
+  }
+  out << "  epp, V shape where faster " << fixed(total / v.size(), 3) << " s (on " << kept << " of "
+      << v.size() << " steps)\n";
+}
+
 }  // namespace infinipipe::tools

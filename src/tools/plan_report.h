@@ -12,6 +12,7 @@
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/planner/planner.h"
 #include "infinipipe/planner/stage_balance.h"
+#include "infinipipe/planner/v_shape_plan.h"
 #include "plan_tool.h"
 
 namespace infinipipe::tools {
@@ -30,6 +31,13 @@ void print_row(std::ostream& out, const Row& row, double budget);
 // schedule and simulated, to show what the choice by simulation is worth.
 nlohmann::json checkpoint_comparison(const Plan& plan, const CostModel& cost, double budget,
                                      double time_limit_s);
+
+// --v-shape: a step's V-shaped what-if (planner/v_shape_plan.h) in EPP's JSON line, as a line
+// under EPP's row, and its mean over the steps where it fits and beats EPP (EPP's own elsewhere).
+nlohmann::json v_shape_json(const VShapePlan& v);
+void print_v_shape(std::ostream& out, const VShapePlan& v);
+void print_v_shape_mean(std::ostream& out, const std::vector<VShapePlan>& v,
+                        const std::vector<PlanResult>& epp);
 
 // The layer splits --layers-per-stage balanced weighed, in JSON and as text.
 nlohmann::json candidates_json(const LayerSplitChoice& choice);

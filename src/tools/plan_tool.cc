@@ -153,6 +153,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
                "parameters, with free communication (vocabulary parallelism's best case: the "
                "most any balancing of the head gives); not runnable, so no --plan")
       ->excludes("--spread-head");
+  app.add_flag("--v-shape", args.v_shape,
+               "what-if for studies: also time EPP's chunks and waves with each rank's layers cut "
+               "into two stages placed in a V (docs/design.md, \"Virtual stages\"), without "
+               "recompute; the executor does not run it yet, so plans stay as they are");
   app.add_flag("--lean-layer", args.lean_layer,
                "the model runs InfiniPipe's lean layer (LlamaConfig.lean_layer: each norm keeps "
                "its input and rstd, the SwiGLU its gate and up), which keeps less per token; "
@@ -230,6 +234,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   ip::check(args.search_work >= 0, "--search-work must be 0 (no limit) or positive");
   if (admit && !admit(args)) return ip::tools::kExitPlanned;
 
+  ip::check(!args.v_shape || args.dp == 1,
+            "--v-shape times one pipeline: leave out --dp (or give --dp 1)");
   std::vector<ip::Method> methods;
   if (args.method == "all")
     methods = ip::all_methods();
@@ -290,6 +296,16 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   }
   const bool with_epp =
       std::find(methods.begin(), methods.end(), ip::Method::kEpp) != methods.end();
+  ip::check(!args.v_shape || with_epp, "--v-shape times EPP's plans: add --method epp (or all)");
+  // --v-shape: EPP's chunks and waves on the V, per step (planner/v_shape_plan.h).
+  std::vector<ip::VShapePlan> v_shapes;
+  if (args.v_shape) {
+    ip::VShapeOptions v_options;
+    v_options.memory_budget_bytes = options.memory_budget_bytes;
+    for (int i = 0; i < planned; ++i)
+      v_shapes.push_back(epp[i].feasible ? ip::plan_v_shape(epp[i].plan, cost, v_options)
+                                         : ip::VShapePlan{false, "EPP has no plan"});
+  }
 
   // A baseline with no static setting that fits every step reports why on every step.
   std::vector<std::vector<ip::PlanResult>> no_static(baselines.size());
@@ -323,6 +339,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       j["layers_per_stage"] = cost.layers_per_stage();
       j["layer_split"] = split_name;
       if (choice && row.step == 0) j["layer_split_candidates"] = candidates_json(*choice);
+      if (row.method == ip::Method::kEpp && !v_shapes.empty())
+        j["v_shape"] = v_shape_json(v_shapes[row.step]);
       if (row.method == ip::Method::kEpp && row.result->feasible &&
           row.result->plan.recompute_s > 0)
         j["checkpoint_compare"] = checkpoint_comparison(
@@ -348,6 +366,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       for (size_t k = 0; k < rows.size(); ++k) {
         if (rows[k].step != i) continue;
         print_row(out, rows[k], options.memory_budget_bytes);
+        if (rows[k].method == ip::Method::kEpp && !v_shapes.empty())
+          print_v_shape(out, v_shapes[i]);
         if (replicas > 1 && rows[k].result->feasible) {
           std::vector<double> times;
           for (const ip::PlanResult* r : by_replica[k].replicas)
@@ -370,6 +390,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
         return fixed(total / n, 3) + " s";
       };
       if (with_epp) out << "  epp                " << mean_of(ip::Method::kEpp, false) << "\n";
+      if (!v_shapes.empty()) print_v_shape_mean(out, v_shapes, epp);
       for (const auto& base : baselines) {
         std::string name = ip::to_string(base.method);
         name.resize(10, ' ');

@@ -44,6 +44,7 @@ struct PlanToolArgs {
   bool spread_head = false;         // --spread-head (PlannerOptions::spread_head)
   std::string zero_bubble = "off";  // --zero-bubble (PlannerOptions::zero_bubble)
   bool ideal_even_head = false;     // --ideal-even-head (CostModel::with_ideal_even_head)
+  bool v_shape = false;             // --v-shape (planner/v_shape_plan.h)
   bool lean_layer = false;          // --lean-layer (ModelShape::lean_layer)
   double recompute_seconds = 0;     // set from PlannerOptions
   bool json = false;

@@ -2,23 +2,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <random>
 
 #include "infinipipe/core/error.h"
 #include "infinipipe/schedule/validator.h"
 #include "schedule/test_chunks.h"
+#include "support/error_of.h"
 
 namespace infinipipe {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::error_of;
 
 TEST(VShape, GoesDownTheRanksAndBackUp) {
   EXPECT_EQ(v_shape(1), (std::vector<int>{0, 0}));
@@ -63,6 +59,65 @@ TEST(PlaceOnRanks, RandomVShapedStepsAreValid) {
     if (::testing::Test::HasFailure()) return;
   }
   EXPECT_EQ(placed_count, 150 * 4 * 3);
+}
+
+// The position of stage `s`'s compute `text` in rank 0's merged order.
+int merged_position(const Schedule& placed, int s, const std::string& text) {
+  const auto program = placed.rank_programs()[0];
+  for (size_t k = 0; k < program.size(); ++k)
+    if (program[k].first == s && placed.stages[s][program[k].second].text() == text)
+      return static_cast<int>(k);
+  return -1;
+}
+
+TEST(PlaceOnRanks, WithStartTimesTheReadyComputeThatStartedFirstGoesFirst) {
+  const testing::Step step = testing::packed_step(2);
+  const Schedule s = testing::schedule_on(2, step.chunks, {{0, 1}});
+  // Stage 0 runs F0 F1 before its backwards; stage 1's F0 is ready once stage 0 sent chunk 0.
+  std::vector<std::vector<double>> times(2);
+  for (int p = 0; p < 2; ++p)
+    for (size_t i = 0; i < s.stages[p].size(); ++i) times[p].push_back(static_cast<double>(i));
+  times[0][s.stages[0].size() - 1] = 100;  // its last action late: nothing changes before it
+  std::vector<std::vector<double>> stage_one_first = times;
+  for (double& t : stage_one_first[0]) t += 0.5;  // stage 0 just after stage 1 at each index
+  const Schedule a = place_on_ranks(s, {0, 0}, 2, times);
+  const Schedule b = place_on_ranks(s, {0, 0}, 2, stage_one_first);
+  EXPECT_NO_THROW(validate_schedule(a, step.chunks));
+  EXPECT_NO_THROW(validate_schedule(b, step.chunks));
+  EXPECT_NE(a.ranks, b.ranks);
+  // Stage 1's F0 (index 1 there) against stage 0's F1: which the times put first.
+  const int f1_index = static_cast<int>(
+      std::find(s.stages[0].begin(), s.stages[0].end(), Action::parse("F1")) - s.stages[0].begin());
+  ASSERT_GT(f1_index, 1);
+  times[1][1] = f1_index + 1;  // stage 1's F0 after stage 0's F1
+  const Schedule later = place_on_ranks(s, {0, 0}, 2, times);
+  EXPECT_LT(merged_position(later, 0, "F1"), merged_position(later, 1, "F0"));
+  times[1][1] = 0;  // stage 1's F0 before everything it can precede
+  const Schedule sooner = place_on_ranks(s, {0, 0}, 2, times);
+  EXPECT_GT(merged_position(sooner, 0, "F1"), merged_position(sooner, 1, "F0"));
+  EXPECT_NE(error_of([&] {
+              place_on_ranks(s, {0, 0}, 2, {{1.0}});
+            }).find("start times given for 1"),
+            std::string::npos);
+}
+
+TEST(PlaceOnRanks, RandomStartTimesGiveValidOrders) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 100; ++trial) {
+    const testing::Step step = testing::random_step(rng);
+    const int ranks = 1 + trial % 4;
+    ScheduleOptions options;
+    options.num_stages = 2 * ranks;
+    options.zero_bubble = trial % 3 == 0 ? ZeroBubble::kH1 : ZeroBubble::kOff;
+    const Schedule s = build_schedule(step.chunks, step.waves, options);
+    std::vector<std::vector<double>> times(s.num_stages());
+    for (int p = 0; p < s.num_stages(); ++p)
+      for (size_t i = 0; i < s.stages[p].size(); ++i)
+        times[p].push_back(std::uniform_real_distribution<double>(0, 10)(rng));
+    const Schedule placed =
+        place_on_ranks(s, v_shape(ranks), static_cast<int>(step.chunks.size()), times);
+    ASSERT_NO_THROW(validate_schedule(placed, step.chunks)) << "trial " << trial;
+  }
 }
 
 TEST(PlaceOnRanks, BadPlacementsAndDeadlockedStagesAreErrors) {

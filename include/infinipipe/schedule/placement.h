@@ -20,9 +20,12 @@ std::vector<int> v_shape(int num_ranks);
 // rank posts every RECV and makes every SEND it can, then runs one ready compute, B before F
 // before W (a B is what the stage before waits for; a W waits for no one), the later stage first
 // among equals (nearer the loss). Any order taken so runs without deadlock, on any timing,
-// because a rank only takes a step that could run. Error when the ranks would be left without
-// stages, or when the stages deadlock before they are merged.
+// because a rank only takes a step that could run. With `start_s` (per stage and action, a
+// timing such as the simulator's SimResult::start_s of the stages unplaced, or placed once
+// already) the merge instead takes, over all ranks, the ready step that started first there: a
+// list schedule guided by real durations. Error when the ranks would be left without stages, or
+// when the stages deadlock before they are merged.
 Schedule place_on_ranks(const Schedule& schedule, const std::vector<int>& rank_of_stage,
-                        int num_chunks);
+                        int num_chunks, const std::vector<std::vector<double>>& start_s = {});
 
 }  // namespace infinipipe
