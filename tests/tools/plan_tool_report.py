@@ -149,6 +149,46 @@ class Report(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(extra[0], r.stderr)
 
+    def test_v_shape_is_a_what_if_beside_an_unchanged_plan(self):
+        # --v-shape (planner/v_shape_plan.h): EPP's chunks on 2d stages placed in a V, reported
+        # in the EPP row; the plan itself is the same as without it.
+        run = epp_runs("llama-7b", 2, 160, 16, 16384)
+        plain, v = run(), run("--v-shape")
+        self.assertEqual(v.returncode, 0, v.stderr)
+        a, b = json.loads(plain.stdout), json.loads(v.stdout)
+        self.assertEqual(a["hash"], b["hash"])
+        self.assertEqual(a["step_time_s"], b["step_time_s"])
+        self.assertNotIn("v_shape", a)
+        shape = b["v_shape"]
+        self.assertTrue(shape["fits"], shape)
+        self.assertGreater(shape["step_time_s"], 0)
+        self.assertEqual(len(shape["layers_per_stage"]), 4)
+        self.assertEqual(sum(shape["layers_per_stage"]), sum(b["layers_per_stage"]))
+        self.assertEqual(len(shape["rank_peak_memory_gib"]), 2)
+        self.assertTrue(all(0 < g <= 160 for g in shape["rank_peak_memory_gib"]))
+        # Where the V needs recompute it does not fit, and says which rank is over.
+        tight = json.loads(epp_runs("llama-7b", 2, 80, 16, 16384)("--v-shape").stdout)
+        self.assertFalse(tight["v_shape"]["fits"])
+        self.assertIn("rank 0 needs", tight["v_shape"]["reason"])
+        table = subprocess.run(
+            [TOOL, "--model", "llama-7b", "--stages", "2", "--distribution", "wikipedia"]
+            + ["--batch", "16", "--context", "16384", "--steps", "2", "--v-shape"]
+            + ["--checkpoint-seconds", "0", "--method", "epp"],
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertEqual(table.stdout.count("V shape    "), 2)
+        self.assertIn("epp, V shape where faster", table.stdout)
+        # One pipeline, and EPP's plans: --dp and a baseline alone are refused.
+        r = run("--v-shape", "--dp", "2")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--dp", r.stderr)
+        small = ["--model", "tiny", "--stages", "2", "--distribution", "uniform", "--batch", "4"]
+        r = subprocess.run([TOOL, *small, "--method", "batch", "--v-shape"], capture_output=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(b"--method epp", r.stderr)
+
     def test_lean_layer_keeps_less_and_refuses_a_measured_cost_model(self):
         # ModelShape::lean_layer: the same step with less kept per token, so a tight budget
         # recomputes less; a cost model file's bytes were measured, so the flag is refused there.
