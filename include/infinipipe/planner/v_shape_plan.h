@@ -29,7 +29,7 @@ struct VShapePlan {
   std::vector<int> layers_per_stage;  // 2d stages; stage s on rank v_shape(d)[s]
   Schedule schedule;                  // with Schedule::ranks
   SimResult sim;
-  int candidates = 0;  // schedules simulated
+  int candidates = 0;  // placed schedules weighed
 };
 
 // The cost model of `cost`'s pipeline cut into 2d stages: rank r's layers split between stages r
@@ -41,8 +41,9 @@ CostModel v_shape_cost(const CostModel& cost, bool first_half_larger);
 
 // The fastest V-shaped schedule of `plan`'s chunks and waves that fits without recompute, over
 // both layer halvings, zero bubble off, ZB-H1 and ZB-H2, and 0 .. max_extra_warmup extra
-// warm-up forwards: 1F1B over the 2d stages in the scheduler's chain order, placed on the ranks
-// by place_on_ranks, timed and its memory checked per rank by the simulator.
+// warm-up forwards: 1F1B over the 2d stages in the scheduler's chain order, each placed on the
+// ranks by place_on_ranks four ways (without time; by the stages' start times unplaced; twice by
+// the last placement's), timed and its memory checked per rank by the simulator.
 VShapePlan plan_v_shape(const Plan& plan, const CostModel& cost, const VShapeOptions& options);
 
 }  // namespace infinipipe
