@@ -53,6 +53,7 @@ void Hardware::validate() const {
   non_negative(link_latency_s, "link_latency_s");
   positive(inter_node_bandwidth, "inter_node_bandwidth");
   non_negative(inter_node_latency_s, "inter_node_latency_s");
+  non_negative(host_link_bandwidth, "host_link_bandwidth");
 }
 
 namespace {
@@ -145,6 +146,9 @@ Hardware a800() {
   // "Demystifying NCCL", arXiv 2507.04786, compare its intra- and inter-node latencies); taken
   // as twice the in-node estimate above.
   hw.inter_node_latency_s = 2e-5;
+  // PCIe Gen4 x16 to the host: 64 GB/s, both directions together (NVIDIA A100 datasheet; the A800
+  // has the same interface), i.e. 32 GB/s each way. A peak: pinned copies reach less.
+  hw.host_link_bandwidth = 32e9;
   return hw;
 }
 
@@ -167,6 +171,9 @@ Hardware h100() {
   // OSFP ConnectX-7 for compute), i.e. 50 GB/s per direction.
   hw.inter_node_bandwidth = 400e9 / 8;
   hw.inter_node_latency_s = 2e-5;  // the A800's estimate (a800(), above)
+  // PCIe Gen5 x16 to the host: 128 GB/s, both directions together (NVIDIA H100 datasheet), i.e.
+  // 64 GB/s each way. A peak, as the A800's.
+  hw.host_link_bandwidth = 64e9;
   return hw;
 }
 
@@ -232,6 +239,7 @@ void to_json(nlohmann::json& j, const Hardware& hw) {
   if (!hw.attention_efficiency_by_length.empty())
     j["attention_efficiency_by_length"] = hw.attention_efficiency_by_length;
   if (hw.memory_bandwidth > 0) j["memory_bandwidth"] = hw.memory_bandwidth;
+  if (hw.host_link_bandwidth > 0) j["host_link_bandwidth"] = hw.host_link_bandwidth;
 }
 
 void from_json(const nlohmann::json& j, Hardware& hw) {
@@ -253,6 +261,7 @@ void from_json(const nlohmann::json& j, Hardware& hw) {
   f.get_optional("weight_grad_efficiency_by_rows", hw.weight_grad_efficiency_by_rows);
   f.get_optional("attention_efficiency_by_length", hw.attention_efficiency_by_length);
   f.get_optional("memory_bandwidth", hw.memory_bandwidth);  // absent: element-wise work left out
+  f.get_optional("host_link_bandwidth", hw.host_link_bandwidth);  // absent: no offload
   f.finish();
   hw.validate();
 }

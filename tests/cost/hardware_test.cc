@@ -42,6 +42,20 @@ TEST(Hardware, ValidateRejectsImpossibleValues) {
   EXPECT_NE(message([](Hardware& h) { h.layer_overhead_s = -1e-6; }).find("layer_overhead_s"),
             std::string::npos);
   EXPECT_EQ(message([](Hardware& h) { h.link_latency_s = 0; }), "(no error)");
+  EXPECT_NE(message([](Hardware& h) { h.host_link_bandwidth = -1; }).find("host_link_bandwidth"),
+            std::string::npos);
+}
+
+TEST(Hardware, TheHostLinkIsOptionalInJson) {
+  // The GPUs' PCIe links, each way (hardware.cc cites the datasheets); the CPU has none.
+  EXPECT_EQ(Hardware::builtin("a800").host_link_bandwidth, 32e9);
+  EXPECT_EQ(Hardware::builtin("h100").host_link_bandwidth, 64e9);
+  EXPECT_EQ(Hardware::builtin("cpu").host_link_bandwidth, 0);
+  nlohmann::json j = Hardware::builtin("a800");
+  EXPECT_EQ(j.at("host_link_bandwidth"), 32e9);
+  j.erase("host_link_bandwidth");
+  EXPECT_EQ(j.get<Hardware>().host_link_bandwidth, 0);  // files written before it: no offload
+  EXPECT_EQ(nlohmann::json(Hardware::builtin("cpu")).count("host_link_bandwidth"), 0u);
 }
 
 TEST(Hardware, JsonWithMissingFieldNamesIt) {

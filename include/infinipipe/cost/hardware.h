@@ -35,6 +35,9 @@ struct Hardware {
   // node: they read as the in-node link.
   double inter_node_bandwidth = 0;
   double inter_node_latency_s = 0;
+  // Between the device and host memory (PCIe), one direction: what activation offload copies
+  // over (sim/offload.h). 0: unknown, nothing can be offloaded.
+  double host_link_bandwidth = 0;
 
   void validate() const;
 
