@@ -19,6 +19,7 @@ namespace infinipipe {
 namespace {
 
 constexpr double kUnknown = -1;  // times are never negative, so this marks "not yet known"
+constexpr double kLeaves = -2;   // offload: the chunk's copy out is not timed yet
 
 // A channel is one kind of message between two stages, named by the stage that receives (or,
 // for head gradients, sends) and the kind: forward data into stage q is channel q, backward data
@@ -75,6 +76,11 @@ class Simulation {
   // at their start) and its event.
   void computed(int stage, const Action& action, double start, double duration,
                 const char* category);
+  // Offload (SimOptions::offload): the earliest start of compute `a` on `stage` from `start` for
+  // `duration` once the chunks its moment drops are on the host and, for a B, its chunk is back;
+  // then, once it ends at `end`, the copies that follow it.
+  double after_copies(int stage, const Action& action, double start, double duration);
+  void start_copies(int stage, const Action& action, double end);
   void measure_memory(int stage);
   void measure_rank_memory();  // virtual stages: a rank's stages add up, against its budget
   void report_peak(int stage, double peak, int peak_index);  // peak_index -1: no moment
@@ -125,6 +131,12 @@ class Simulation {
   std::vector<Channel> channels_;
   // Per stage and action: end of a forward, start of a backward (the times of memory moments).
   std::vector<std::vector<double>> moment_time_;
+  // Offload: per stage its walk (empty when it keeps every chunk), per (stage, chunk) when its
+  // copy out and its copy back end, per stage when each way's copy engine is free.
+  std::vector<OffloadWalk> offload_walk_;
+  std::vector<double> copied_out_at_;
+  std::vector<double> copied_in_at_;
+  std::vector<double> out_free_, in_free_;
   SimResult result_;
 };
 
@@ -161,7 +173,9 @@ void Simulation::record_event(int stage, const Action& action, const char* categ
 
 void Simulation::computed(int p, const Action& a, double start, double duration,
                           const char* category) {
+  start = after_copies(p, a, start, duration);
   const double end = clock_[rank_of_[p]] = start + duration;
+  start_copies(p, a, end);
   result_.busy_s[p] += duration;
   if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
   moment_time_[p][pc_[p]] = a.type == ActionType::kForward ? end : start;
@@ -228,7 +242,9 @@ Simulation::Step Simulation::execute(int p, const Action& a) {
       const double duration = has_weight_[cell(p, c)]
                                   ? costs.duration - cost_.weight_gradient_time(chunks_[c], p)
                                   : costs.duration;
+      start = after_copies(p, a, start, duration);
       clock = start + duration;
+      start_copies(p, a, clock);
       result_.busy_s[p] += duration;
       result_.recompute_s[p] += recompute;
       if (options_.record_starts) result_.start_s[p][pc_[p]] = start;
@@ -413,7 +429,45 @@ void Simulation::deadlock(const std::vector<std::vector<std::pair<int, int>>>& p
   throw Error(message + schedule_.grid(first, pc_[first]));
 }
 
+double Simulation::after_copies(int p, const Action& a, double start, double duration) {
+  if (offload_walk_.empty() || offload_walk_[p].moment_action.empty()) return start;
+  const OffloadWalk& walk = offload_walk_[p];
+  // A forward's moment is at its end, the others' at their start.
+  const double lead = a.type == ActionType::kForward ? duration : 0.0;
+  double ready = start;
+  for (int c : walk.copied_out_by[pc_[p]])
+    ready = std::max(ready, copied_out_at_[cell(p, c)] - lead);
+  if (a.type == ActionType::kBackward && copied_in_at_[cell(p, a.chunk)] != kUnknown)
+    ready = std::max(ready, copied_in_at_[cell(p, a.chunk)]);
+  result_.offload_wait_s[p] += ready - start;
+  return ready;
+}
+
+void Simulation::start_copies(int p, const Action& a, double end) {
+  if (offload_walk_.empty() || offload_walk_[p].moment_action.empty()) return;
+  const OffloadWalk& walk = offload_walk_[p];
+  const double rate = options_.offload->bytes_per_s;
+  auto bytes = [&](int c) { return walk.moved_bytes[c]; };
+  // A chunk is copied out as soon as its forward is done, in forward order.
+  if (a.type == ActionType::kForward && copied_out_at_[cell(p, a.chunk)] == kLeaves) {
+    const double begin = std::max(end, out_free_[p]);
+    out_free_[p] = copied_out_at_[cell(p, a.chunk)] = begin + bytes(a.chunk) / rate;
+  }
+  for (int c : walk.copied_in_after[pc_[p]]) {
+    const double begin = std::max({end, in_free_[p], copied_out_at_[cell(p, c)]});
+    in_free_[p] = copied_in_at_[cell(p, c)] = begin + bytes(c) / rate;
+  }
+}
+
 void Simulation::measure_memory(int p) {
+  if (!offload_walk_.empty() && !offload_walk_[p].moment_action.empty()) {
+    const OffloadWalk& walk = offload_walk_[p];
+    if (options_.record_events || !schedule_.ranks.empty())
+      for (size_t m = 0; m < walk.bytes.size(); ++m)
+        result_.memory[p].emplace_back(moment_time_[p][walk.moment_action[m]], walk.bytes[m]);
+    report_peak(p, walk.peak_bytes, walk.peak_action);
+    return;
+  }
   // Peaks measured already (SimOptions::known_peaks); with events the timeline walks anyway.
   const MemoryPeaks* known = options_.known_peaks;
   const bool timeline_needed = options_.record_events || !schedule_.ranks.empty();
@@ -584,6 +638,29 @@ SimResult Simulation::run() {
     total_actions += schedule_.stages[p].size();
   }
   if (options_.record_events) result_.events.reserve(total_actions);
+  if (const Offload* offload = options_.offload) {
+    check(!on_ranks && !options_.known_peaks,
+          "simulate: offload is not modelled with virtual stages or known_peaks");
+    offload->validate(d_);
+    offload_walk_.assign(d_, OffloadWalk{});
+    copied_out_at_.assign(cells, kUnknown);
+    copied_in_at_.assign(cells, kUnknown);
+    out_free_.assign(d_, 0.0);
+    in_free_.assign(d_, 0.0);
+    result_.offload_bytes.assign(d_, 0.0);
+    result_.offload_wait_s.assign(d_, 0.0);
+    for (int p = 0; p < real_stages; ++p) {
+      if (!offload->offloads(p)) continue;
+      std::vector<double> activation(n_);
+      for (int c = 0; c < n_; ++c)
+        activation[c] = cost_.activation_bytes(chunks_[c], p, recompute_layers(recompute_, p, c));
+      offload_walk_[p] = walk_offload(schedule_, p, chunks_, cost_, activation,
+                                      offload->resident[p], offload->prefetch);
+      for (const std::vector<int>& out : offload_walk_[p].copied_out_by)
+        for (int c : out) copied_out_at_[cell(p, c)] = kLeaves;
+      result_.offload_bytes[p] = offload_walk_[p].bytes_each_way;
+    }
+  }
 
   // Every action's time is a max over its own rank's previous action and data from earlier
   // actions elsewhere, so running each rank as far as it can, sweeping until nothing moves,

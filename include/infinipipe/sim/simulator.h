@@ -13,6 +13,7 @@
 #include "infinipipe/cost/cost_model.h"
 #include "infinipipe/schedule/action.h"
 #include "infinipipe/sim/memory_timeline.h"
+#include "infinipipe/sim/offload.h"
 
 namespace infinipipe {
 
@@ -38,6 +39,10 @@ struct SimOptions {
   // (RecomputeResult::peaks): taken as they are instead of walking the memory moments again.
   // Only a caller that measured them for exactly these inputs may pass them; null measures.
   const MemoryPeaks* known_peaks = nullptr;
+  // Activation offload (offload.h): the chunks a stage keeps on the device at each moment, and the
+  // host link that carries the rest. A compute waits until the chunks its moment drops have been
+  // copied out; a backward until its chunk is back. Not with virtual stages or known_peaks.
+  const Offload* offload = nullptr;
 };
 
 struct SimEvent {
@@ -62,6 +67,10 @@ struct SimResult {
   // (CostModel::gradient_sync_time; not part of busy_s, not a bubble).
   std::vector<double> gradient_sync_s;
   std::vector<double> peak_memory_bytes;  // per stage
+  // With SimOptions::offload, per stage: the activations it copied to the host (and back), and
+  // how long its computes waited on those copies (part of its bubble).
+  std::vector<double> offload_bytes;
+  std::vector<double> offload_wait_s;
   // Virtual stages (Schedule::ranks) only, per rank: its stages' memory added up over time
   // (rank_memory_peaks, an upper bound), checked against the budget as well as each stage's peak.
   // Then bubble_fraction gives each stage its rank's bubble, and the step ends when the last
