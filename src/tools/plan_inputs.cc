@@ -148,10 +148,13 @@ ip::CostModel build_cost_model(const PlanToolArgs& args) {
   }
 }
 
+ip::Hardware named_hardware(const PlanToolArgs& args) {
+  if (is_file(args.hardware)) return read_json_file(args.hardware).get<ip::Hardware>();
+  return ip::Hardware::builtin(args.hardware);
+}
+
 double default_memory_gib(const PlanToolArgs& args) {
-  if (is_file(args.hardware))
-    return read_json_file(args.hardware).get<ip::Hardware>().memory_bytes / kGiB;
-  return ip::Hardware::builtin(args.hardware).memory_bytes / kGiB;
+  return named_hardware(args).memory_bytes / kGiB;
 }
 
 std::vector<std::vector<int64_t>> load_steps(const PlanToolArgs& args) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "infinipipe/cost/cost_model.h"
+#include "infinipipe/cost/hardware.h"
 #include "plan_tool.h"
 
 namespace infinipipe::tools {
@@ -13,7 +14,8 @@ namespace infinipipe::tools {
 // --model is a built-in name, a model shape JSON, or a whole cost model JSON (measured
 // coefficients), in which case --hardware is not used for the coefficients.
 CostModel build_cost_model(const PlanToolArgs& args);
-// The device memory of --hardware in GiB. Only called after build_cost_model has accepted it.
+// --hardware, and its device memory in GiB. Only called after build_cost_model has accepted it.
+Hardware named_hardware(const PlanToolArgs& args);
 double default_memory_gib(const PlanToolArgs& args);
 // The steps to plan. --step-lengths is one step, as given. --lengths is a distribution like the
 // built-in ones: both give --steps steps of --batch lengths, truncated to --context, step i

@@ -230,18 +230,67 @@ void print_v_shape(std::ostream& out, const VShapePlan& v) {
       << list(to_gib(v.sim.rank_peak_memory_bytes), 1) << "\n";
 }
 
-void print_v_shape_mean(std::ostream& out, const std::vector<VShapePlan>& v,
-                        const std::vector<PlanResult>& epp) {
+nlohmann::json offload_json(const OffloadPlan& o) {
+  if (!o.fits) return {{"fits", false}, {"reason", o.reason}, {"candidates", o.candidates}};
+  return {{"fits", true},
+          {"step_time_s", o.step_time_s},
+          {"resident", o.offload.resident},
+          {"prefetch", o.offload.prefetch},
+          {"recompute_kept", o.recompute_kept},
+          {"recompute_s", o.sim.total_recompute_s()},
+          {"offload_gib_each_way", to_gib(o.sim.offload_bytes)},
+          {"offload_wait_s", o.sim.offload_wait_s},
+          {"busy_s", o.sim.busy_s},
+          {"peak_memory_gib", to_gib(o.sim.peak_memory_bytes)},
+          {"candidates", o.candidates}};
+}
+
+void print_offload(std::ostream& out, const OffloadPlan& o) {
+  if (!o.fits) {
+    out << "      offload    does not fit: " << o.reason << "\n";
+    return;
+  }
+  double bytes = 0, wait = 0;
+  for (double b : o.sim.offload_bytes) bytes += b;
+  for (double w : o.sim.offload_wait_s) wait += w;
+  std::string resident;
+  for (int r : o.offload.resident)
+    resident += (resident.empty() ? "" : " ") + (r < 0 ? std::string("all") : std::to_string(r));
+  out << "      offload    step time " << fixed(o.step_time_s, 3) << " s, resident " << resident
+      << ", prefetch " << o.offload.prefetch << ", " << fixed(bytes / (1ull << 30), 1)
+      << " GiB each way, waits " << fixed(wait, 3) << " s"
+      << (o.recompute_kept ? ", plan's recompute" : ", no recompute") << "\n";
+}
+
+namespace {
+
+// A what-if's mean step over the steps, taking it only where it fits and is faster than EPP.
+template <class WhatIf>
+void print_mean_where_faster(std::ostream& out, const char* name,
+                             const std::vector<WhatIf>& what_if,
+                             const std::vector<PlanResult>& epp) {
   double total = 0;
   int kept = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
+  for (size_t i = 0; i < what_if.size(); ++i) {
     if (!epp[i].feasible) return;
-    const bool faster = v[i].fits && v[i].step_time_s < epp[i].plan.step_time_s;
-    total += faster ? v[i].step_time_s : epp[i].plan.step_time_s;
+    const bool faster = what_if[i].fits && what_if[i].step_time_s < epp[i].plan.step_time_s;
+    total += faster ? what_if[i].step_time_s : epp[i].plan.step_time_s;
     kept += faster ? 1 : 0;
   }
-  out << "  epp, V shape where faster " << fixed(total / v.size(), 3) << " s (on " << kept << " of "
-      << v.size() << " steps)\n";
+  out << "  epp, " << name << " where faster " << fixed(total / what_if.size(), 3) << " s (on "
+      << kept << " of " << what_if.size() << " steps)\n";
+}
+
+}  // namespace
+
+void print_offload_mean(std::ostream& out, const std::vector<OffloadPlan>& o,
+                        const std::vector<PlanResult>& epp) {
+  print_mean_where_faster(out, "offload", o, epp);
+}
+
+void print_v_shape_mean(std::ostream& out, const std::vector<VShapePlan>& v,
+                        const std::vector<PlanResult>& epp) {
+  print_mean_where_faster(out, "V shape", v, epp);
 }
 
 }  // namespace infinipipe::tools

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infinipipe/cost/cost_model.h"
+#include "infinipipe/planner/offload_plan.h"
 #include "infinipipe/planner/planner.h"
 #include "infinipipe/planner/stage_balance.h"
 #include "infinipipe/planner/v_shape_plan.h"
@@ -36,6 +37,11 @@ nlohmann::json checkpoint_comparison(const Plan& plan, const CostModel& cost, do
 // under EPP's row, and its mean over the steps where it fits and beats EPP (EPP's own elsewhere).
 nlohmann::json v_shape_json(const VShapePlan& v);
 void print_v_shape(std::ostream& out, const VShapePlan& v);
+// --offload-from: a step's offload what-if (planner/offload_plan.h), the same three ways.
+nlohmann::json offload_json(const OffloadPlan& o);
+void print_offload(std::ostream& out, const OffloadPlan& o);
+void print_offload_mean(std::ostream& out, const std::vector<OffloadPlan>& o,
+                        const std::vector<PlanResult>& epp);
 void print_v_shape_mean(std::ostream& out, const std::vector<VShapePlan>& v,
                         const std::vector<PlanResult>& epp);
 

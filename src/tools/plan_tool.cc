@@ -157,6 +157,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
                "what-if for studies: also time EPP's chunks and waves with each rank's layers cut "
                "into two stages placed in a V (docs/design.md, \"Virtual stages\"), without "
                "recompute; the executor does not run it yet, so plans stay as they are");
+  auto* offload_opt =
+      app.add_option("--offload-from", args.offload_from_gib,
+                     "what-if for studies: also plan EPP with this much memory per stage (GiB) "
+                     "and fit each plan into the budget by offloading activations to host memory "
+                     "over --hardware's host link (docs/design.md, \"Activation offload\"); the "
+                     "executor does not offload yet, so plans stay as they are");
   app.add_flag("--lean-layer", args.lean_layer,
                "the model runs InfiniPipe's lean layer (LlamaConfig.lean_layer: each norm keeps "
                "its input and rstd, the SwiGLU its gate and up), which keeps less per token; "
@@ -236,6 +242,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
 
   ip::check(!args.v_shape || args.dp == 1,
             "--v-shape times one pipeline: leave out --dp (or give --dp 1)");
+  if (offload_opt->count() > 0) {
+    check_finite(offload_opt, args.offload_from_gib, false, "GiB");
+    ip::check(args.dp == 1, "--offload-from times one pipeline: leave out --dp (or give --dp 1)");
+  }
   std::vector<ip::Method> methods;
   if (args.method == "all")
     methods = ip::all_methods();
@@ -248,6 +258,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   if (args.ideal_even_head) cost = cost.with_ideal_even_head();
   if (args.spread_head) cost = cost.with_head_replicas();  // as plan_step does
   const double memory_gib = args.memory_given ? args.memory_gib : default_memory_gib(args);
+  const double host_link =
+      args.offload_from_gib > 0 ? ip::tools::named_hardware(args).host_link_bandwidth : 0;
+  ip::check(args.offload_from_gib == 0 || host_link > 0,
+            "--offload-from: --hardware " + args.hardware +
+                " gives no host_link_bandwidth (bytes/s each way between device and host)");
   ip::PlannerOptions options;
   options.num_stages = args.stages;
   options.memory_budget_bytes = memory_gib * kGiB;
@@ -307,6 +322,27 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
                                          : ip::VShapePlan{false, "EPP has no plan"});
   }
 
+  // --offload-from: EPP's plans with that much memory, offloaded into the budget, per step
+  // (planner/offload_plan.h).
+  std::vector<ip::OffloadPlan> offloads;
+  if (args.offload_from_gib > 0) {
+    ip::check(with_epp, "--offload-from times EPP's plans: add --method epp (or all)");
+    ip::PlannerOptions roomy = options;
+    roomy.memory_budget_bytes = args.offload_from_gib * kGiB;
+    ip::OffloadOptions o_options;
+    o_options.memory_budget_bytes = options.memory_budget_bytes;
+    o_options.host_link_bandwidth = host_link;
+    for (int i = 0; i < planned; ++i) {
+      const ip::PlanResult planned_roomy = ip::plan_epp(split.planned[i], cost, roomy);
+      if (planned_roomy.feasible) {
+        offloads.push_back(ip::plan_offload(planned_roomy.plan, cost, o_options));
+      } else {
+        offloads.emplace_back().reason =
+            "EPP has no plan with --offload-from's memory: " + planned_roomy.reason;
+      }
+    }
+  }
+
   // A baseline with no static setting that fits every step reports why on every step.
   std::vector<std::vector<ip::PlanResult>> no_static(baselines.size());
   for (size_t b = 0; b < baselines.size(); ++b) no_static[b].assign(planned, ip::PlanResult{});
@@ -341,6 +377,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       if (choice && row.step == 0) j["layer_split_candidates"] = candidates_json(*choice);
       if (row.method == ip::Method::kEpp && !v_shapes.empty())
         j["v_shape"] = v_shape_json(v_shapes[row.step]);
+      if (row.method == ip::Method::kEpp && !offloads.empty())
+        j["offload"] = offload_json(offloads[row.step]);
       if (row.method == ip::Method::kEpp && row.result->feasible &&
           row.result->plan.recompute_s > 0)
         j["checkpoint_compare"] = checkpoint_comparison(
@@ -368,6 +406,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
         print_row(out, rows[k], options.memory_budget_bytes);
         if (rows[k].method == ip::Method::kEpp && !v_shapes.empty())
           print_v_shape(out, v_shapes[i]);
+        if (rows[k].method == ip::Method::kEpp && !offloads.empty())
+          print_offload(out, offloads[i]);
         if (replicas > 1 && rows[k].result->feasible) {
           std::vector<double> times;
           for (const ip::PlanResult* r : by_replica[k].replicas)
@@ -391,6 +431,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
       };
       if (with_epp) out << "  epp                " << mean_of(ip::Method::kEpp, false) << "\n";
       if (!v_shapes.empty()) print_v_shape_mean(out, v_shapes, epp);
+      if (!offloads.empty()) print_offload_mean(out, offloads, epp);
       for (const auto& base : baselines) {
         std::string name = ip::to_string(base.method);
         name.resize(10, ' ');

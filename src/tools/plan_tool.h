@@ -45,6 +45,7 @@ struct PlanToolArgs {
   std::string zero_bubble = "off";  // --zero-bubble (PlannerOptions::zero_bubble)
   bool ideal_even_head = false;     // --ideal-even-head (CostModel::with_ideal_even_head)
   bool v_shape = false;             // --v-shape (planner/v_shape_plan.h)
+  double offload_from_gib = 0;      // --offload-from (planner/offload_plan.h); 0: off
   bool lean_layer = false;          // --lean-layer (ModelShape::lean_layer)
   double recompute_seconds = 0;     // set from PlannerOptions
   bool json = false;

@@ -189,6 +189,52 @@ class Report(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn(b"--method epp", r.stderr)
 
+    def test_offload_is_a_what_if_beside_an_unchanged_plan(self):
+        # --offload-from (planner/offload_plan.h): EPP's plan with more memory, fitted into the
+        # budget by offloading, reported in the EPP row; the plan itself is unchanged.
+        run = epp_runs("llama-7b", 4, 40, 32, 32768)
+        plain, o = run(), run("--offload-from", "1000")
+        self.assertEqual(o.returncode, 0, o.stderr)
+        a, b = json.loads(plain.stdout), json.loads(o.stdout)
+        self.assertEqual(a["hash"], b["hash"])
+        self.assertEqual(a["step_time_s"], b["step_time_s"])
+        self.assertNotIn("offload", a)
+        off = b["offload"]
+        self.assertTrue(off["fits"], off)
+        self.assertGreater(off["step_time_s"], 0)
+        self.assertEqual(len(off["resident"]), 4)
+        self.assertTrue(any(r >= 1 for r in off["resident"]))
+        self.assertTrue(all(r == -1 or r >= 1 for r in off["resident"]))
+        self.assertTrue(all(0 < g <= 40 for g in off["peak_memory_gib"]))
+        moved = [g for g, r in zip(off["offload_gib_each_way"], off["resident"]) if r >= 1]
+        self.assertTrue(all(g > 0 for g in moved))
+        table = subprocess.run(
+            [TOOL, "--model", "llama-7b", "--stages", "4", "--memory-gib", "40"]
+            + ["--distribution", "wikipedia", "--batch", "32", "--context", "32768"]
+            + ["--steps", "2", "--offload-from", "1000", "--checkpoint-seconds", "0"]
+            + ["--method", "epp"],
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertEqual(table.stdout.count("offload    "), 2)
+        self.assertIn("epp, offload where faster", table.stdout)
+        # One pipeline, EPP's plans, and a host link: --dp, a baseline alone and hardware
+        # without a host link are refused.
+        for extra, said in (
+            (["--dp", "2"], "--dp"),
+            (["--hardware", "cpu"], "host_link_bandwidth"),
+        ):
+            r = run("--offload-from", "1000", *extra)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(said, r.stderr)
+        small = ["--model", "tiny", "--stages", "2", "--distribution", "uniform", "--batch", "4"]
+        r = subprocess.run(
+            [TOOL, *small, "--method", "batch", "--offload-from", "10"], capture_output=True
+        )
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(b"--method epp", r.stderr)
+
     def test_lean_layer_keeps_less_and_refuses_a_measured_cost_model(self):
         # ModelShape::lean_layer: the same step with less kept per token, so a tight budget
         # recomputes less; a cost model file's bytes were measured, so the flag is refused there.

@@ -1,0 +1,101 @@
+#include "infinipipe/planner/offload_plan.h"
+
+#include <vector>
+
+#include "infinipipe/core/error.h"
+#include "infinipipe/core/memory_text.h"
+
+namespace infinipipe {
+
+namespace {
+
+// The most latest forwards stage p can keep within `budget` (-1: every chunk fits, 0: not even
+// one does), and the peak of the tightest try.
+int resident_that_fits(const Plan& plan, const CostModel& cost, const Recompute& recompute, int p,
+                       int prefetch, double budget, double& peak) {
+  const int n = static_cast<int>(plan.chunks.size());
+  std::vector<double> activation(n);
+  for (int c = 0; c < n; ++c)
+    activation[c] = cost.activation_bytes(plan.chunks[c], p, recompute_layers(recompute, p, c));
+  auto peak_with = [&](int resident) {
+    return walk_offload(plan.schedule, p, plan.chunks, cost, activation, resident, prefetch)
+        .peak_bytes;
+  };
+  peak = peak_with(-1);
+  if (peak <= budget) return -1;
+  // The peak grows with the resident count (the kept sets only grow), so bisect for the largest.
+  int low = 0, high = n;  // fits with `low` (0: none tried yet), not with `high`
+  while (high - low > 1) {
+    const int mid = (low + high) / 2;
+    const double bytes = peak_with(mid);
+    if (bytes <= budget) {
+      low = mid;
+    } else {
+      high = mid;
+      peak = bytes;
+    }
+  }
+  return low;
+}
+
+}  // namespace
+
+OffloadPlan plan_offload(const Plan& plan, const CostModel& cost, const OffloadOptions& options) {
+  check(options.host_link_bandwidth > 0,
+        "plan_offload: the hardware gives no host link bandwidth (Hardware::host_link_bandwidth)");
+  check(options.max_prefetch >= 1, "plan_offload: max_prefetch must be at least 1");
+  const int d = plan.schedule.num_stages();
+  OffloadPlan best;
+  best.reason = "no setting tried";
+  double tightest = -1;
+  const bool has_recompute = [&] {
+    for (const auto& stage : plan.recompute)
+      for (int layers : stage)
+        if (layers > 0) return true;
+    return false;
+  }();
+  for (const bool keep : {false, true}) {
+    if (keep && !has_recompute) continue;
+    const Recompute recompute = keep ? plan.recompute : Recompute{};
+    for (int prefetch = 1; prefetch <= options.max_prefetch; ++prefetch) {
+      Offload offload;
+      offload.prefetch = prefetch;
+      offload.bytes_per_s = options.host_link_bandwidth;
+      offload.resident.assign(d, -1);
+      bool fits = true;
+      for (int p = 0; p < d && fits; ++p) {
+        double peak = 0;
+        offload.resident[p] = resident_that_fits(plan, cost, recompute, p, prefetch,
+                                                 options.memory_budget_bytes, peak);
+        if (offload.resident[p] != 0) continue;
+        fits = false;
+        if (!best.fits && peak > tightest) {
+          tightest = peak;
+          best.reason =
+              "stage " + std::to_string(p) + " needs " + gib_text(peak) + " keeping one chunk";
+          best.reason += keep ? " with the plan's recompute" : " without recompute";
+        }
+      }
+      if (!fits) continue;
+      SimOptions sim_options;
+      sim_options.memory_budget_bytes = options.memory_budget_bytes;
+      sim_options.record_events = false;
+      sim_options.offload = &offload;
+      SimResult sim = simulate(plan.schedule, plan.chunks, cost, recompute, sim_options);
+      ++best.candidates;
+      // A stage that offloads nothing is measured the simulator's way, whose sums may round
+      // differently from the walk's by a last bit.
+      if (sim.over_budget) continue;
+      if (best.fits && sim.step_time_s >= best.step_time_s) continue;
+      best.fits = true;
+      best.reason.clear();
+      best.step_time_s = sim.step_time_s;
+      best.offload = offload;
+      best.recompute_kept = keep;
+      best.sim = std::move(sim);
+    }
+  }
+  return best;
+}
+
+}  // namespace infinipipe
