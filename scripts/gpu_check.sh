@@ -36,13 +36,17 @@
 #                 the peak of torch.cuda.max_memory_allocated against the plan's; OUT/gpu_memory.json
 #   efficiency    benchmarks/experiments/gpu_efficiency.py: bf16 GEMMs by rows and causal
 #                 attention by length, TFLOP/s beside the h100 curves; OUT/gpu_efficiency.json
+#   host_link     benchmarks/experiments/gpu_host_link.py: pinned copies to and from host
+#                 memory, GB/s each way, alone and beside GEMMs (torch alone, no module);
+#                 OUT/gpu_host_link.json
 #   nccl_parity   tests/python/gpu/test_nccl_parity.py (2 GPUs: skips, saying so, on fewer)
 #   cost_profile  `python -m infinipipe profile --device cuda --grid gpu` of a LLaMA-7B and a
 #                 LLaMA-13B layer in bfloat16: OUT/cost_profile.tar.gz holds cost_gpu_llama{7,13}b.json
 #                 and their .meta.json (the device tool returns 8 files at most)
 #   kernels_cpu   tests/kernels/test_chunk_attention.py with this build, on the CPU
 # Tests run from BUILD/tree, so their ranks, which import the repo's python/ first, get this build.
-# A step after build where no module is built yet (a fresh machine) runs deps and build first.
+# A step after build where no module is built yet (a fresh machine) runs deps and build first,
+# unless it needs torch alone (host_link).
 # A pytest step counts as run only if something passed: "ALL SKIPPED" otherwise. Exit status: 0
 # when every step passed, 1 when one did not, 2 for a bad command line, 3 for no GPU. --budget
 # (default 560 s) bounds the whole run: a step is cut off at it and later ones are not started,
@@ -51,8 +55,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=(deps build import kernels_cuda one_gpu shared_gpu step_speed memory efficiency nccl_parity
-       cost_profile kernels_cpu)
+STEPS=(deps build import kernels_cuda one_gpu shared_gpu step_speed memory efficiency host_link
+       nccl_parity cost_profile kernels_cpu)
 
 step_info() {  # name -> "time limit in s|what it is"
   case $1 in
@@ -65,6 +69,7 @@ step_info() {  # name -> "time limit in s|what it is"
     cost_profile) echo "240|a LLaMA-7B and -13B layer profiled and fitted on the GPU" ;;
     nccl_parity) echo "300|2 ranks over NCCL against the unpipelined model" ;;
     efficiency) echo "180|GEMM and attention TFLOP/s by size against the cited curves" ;;
+    host_link) echo "90|pinned copies to and from host memory, GB/s, alone and beside GEMMs" ;;
     step_speed) echo "240|a 1B LLaMA's step: the executor against the plain training step" ;;
     memory) echo "180|a stage's measured peak GPU memory against the predicted one" ;;
     kernels_cpu) echo "240|chunk attention tests on the CPU" ;;
@@ -109,11 +114,16 @@ PY=$(command -v "$PY")
 
 PREFIX="$BUILD/deps-prefix"
 TREE="$BUILD/tree"
-# Every step after build needs its module: where there is none yet (each device call's machine
-# is fresh), `--steps kernels_cuda` builds first.
+# Every step after build but host_link (torch alone) needs its module: where there is none yet
+# (each device call's machine is fresh), `--steps kernels_cuda` builds first.
 needs_module=false rest=()
 for s in "${SELECTED[@]}"; do
-  case $s in deps) ;; build) needs_module=false; break ;; *) needs_module=true; rest+=("$s") ;; esac
+  case $s in
+    deps) ;;
+    build) needs_module=false; break ;;
+    host_link) rest+=("$s") ;;
+    *) needs_module=true; rest+=("$s") ;;
+  esac
 done
 if $needs_module && ! compgen -G "$TREE/python/infinipipe/_C*.so" >/dev/null; then
   SELECTED=(deps build "${rest[@]}")
@@ -382,6 +392,10 @@ step_efficiency() {
   use_prefix
   need_module
   tree_python benchmarks/experiments/gpu_efficiency.py --out "$OUT_DIR/gpu_efficiency.json"
+}
+
+step_host_link() {
+  "$PY" "$REPO/benchmarks/experiments/gpu_host_link.py" --out "$OUT_DIR/gpu_host_link.json"
 }
 
 source "$REPO/scripts/torch_build.sh"

@@ -19,6 +19,7 @@ EFFICIENCY = "gpu_efficiency_h200.json"
 PLANS = "gpu_cost_plans.json"  # benchmarks/experiments/gpu_cost_plans.py
 SPEED = "gpu_step_speed.json"  # benchmarks/experiments/gpu_step_speed.py, run by gpu_check.sh
 MEMORY = "gpu_memory.json"  # benchmarks/experiments/gpu_memory.py, run by gpu_check.sh
+HOST_LINK = "gpu_host_link.json"  # benchmarks/experiments/gpu_host_link.py, run by gpu_check.sh
 GOAL = {"median": 0.05, "max": 0.10}  # issue 37: held-out error goal
 
 
@@ -217,6 +218,30 @@ def memory_lines(memory: dict) -> list[str]:
     return out + [""]
 
 
+def host_link_lines(link: dict) -> list[str]:
+    """Pinned copies between the GPU and host memory, GB/s each way, and the GEMMs beside them."""
+    gib = link["bytes"] / 2**30
+    beside = link["beside_gemms"]
+    out = [
+        f"Pinned copies of {gib:g} GiB between the {link['device']} and host memory on side "
+        f"streams, the median of {link['repeats']} CUDA-event timings "
+        "(`benchmarks/experiments/gpu_host_link.py`): the rate activation offload would get "
+        '(docs/design.md, "Activation offload"). Beside GEMMs: while a third stream runs '
+        f"{link['gemm']['size']}^3 bf16 GEMMs, at {beside['gemm_tflops']:.0f} TFLOP/s against "
+        f"{beside['gemm_tflops_alone']:.0f} alone.",
+        "",
+        *table_head("copies", "device to host (GB/s)", "host to device (GB/s)"),
+    ]
+    for key, name in (("alone", "one way at a time"), ("both_ways", "both ways at once")):
+        r = link[key]
+        out.append(f"| {name} | {r['device_to_host_gb_s']:.1f} | {r['host_to_device_gb_s']:.1f} |")
+    out.append(
+        f"| both ways, beside GEMMs | {beside['device_to_host_gb_s']:.1f} | "
+        f"{beside['host_to_device_gb_s']:.1f} |"
+    )
+    return out + [""]
+
+
 def plot_efficiency(eff: dict, path: Path) -> None:
     """TFLOP/s by size, measured against the published points, GEMMs and attention."""
     import matplotlib
@@ -263,6 +288,7 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
     plans = load(results / PLANS)
     speed = load(results / SPEED)
     memory = load(results / MEMORY)
+    link = load(results / HOST_LINK)
     if not metas and eff is None and speed is None:
         return [f"No GPU results ({', '.join([*PROFILES.values(), EFFICIENCY])}).", ""]
     out = []
@@ -306,4 +332,6 @@ def gpu_section(results: Path, docs: Path) -> list[str]:
         out += speed_lines(speed)
     if memory is not None and memory["device"] != "cpu":
         out += memory_lines(memory)
+    if link is not None and link["device"] != "cpu":
+        out += host_link_lines(link)
     return out

@@ -294,6 +294,21 @@ def test_gpu_step_speed_smoke_trains_every_runner_alike(tmp_path):
     assert sum(line.startswith("| packed") for line in lines) == 3
 
 
+def test_gpu_host_link_smoke_times_every_copy_and_renders(tmp_path):
+    data = smoke_result("gpu_host_link.py", tmp_path)
+    assert data["bytes"] == 1 << 20
+    for key in ("alone", "both_ways", "beside_gemms"):
+        assert data[key]["device_to_host_gb_s"] > 0 and data[key]["host_to_device_gb_s"] > 0
+    assert data["beside_gemms"]["gemm_tflops"] > 0 and data["beside_gemms"]["gemm_tflops_alone"] > 0
+    assert data["gemm"]["count"] >= 4
+    sys.path.insert(0, str(BENCHMARKS))
+    from lib import gpu_report
+
+    lines = gpu_report.host_link_lines(dict(data, device="a GPU"))
+    rows = [line for line in lines if line.startswith("| ") and "GB/s" not in line]
+    assert len(rows) == 3 and f"{2**20 / 2**30:g} GiB" in lines[0]
+
+
 def test_gpu_memory_smoke_plans_and_predicts_every_case(tmp_path):
     data = smoke_result("gpu_memory.py", tmp_path)
     assert [c["batch"] for c in data["cases"]] == ["packed", "split"] * 2
