@@ -94,6 +94,7 @@ def main():
     a = torch.randn(gemm, gemm, dtype=dtype, device=device)
     b = torch.randn(gemm, gemm, dtype=dtype, device=device)
     product = torch.empty(gemm, gemm, dtype=dtype, device=device)
+    clock.sync()  # the side streams do not wait for the default stream's initialisation
 
     def copy_out():
         on_host[0].copy_(on_device[0], non_blocking=True)

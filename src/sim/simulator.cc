@@ -437,8 +437,13 @@ double Simulation::after_copies(int p, const Action& a, double start, double dur
   double ready = start;
   for (int c : walk.copied_out_by[pc_[p]])
     ready = std::max(ready, copied_out_at_[cell(p, c)] - lead);
-  if (a.type == ActionType::kBackward && copied_in_at_[cell(p, a.chunk)] != kUnknown)
+  if (a.type == ActionType::kBackward && copied_out_at_[cell(p, a.chunk)] != kUnknown) {
+    // The resident rule keeps a backward's own chunk, so one that left has been sent for.
+    check(copied_in_at_[cell(p, a.chunk)] != kUnknown, "simulate: internal: " + a.text() +
+                                                           " on stage " + std::to_string(p) +
+                                                           " runs while its chunk is on the host");
     ready = std::max(ready, copied_in_at_[cell(p, a.chunk)]);
+  }
   result_.offload_wait_s[p] += ready - start;
   return ready;
 }
@@ -447,15 +452,14 @@ void Simulation::start_copies(int p, const Action& a, double end) {
   if (offload_walk_.empty() || offload_walk_[p].moment_action.empty()) return;
   const OffloadWalk& walk = offload_walk_[p];
   const double rate = options_.offload->bytes_per_s;
-  auto bytes = [&](int c) { return walk.moved_bytes[c]; };
   // A chunk is copied out as soon as its forward is done, in forward order.
   if (a.type == ActionType::kForward && copied_out_at_[cell(p, a.chunk)] == kLeaves) {
     const double begin = std::max(end, out_free_[p]);
-    out_free_[p] = copied_out_at_[cell(p, a.chunk)] = begin + bytes(a.chunk) / rate;
+    out_free_[p] = copied_out_at_[cell(p, a.chunk)] = begin + walk.moved_bytes[a.chunk] / rate;
   }
   for (int c : walk.copied_in_after[pc_[p]]) {
     const double begin = std::max({end, in_free_[p], copied_out_at_[cell(p, c)]});
-    in_free_[p] = copied_in_at_[cell(p, c)] = begin + bytes(c) / rate;
+    in_free_[p] = copied_in_at_[cell(p, c)] = begin + walk.moved_bytes[c] / rate;
   }
 }
 
