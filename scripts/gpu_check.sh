@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's one command (issue 37): builds infinipipe._C against that machine's torch,
-# runs the GPU checks, and writes every result and log to one folder.
+# runs the GPU checks, and writes every result and log to one folder. Over 400 lines for a reason:
+# the GPU machine gets one command, so its steps and the helpers they share stay in this file.
 #
 #   scripts/gpu_check.sh [--out DIR] [--steps a,b] [--no-gpu] [--python PY] [--build-dir DIR]
 #                        [--deps DIR|none] [--jobs N] [--budget SECONDS] [--list]
