@@ -9,8 +9,8 @@ namespace infinipipe {
 
 namespace {
 
-// The most latest forwards stage p can keep within `budget` (-1: every chunk fits, 0: not even
-// one does), and the peak of the tightest try.
+// How many of its latest forwards' chunks stage p can keep within `budget` (-1: every chunk
+// fits, 0: not even one does), and in `peak` the peak of the tightest count tried.
 int resident_that_fits(const Plan& plan, const CostModel& cost, const Recompute& recompute, int p,
                        int prefetch, double budget, double& peak) {
   const int n = static_cast<int>(plan.chunks.size());
