@@ -9,25 +9,39 @@ namespace infinipipe {
 
 namespace {
 
+// Stage p's activation bytes per chunk under one recompute, and its peak with nothing offloaded:
+// neither depends on the resident count or the prefetch depth tried.
+struct StageMemory {
+  std::vector<double> activation;
+  double peak_keeping_all = 0;
+};
+
+StageMemory stage_memory(const Plan& plan, const CostModel& cost, const Recompute& recompute,
+                         int p) {
+  const int n = static_cast<int>(plan.chunks.size());
+  StageMemory memory;
+  memory.activation.resize(n);
+  for (int c = 0; c < n; ++c)
+    memory.activation[c] =
+        cost.activation_bytes(plan.chunks[c], p, recompute_layers(recompute, p, c));
+  memory.peak_keeping_all =
+      walk_offload(plan.schedule, p, plan.chunks, cost, memory.activation, -1, 1).peak_bytes;
+  return memory;
+}
+
 // How many of its latest forwards' chunks stage p can keep within `budget` (-1: every chunk
 // fits, 0: not even one does), and in `peak` the peak of the tightest count tried.
-int resident_that_fits(const Plan& plan, const CostModel& cost, const Recompute& recompute, int p,
+int resident_that_fits(const Plan& plan, const CostModel& cost, const StageMemory& memory, int p,
                        int prefetch, double budget, double& peak) {
-  const int n = static_cast<int>(plan.chunks.size());
-  std::vector<double> activation(n);
-  for (int c = 0; c < n; ++c)
-    activation[c] = cost.activation_bytes(plan.chunks[c], p, recompute_layers(recompute, p, c));
-  auto peak_with = [&](int resident) {
-    return walk_offload(plan.schedule, p, plan.chunks, cost, activation, resident, prefetch)
-        .peak_bytes;
-  };
-  peak = peak_with(-1);
+  peak = memory.peak_keeping_all;
   if (peak <= budget) return -1;
   // The peak grows with the resident count (the kept sets only grow), so bisect for the largest.
-  int low = 0, high = n;  // fits with `low` (0: none tried yet), not with `high`
+  int low = 0, high = static_cast<int>(plan.chunks.size());  // fits with `low`, not with `high`
   while (high - low > 1) {
     const int mid = (low + high) / 2;
-    const double bytes = peak_with(mid);
+    const double bytes =
+        walk_offload(plan.schedule, p, plan.chunks, cost, memory.activation, mid, prefetch)
+            .peak_bytes;
     if (bytes <= budget) {
       low = mid;
     } else {
@@ -57,6 +71,8 @@ OffloadPlan plan_offload(const Plan& plan, const CostModel& cost, const OffloadO
   for (const bool keep : {false, true}) {
     if (keep && !has_recompute) continue;
     const Recompute recompute = keep ? plan.recompute : Recompute{};
+    std::vector<StageMemory> memory;
+    for (int p = 0; p < d; ++p) memory.push_back(stage_memory(plan, cost, recompute, p));
     for (int prefetch = 1; prefetch <= options.max_prefetch; ++prefetch) {
       Offload offload;
       offload.prefetch = prefetch;
@@ -65,7 +81,7 @@ OffloadPlan plan_offload(const Plan& plan, const CostModel& cost, const OffloadO
       bool fits = true;
       for (int p = 0; p < d && fits; ++p) {
         double peak = 0;
-        offload.resident[p] = resident_that_fits(plan, cost, recompute, p, prefetch,
+        offload.resident[p] = resident_that_fits(plan, cost, memory[p], p, prefetch,
                                                  options.memory_budget_bytes, peak);
         if (offload.resident[p] != 0) continue;
         fits = false;
