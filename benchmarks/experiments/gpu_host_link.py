@@ -7,10 +7,11 @@ offloading executor would: device to host alone, host to device alone, both at o
 streams, and both at once while a third stream runs back-to-back 8192^3 bf16 GEMMs, whose TFLOP/s
 is also timed alone and beside the copies. Each figure is the median of `--repeats` CUDA-event
 timings after a warm-up. Writes GB/s (10^9 bytes) to `--out` (default
-benchmarks/results/gpu_host_link.json), the GPU's name in it. The simulator's what-if needs about
-32 GB/s each way to gain 2.7% on the paper-scale case and gains under a point at 16
-(docs/notes/2026-11-30-offload-simulated.md). `--smoke` runs tiny copies on the CPU (the code
-path only: the numbers mean nothing).
+benchmarks/results/gpu_host_link.json), the GPU's name in it. The simulator's what-if gains 2.7%
+on the paper-scale case with 26 GB/s or more each way to each GPU, under a point at 16 and nothing
+at 13 (docs/notes/2026-11-30-offload-simulated.md, 2026-12-01-offload-shared-link.md). One GPU
+cannot show what GPUs sharing a PCIe switch's link get: that is Hardware::gpus_per_host_link.
+`--smoke` runs tiny copies on the CPU (the code path only: the numbers mean nothing).
 
 Usage: python3 benchmarks/experiments/gpu_host_link.py [--out FILE] [--gib G] [--repeats N]
            [--smoke]

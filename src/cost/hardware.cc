@@ -54,6 +54,9 @@ void Hardware::validate() const {
   positive(inter_node_bandwidth, "inter_node_bandwidth");
   non_negative(inter_node_latency_s, "inter_node_latency_s");
   non_negative(host_link_bandwidth, "host_link_bandwidth");
+  check(gpus_per_host_link >= 1,
+        where + "gpus_per_host_link must be at least 1 (GPUs sharing one host link), got " +
+            std::to_string(gpus_per_host_link));
 }
 
 namespace {
@@ -146,9 +149,15 @@ Hardware a800() {
   // "Demystifying NCCL", arXiv 2507.04786, compare its intra- and inter-node latencies); taken
   // as twice the in-node estimate above.
   hw.inter_node_latency_s = 2e-5;
-  // PCIe Gen4 x16 to the host: 64 GB/s, both directions together (NVIDIA A100 datasheet; the A800
-  // has the same interface), i.e. 32 GB/s each way. A peak: pinned copies reach less.
-  hw.host_link_bandwidth = 32e9;
+  // PCIe Gen4 x16 to the host (NVIDIA A100 datasheet: 64 GB/s both ways together; the A800 has
+  // the same interface). Measured: pinned copies of 0.2 to 1 GB on an A100-PCIE-40GB with CUDA's
+  // bandwidthTest reach 25.4 to 26.3 GB/s each way (Princeton Research Computing,
+  // github.com/jdh4/della-gpu-A100, README), against the datasheet's 32.
+  hw.host_link_bandwidth = 26e9;
+  // An 8-GPU A100/A800 server has four PCIe Gen4 switches between its CPUs and its eight GPUs
+  // ("Inside the High-Performance GPU Server: A Deep Dive into A100/A800 & H100 Topologies",
+  // besthub.dev): two GPUs behind each switch's one link to the CPU.
+  hw.gpus_per_host_link = 2;
   return hw;
 }
 
@@ -172,7 +181,8 @@ Hardware h100() {
   hw.inter_node_bandwidth = 400e9 / 8;
   hw.inter_node_latency_s = 2e-5;  // the A800's estimate (a800(), above)
   // PCIe Gen5 x16 to the host: 128 GB/s, both directions together (NVIDIA H100 datasheet), i.e.
-  // 64 GB/s each way. A peak, as the A800's.
+  // 64 GB/s each way. A peak: no measurement of pinned copies on it is at hand. How many GPUs
+  // share a switch's link in an H100 server is not either, so each has its own (the default).
   hw.host_link_bandwidth = 64e9;
   return hw;
 }
@@ -240,6 +250,7 @@ void to_json(nlohmann::json& j, const Hardware& hw) {
     j["attention_efficiency_by_length"] = hw.attention_efficiency_by_length;
   if (hw.memory_bandwidth > 0) j["memory_bandwidth"] = hw.memory_bandwidth;
   if (hw.host_link_bandwidth > 0) j["host_link_bandwidth"] = hw.host_link_bandwidth;
+  if (hw.gpus_per_host_link > 1) j["gpus_per_host_link"] = hw.gpus_per_host_link;
 }
 
 void from_json(const nlohmann::json& j, Hardware& hw) {
@@ -262,6 +273,7 @@ void from_json(const nlohmann::json& j, Hardware& hw) {
   f.get_optional("attention_efficiency_by_length", hw.attention_efficiency_by_length);
   f.get_optional("memory_bandwidth", hw.memory_bandwidth);  // absent: element-wise work left out
   f.get_optional("host_link_bandwidth", hw.host_link_bandwidth);  // absent: no offload
+  f.get_optional("gpus_per_host_link", hw.gpus_per_host_link);    // absent: a link per GPU
   f.finish();
   hw.validate();
 }

@@ -1,5 +1,6 @@
 #include "infinipipe/planner/offload_plan.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "infinipipe/core/error.h"
@@ -58,6 +59,10 @@ OffloadPlan plan_offload(const Plan& plan, const CostModel& cost, const OffloadO
   check(options.host_link_bandwidth > 0,
         "plan_offload: the hardware gives no host link bandwidth (Hardware::host_link_bandwidth)");
   check(options.max_prefetch >= 1, "plan_offload: max_prefetch must be at least 1");
+  const int g = options.gpus_per_host_link, sp = cost.layout().sequence;
+  check(g >= 1 && (g % sp == 0 || sp % g == 0),
+        "plan_offload: " + std::to_string(g) + " GPUs per host link and " + std::to_string(sp) +
+            " sequence-parallel ranks per stage: one must divide the other");
   const int d = plan.schedule.num_stages();
   OffloadPlan best;
   best.reason = "no setting tried";
@@ -76,7 +81,8 @@ OffloadPlan plan_offload(const Plan& plan, const CostModel& cost, const OffloadO
     for (int prefetch = 1; prefetch <= options.max_prefetch; ++prefetch) {
       Offload offload;
       offload.prefetch = prefetch;
-      offload.bytes_per_s = options.host_link_bandwidth;
+      offload.bytes_per_s = options.host_link_bandwidth / std::min(sp, g);
+      offload.stages_per_link = std::max(1, g / sp);
       offload.resident.assign(d, -1);
       bool fits = true;
       for (int p = 0; p < d && fits; ++p) {

@@ -25,6 +25,21 @@ void Offload::validate(int num_stages) const {
                 "; a chunk must be back at least by its own backward (1)");
   if (any && !(bytes_per_s > 0))
     throw Error("offload: the host link's rate must be positive (Hardware::host_link_bandwidth)");
+  if (stages_per_link < 1)
+    throw Error("offload: " + std::to_string(stages_per_link) +
+                " stages per host link; give at least 1 (Hardware::gpus_per_host_link)");
+}
+
+double HostLinkWay::book(double ready, double duration) {
+  double start = ready;
+  auto it = busy_.begin();
+  for (; it != busy_.end(); ++it) {
+    if (it->second <= start) continue;         // over before the copy could start
+    if (it->first >= start + duration) break;  // the gap before this copy holds it
+    start = it->second;
+  }
+  busy_.insert(it, {start, start + duration});
+  return start + duration;
 }
 
 OffloadWalk walk_offload(const Schedule& schedule, int stage, const std::vector<Chunk>& chunks,

@@ -132,11 +132,11 @@ class Simulation {
   // Per stage and action: end of a forward, start of a backward (the times of memory moments).
   std::vector<std::vector<double>> moment_time_;
   // Offload: per stage its walk (empty when it keeps every chunk), per (stage, chunk) when its
-  // copy out and its copy back end, per stage when each way's copy engine is free.
+  // copy out and its copy back end, per host link (Offload::stages_per_link) its copies each way.
   std::vector<OffloadWalk> offload_walk_;
   std::vector<double> copied_out_at_;
   std::vector<double> copied_in_at_;
-  std::vector<double> out_free_, in_free_;
+  std::vector<HostLinkWay> out_links_, in_links_;
   SimResult result_;
 };
 
@@ -452,15 +452,13 @@ void Simulation::start_copies(int p, const Action& a, double end) {
   if (offload_walk_.empty() || offload_walk_[p].moment_action.empty()) return;
   const OffloadWalk& walk = offload_walk_[p];
   const double rate = options_.offload->bytes_per_s;
-  // A chunk is copied out as soon as its forward is done, in forward order.
-  if (a.type == ActionType::kForward && copied_out_at_[cell(p, a.chunk)] == kLeaves) {
-    const double begin = std::max(end, out_free_[p]);
-    out_free_[p] = copied_out_at_[cell(p, a.chunk)] = begin + walk.moved_bytes[a.chunk] / rate;
-  }
-  for (int c : walk.copied_in_after[pc_[p]]) {
-    const double begin = std::max({end, in_free_[p], copied_out_at_[cell(p, c)]});
-    in_free_[p] = copied_in_at_[cell(p, c)] = begin + walk.moved_bytes[c] / rate;
-  }
+  const int link = p / options_.offload->stages_per_link;
+  // A chunk is copied out as soon as its forward is done.
+  if (a.type == ActionType::kForward && copied_out_at_[cell(p, a.chunk)] == kLeaves)
+    copied_out_at_[cell(p, a.chunk)] = out_links_[link].book(end, walk.moved_bytes[a.chunk] / rate);
+  for (int c : walk.copied_in_after[pc_[p]])
+    copied_in_at_[cell(p, c)] =
+        in_links_[link].book(std::max(end, copied_out_at_[cell(p, c)]), walk.moved_bytes[c] / rate);
 }
 
 void Simulation::measure_memory(int p) {
@@ -649,8 +647,8 @@ SimResult Simulation::run() {
     offload_walk_.assign(d_, OffloadWalk{});
     copied_out_at_.assign(cells, kUnknown);
     copied_in_at_.assign(cells, kUnknown);
-    out_free_.assign(d_, 0.0);
-    in_free_.assign(d_, 0.0);
+    out_links_.assign(d_, HostLinkWay{});  // at most one link per stage
+    in_links_.assign(d_, HostLinkWay{});
     result_.offload_bytes.assign(d_, 0.0);
     result_.offload_wait_s.assign(d_, 0.0);
     for (int p = 0; p < real_stages; ++p) {

@@ -236,6 +236,8 @@ nlohmann::json offload_json(const OffloadPlan& o) {
           {"step_time_s", o.step_time_s},
           {"resident", o.offload.resident},
           {"prefetch", o.offload.prefetch},
+          {"host_link_bytes_per_s", o.offload.bytes_per_s},
+          {"stages_per_host_link", o.offload.stages_per_link},
           {"recompute_kept", o.recompute_kept},
           {"recompute_s", o.sim.total_recompute_s()},
           {"offload_gib_each_way", to_gib(o.sim.offload_bytes)},
@@ -258,7 +260,11 @@ void print_offload(std::ostream& out, const OffloadPlan& o) {
     resident += (resident.empty() ? "" : " ") + (r < 0 ? std::string("all") : std::to_string(r));
   out << "      offload    step time " << fixed(o.step_time_s, 3) << " s, resident " << resident
       << ", prefetch " << o.offload.prefetch << ", " << fixed(bytes / (1ull << 30), 1)
-      << " GiB each way, waits " << fixed(wait, 3) << " s"
+      << " GiB each way at " << fixed(o.offload.bytes_per_s / 1e9, 0) << " GB/s"
+      << (o.offload.stages_per_link > 1
+              ? " (" + std::to_string(o.offload.stages_per_link) + " stages a link)"
+              : std::string())
+      << ", waits " << fixed(wait, 3) << " s"
       << (o.recompute_kept ? ", plan's recompute" : ", no recompute") << "\n";
 }
 

@@ -258,8 +258,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   if (args.ideal_even_head) cost = cost.with_ideal_even_head();
   if (args.spread_head) cost = cost.with_head_replicas();  // as plan_step does
   const double memory_gib = args.memory_given ? args.memory_gib : default_memory_gib(args);
-  const double host_link =
-      args.offload_from_gib > 0 ? ip::tools::named_hardware(args).host_link_bandwidth : 0;
+  const ip::Hardware host =
+      args.offload_from_gib > 0 ? ip::tools::named_hardware(args) : ip::Hardware{};
+  const double host_link = host.host_link_bandwidth;
   ip::check(args.offload_from_gib == 0 || host_link > 0,
             "--offload-from: --hardware " + args.hardware +
                 " gives no host_link_bandwidth (bytes/s each way between device and host)");
@@ -317,9 +318,13 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   if (args.v_shape) {
     ip::VShapeOptions v_options;
     v_options.memory_budget_bytes = options.memory_budget_bytes;
-    for (int i = 0; i < planned; ++i)
-      v_shapes.push_back(epp[i].feasible ? ip::plan_v_shape(epp[i].plan, cost, v_options)
-                                         : ip::VShapePlan{false, "EPP has no plan"});
+    for (int i = 0; i < planned; ++i) {
+      if (epp[i].feasible) {
+        v_shapes.push_back(ip::plan_v_shape(epp[i].plan, cost, v_options));
+      } else {
+        v_shapes.emplace_back().reason = "EPP has no plan";
+      }
+    }
   }
 
   // --offload-from: EPP's plans with that much memory, offloaded into the budget, per step
@@ -332,6 +337,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
     ip::OffloadOptions o_options;
     o_options.memory_budget_bytes = options.memory_budget_bytes;
     o_options.host_link_bandwidth = host_link;
+    o_options.gpus_per_host_link = host.gpus_per_host_link;
     for (int i = 0; i < planned; ++i) {
       const ip::PlanResult planned_roomy = ip::plan_epp(split.planned[i], cost, roomy);
       if (planned_roomy.feasible) {

@@ -44,18 +44,28 @@ TEST(Hardware, ValidateRejectsImpossibleValues) {
   EXPECT_EQ(message([](Hardware& h) { h.link_latency_s = 0; }), "(no error)");
   EXPECT_NE(message([](Hardware& h) { h.host_link_bandwidth = -1; }).find("host_link_bandwidth"),
             std::string::npos);
+  EXPECT_NE(message([](Hardware& h) { h.gpus_per_host_link = 0; }).find("gpus_per_host_link"),
+            std::string::npos);
 }
 
 TEST(Hardware, TheHostLinkIsOptionalInJson) {
-  // The GPUs' PCIe links, each way (hardware.cc cites the datasheets); the CPU has none.
-  EXPECT_EQ(Hardware::builtin("a800").host_link_bandwidth, 32e9);
+  // The GPUs' PCIe links, each way, and how many GPUs share one (hardware.cc cites a measurement,
+  // a datasheet and a server's topology); the CPU has none.
+  EXPECT_EQ(Hardware::builtin("a800").host_link_bandwidth, 26e9);
+  EXPECT_EQ(Hardware::builtin("a800").gpus_per_host_link, 2);
   EXPECT_EQ(Hardware::builtin("h100").host_link_bandwidth, 64e9);
+  EXPECT_EQ(Hardware::builtin("h100").gpus_per_host_link, 1);
   EXPECT_EQ(Hardware::builtin("cpu").host_link_bandwidth, 0);
   nlohmann::json j = Hardware::builtin("a800");
-  EXPECT_EQ(j.at("host_link_bandwidth"), 32e9);
+  EXPECT_EQ(j.at("host_link_bandwidth"), 26e9);
+  EXPECT_EQ(j.at("gpus_per_host_link"), 2);
   j.erase("host_link_bandwidth");
-  EXPECT_EQ(j.get<Hardware>().host_link_bandwidth, 0);  // files written before it: no offload
+  j.erase("gpus_per_host_link");
+  const Hardware old = j.get<Hardware>();  // files written before them: no offload, own links
+  EXPECT_EQ(old.host_link_bandwidth, 0);
+  EXPECT_EQ(old.gpus_per_host_link, 1);
   EXPECT_EQ(nlohmann::json(Hardware::builtin("cpu")).count("host_link_bandwidth"), 0u);
+  EXPECT_EQ(nlohmann::json(Hardware::builtin("h100")).count("gpus_per_host_link"), 0u);
 }
 
 TEST(Hardware, JsonWithMissingFieldNamesIt) {

@@ -17,14 +17,19 @@ namespace {
 using test_support::a800_cost;
 using test_support::error_of;
 
-TEST(OffloadPlan, FitsARoomyPlanIntoTheBudgetAsTheSimulatorTimesIt) {
+// EPP's plan of 32 sequences of up to 32K on 4 stages with 1000 GiB each: far more than any
+// stage holds, so the budgets below make it offload.
+Plan roomy_plan(const CostModel& cost) {
   std::mt19937_64 rng(7);
-  const CostModel cost = a800_cost("llama-7b", 4);
   PlannerOptions options;
   options.num_stages = 4;
   options.memory_budget_bytes = 1000.0 * (1 << 30);
-  const Plan roomy =
-      plan_step(Method::kEpp, test_support::random_lengths(rng, 32, 32768), cost, options);
+  return plan_step(Method::kEpp, test_support::random_lengths(rng, 32, 32768), cost, options);
+}
+
+TEST(OffloadPlan, FitsARoomyPlanIntoTheBudgetAsTheSimulatorTimesIt) {
+  const CostModel cost = a800_cost("llama-7b", 4);
+  const Plan roomy = roomy_plan(cost);
   // The last stage never offloads: the budget lies between its peak and the first stage's.
   const double first = roomy.peak_memory_bytes.front(), last = roomy.peak_memory_bytes.back();
   ASSERT_GT(first, last);
@@ -66,6 +71,35 @@ TEST(OffloadPlan, FitsARoomyPlanIntoTheBudgetAsTheSimulatorTimesIt) {
 
   o_options.host_link_bandwidth = 0;
   EXPECT_NE(error_of([&] { plan_offload(roomy, cost, o_options); }).find("host link"),
+            std::string::npos);
+}
+
+TEST(OffloadPlan, GpusSharingAHostLinkShareItsTime) {
+  const CostModel cost = a800_cost("llama-7b", 4);
+  const Plan roomy = roomy_plan(cost);
+  OffloadOptions own;
+  own.host_link_bandwidth = 8e9;
+  own.memory_budget_bytes = (roomy.peak_memory_bytes.front() + roomy.peak_memory_bytes.back()) / 2;
+  OffloadOptions shared = own;
+  shared.gpus_per_host_link = 2;
+  const OffloadPlan apart = plan_offload(roomy, cost, own);
+  const OffloadPlan together = plan_offload(roomy, cost, shared);
+  ASSERT_TRUE(apart.fits && together.fits) << apart.reason << together.reason;
+  EXPECT_EQ(apart.offload.stages_per_link, 1);
+  EXPECT_EQ(together.offload.stages_per_link, 2);  // one GPU per stage: two stages a link
+  EXPECT_EQ(together.offload.bytes_per_s, 8e9);
+  EXPECT_GE(together.step_time_s, apart.step_time_s);
+
+  // With two SP ranks a stage, each stage's two GPUs fill a link: its copies go at half the rate.
+  const CostModel sp2 =
+      CostModel::analytic(ModelShape::builtin("llama-7b"), Hardware::builtin("a800"), 4, {2, 1});
+  OffloadOptions sp_shared = shared;
+  sp_shared.memory_budget_bytes = 1000.0 * (1 << 30);
+  const OffloadPlan sp = plan_offload(roomy, sp2, sp_shared);
+  EXPECT_EQ(sp.offload.stages_per_link, 1);
+  EXPECT_EQ(sp.offload.bytes_per_s, 4e9);
+  sp_shared.gpus_per_host_link = 3;
+  EXPECT_NE(error_of([&] { plan_offload(roomy, sp2, sp_shared); }).find("one must divide"),
             std::string::npos);
 }
 

@@ -81,6 +81,19 @@ TEST(Offload, RefusesWhatItCannotModel) {
   offload = {{1}, 1, 1e9};
   EXPECT_NE(error_of([&] { offload.validate(2); }).find("1 resident counts for 2 stages"),
             std::string::npos);
+  offload = {{1, -1}, 1, 1e9, 0};
+  EXPECT_NE(error_of([&] { offload.validate(2); }).find("0 stages per host link"),
+            std::string::npos);
+}
+
+TEST(Offload, ALinkBooksEachCopyIntoTheFirstGapThatHoldsIt) {
+  HostLinkWay link;
+  EXPECT_EQ(link.book(10, 5), 15);  // [10, 15)
+  EXPECT_EQ(link.book(0, 4), 4);    // booked later, ready earlier: [0, 4)
+  EXPECT_EQ(link.book(3, 4), 8);    // [4, 8) is free from 4 and holds it
+  EXPECT_EQ(link.book(7, 3), 18);   // [8, 10) is too short: after [10, 15)
+  EXPECT_EQ(link.book(20, 1), 21);  // past every copy
+  EXPECT_EQ(link.book(8, 2), 10);   // the gap [8, 10) exactly
 }
 
 TEST(Offload, TheLastStageMovesAHeadedChunkWithoutItsLogits) {
@@ -164,6 +177,38 @@ TEST(Offload, TheSimulatorTimesTheCopies) {
   budget.offload = nullptr;
   const std::string kept = simulate(s, chunks, cost, {}, budget).over_budget_message;
   EXPECT_NE(kept.find("stage 0"), std::string::npos) << kept;
+}
+
+TEST(Offload, StagesSharingALinkQueueTheirCopies) {
+  const CostModel cost = test::simple_cost({1, 1});
+  const std::vector<Chunk> chunks = test::equal_chunks(6, 10);
+  const Schedule s = deep_warmup();
+  const SimResult without = simulate(s, chunks, cost, {}, SimOptions{});
+  const double forward = event_end(without, 0, "F0") - event_start(without, 0, "F0");
+  // Both stages offload; a copy takes three forwards.
+  const double rate = cost.activation_bytes(chunks[0], 0, 0) / (3 * forward);
+  Offload own{{1, 1}, 1, rate, 1};
+  Offload shared{{1, 1}, 1, rate, 2};
+  SimOptions options;
+  options.offload = &own;
+  const SimResult apart = simulate(s, chunks, cost, {}, options);
+  options.offload = &shared;
+  const SimResult together = simulate(s, chunks, cost, {}, options);
+  EXPECT_EQ(together.offload_bytes, apart.offload_bytes);
+  const auto total = [](const std::vector<double>& v) { return v[0] + v[1]; };
+  EXPECT_GT(total(together.offload_wait_s), total(apart.offload_wait_s));
+  EXPECT_GT(together.step_time_s, apart.step_time_s);
+  // Stage 1's chunk 1 leaves after its F1 and must be out by its F2's end: apart, three forwards
+  // after F1; shared, only once stage 0's copies out, booked first, leave the link a gap.
+  const double f1_end = event_end(apart, 1, "F1");
+  EXPECT_NEAR(event_end(apart, 1, "F2"), f1_end + 3 * forward, 1e-9 * forward);
+  EXPECT_GT(event_end(together, 1, "F2"), f1_end + 3 * forward + forward / 2);
+  // A link that costs nothing is the same shared or not.
+  own.bytes_per_s = shared.bytes_per_s = 1e30;
+  options.offload = &own;
+  const double free_apart = simulate(s, chunks, cost, {}, options).step_time_s;
+  options.offload = &shared;
+  EXPECT_DOUBLE_EQ(simulate(s, chunks, cost, {}, options).step_time_s, free_apart);
 }
 
 }  // namespace

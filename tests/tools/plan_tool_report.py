@@ -208,6 +208,9 @@ class Report(unittest.TestCase):
         self.assertTrue(all(0 < g <= 40 for g in off["peak_memory_gib"]))
         moved = [g for g, r in zip(off["offload_gib_each_way"], off["resident"]) if r >= 1]
         self.assertTrue(all(g > 0 for g in moved))
+        # The A800's host link: two GPUs, here two stages, share each (hardware.cc).
+        self.assertEqual(off["stages_per_host_link"], 2)
+        self.assertEqual(off["host_link_bytes_per_s"], 26e9)
         table = subprocess.run(
             [TOOL, "--model", "llama-7b", "--stages", "4", "--memory-gib", "40"]
             + ["--distribution", "wikipedia", "--batch", "32", "--context", "32768"]

@@ -38,6 +38,9 @@ struct Hardware {
   // Between the device and host memory (PCIe), one direction: what activation offload copies
   // over (sim/offload.h). 0: unknown, nothing can be offloaded.
   double host_link_bandwidth = 0;
+  // GPUs whose copies share one host link (their PCIe switch's one link to the CPU): copies of
+  // neighbouring GPUs queue on it when they overlap. 1: each GPU has a link of its own.
+  int gpus_per_host_link = 1;
 
   void validate() const;
 

@@ -14,6 +14,7 @@ namespace infinipipe {
 struct OffloadOptions {
   double memory_budget_bytes = 0;  // per stage, model state included
   double host_link_bandwidth = 0;  // bytes/s each way (Hardware::host_link_bandwidth)
+  int gpus_per_host_link = 1;      // Hardware::gpus_per_host_link
   int max_prefetch = 3;            // Offload::prefetch tried: 1 .. this
 };
 
@@ -30,7 +31,10 @@ struct OffloadPlan {
 // The fastest way to run `plan`'s schedule within the budget by offloading, over its own
 // recompute and none, and prefetch depths 1 .. max_prefetch. Per stage the resident count is the
 // largest that fits (its memory only grows with it), -1 where the stage fits with nothing
-// offloaded. Each setting is simulated with its copies.
+// offloaded. Each setting is simulated with its copies. A stage's d_s GPUs copy their shares of a
+// chunk at once (CostModel::activation_bytes is one GPU's), so with g GPUs per host link a stage's
+// copy takes its bytes over rate / min(d_s, g), and max(1, g / d_s) neighbouring stages share a
+// link; one of d_s and g must divide the other.
 OffloadPlan plan_offload(const Plan& plan, const CostModel& cost, const OffloadOptions& options);
 
 }  // namespace infinipipe

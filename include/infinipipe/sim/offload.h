@@ -5,6 +5,7 @@
 // walk (memory_timeline.h) stays a walk over actions and the simulator only adds the copies'
 // time: at each memory moment a stage keeps its `resident` latest forwards' chunks and the chunks
 // of its next `prefetch` backwards; every other chunk in flight is on the host.
+#include <utility>
 #include <vector>
 
 #include "infinipipe/core/chunk.h"
@@ -21,9 +22,12 @@ struct Offload {
   int prefetch = 2;
   // The host link, each way (Hardware::host_link_bandwidth); one copy at a time each way.
   double bytes_per_s = 0;
+  // Neighbouring stages sharing one host link each way: stages p and q share one when
+  // p / stages_per_link == q / stages_per_link (their GPUs sit behind one PCIe switch).
+  int stages_per_link = 1;
 
   // Error unless it fits a schedule of `num_stages` stages: one entry per stage, prefetch at least
-  // 1 and a positive rate where some stage offloads.
+  // 1, a positive rate where some stage offloads, and at least one stage per link.
   void validate(int num_stages) const;
   bool offloads(int stage) const {
     return stage < static_cast<int>(resident.size()) && resident[stage] >= 0;
@@ -46,6 +50,19 @@ struct OffloadWalk {
   // logits of a chunk with an H, which it never keeps (memory_timeline.h). And their sum.
   std::vector<double> moved_bytes;
   double bytes_each_way = 0;
+};
+
+// One way of one host link: the copies booked on it, as busy intervals in time order. The
+// simulator times each stage as far as it can before the next (simulator.cc), not in time order,
+// so a copy takes the first gap after it is ready that holds it, not the link's last end: a
+// stage timed later may still copy before the copies booked ahead of it by a neighbour.
+class HostLinkWay {
+ public:
+  // Books a copy of `duration` seconds that may start at `ready`; returns when it ends.
+  double book(double ready, double duration);
+
+ private:
+  std::vector<std::pair<double, double>> busy_;  // [start, end), sorted, not overlapping
 };
 
 // `activation`: per chunk, what it holds on this stage (CostModel::activation_bytes at its
